@@ -57,7 +57,7 @@ pub(crate) enum Slot {
 /// use ferrofx_fx::{Graph, Target};
 /// let mut g = Graph::new();
 /// let x = g.placeholder("x").unwrap();
-/// let neg = g.call_function(Target::op("neg").unwrap(), vec![x.into()]).unwrap();
+/// let neg = g.call_function(Target::named("neg"), vec![x.into()]).unwrap();
 /// let out = g.output(neg.into()).unwrap();
 /// assert_eq!(g.len(), 3);
 /// assert!(g.is_before(x, out).unwrap());
@@ -606,7 +606,7 @@ impl Graph {
     /// use ferrofx_fx::{Graph, GraphError, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let r = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let r = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// let err = g.erase_node(x).unwrap_err();
     /// assert_eq!(err, GraphError::HasUsers { node: "x".into(), users: vec!["relu".into()] });
     /// g.erase_node(r).unwrap();

@@ -15,7 +15,7 @@ use crate::graph::target::{Opcode, Target};
 /// use ferrofx_fx::{Graph, Opcode, Target};
 /// let mut g = Graph::new();
 /// let x = g.placeholder("x").unwrap();
-/// let r = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+/// let r = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
 /// let node = g.node(r).unwrap();
 /// assert_eq!(node.name(), "relu");
 /// assert_eq!(node.op(), Opcode::CallFunction);

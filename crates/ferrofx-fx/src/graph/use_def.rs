@@ -90,7 +90,7 @@ impl Graph {
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
     /// let y = g.placeholder("y").unwrap();
-    /// let add = g.call_function(Target::op("add").unwrap(), vec![x.into(), y.into()]).unwrap();
+    /// let add = g.call_function(Target::named("add"), vec![x.into(), y.into()]).unwrap();
     /// g.set_args(add, vec![x.into(), x.into()]).unwrap();
     /// assert_eq!(g.node(add).unwrap().all_input_nodes(), vec![x]);
     /// assert_eq!(g.node(y).unwrap().num_users(), 0);
@@ -183,11 +183,11 @@ impl Graph {
     /// use ferrofx_fx::{Graph, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let relu = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let relu = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// let out = g.output(relu.into()).unwrap();
     /// let gelu = {
     ///     let mut g = g.inserting_after(Some(relu)).unwrap();
-    ///     g.call_function(Target::op("gelu").unwrap(), vec![x.into()]).unwrap()
+    ///     g.call_function(Target::named("gelu"), vec![x.into()]).unwrap()
     /// };
     /// assert_eq!(g.replace_all_uses_with(relu, gelu).unwrap(), vec![out]);
     /// g.erase_node(relu).unwrap();
