@@ -255,10 +255,16 @@ fn seed002() -> Seed002 {
     let p = g.placeholder("p").unwrap();
     let q = g.placeholder("q").unwrap();
     let f = Target::named("add");
-    let n = g.create_node(Opcode::CallFunction, f.clone(), vec![p.into(), q.into()], Kwargs::new(), Some("n"), None).unwrap();
+    let n = g
+        .create_node(Opcode::CallFunction, f.clone(), vec![p.into(), q.into()], Kwargs::new(), Some("n"), None)
+        .unwrap();
     let t = g.placeholder("t").unwrap();
-    let a = g.create_node(Opcode::CallFunction, Target::named("relu"), vec![n.into()], Kwargs::new(), Some("a"), None).unwrap();
-    let b = g.create_node(Opcode::CallFunction, Target::named("neg"), vec![n.into()], Kwargs::new(), Some("b"), None).unwrap();
+    let a = g
+        .create_node(Opcode::CallFunction, Target::named("relu"), vec![n.into()], Kwargs::new(), Some("a"), None)
+        .unwrap();
+    let b = g
+        .create_node(Opcode::CallFunction, Target::named("neg"), vec![n.into()], Kwargs::new(), Some("b"), None)
+        .unwrap();
     let c = g.create_node(Opcode::CallFunction, f, vec![n.into(), t.into()], Kwargs::new(), Some("c"), None).unwrap();
     Seed002 { g, p, q, n, t, a, b, c }
 }

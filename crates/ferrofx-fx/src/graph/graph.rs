@@ -74,6 +74,10 @@ pub struct Graph {
     pub(crate) namespace: Namespace,
     pub(crate) lookup: FindNodesTable,
     pub(crate) owner: Option<Arc<dyn TargetResolver + Send + Sync>>,
+    /// Set when some input may come after its user (an edit or move broke the topological
+    /// order); cycle checks then search without the order-based pruning. Cleared by
+    /// [`Graph::stable_topological_sort`].
+    pub(crate) unordered: bool,
 }
 
 impl Default for Graph {
@@ -129,6 +133,7 @@ impl Graph {
             namespace: Namespace::new(),
             lookup: FindNodesTable::default(),
             owner: None,
+            unordered: false,
         }
     }
 
@@ -389,6 +394,7 @@ impl Graph {
         self.unlink(xi);
         let prev = self.links[a as usize].prev;
         self.link_after(prev, xi);
+        self.note_order_of(xi);
         Ok(())
     }
 
@@ -401,7 +407,17 @@ impl Graph {
         }
         self.unlink(xi);
         self.link_after(a, xi);
+        self.note_order_of(xi);
         Ok(())
+    }
+
+    /// Sets [`Graph::unordered`] if a moved node now comes before an input or after a user.
+    fn note_order_of(&mut self, idx: u32) {
+        let seq = self.seq_of(idx);
+        let node = self.live(idx);
+        let bad = node.input_nodes.iter().any(|i| self.seq_of(i.index) >= seq)
+            || node.users.iter().any(|u| self.seq_of(u.index) <= seq);
+        self.unordered |= bad;
     }
 
     /// Relinks all nodes in the given order (which must be a permutation of the graph's nodes)
@@ -416,6 +432,7 @@ impl Graph {
         self.links[prev as usize].next = ROOT;
         self.links[ROOT as usize].prev = prev;
         self.renumber_all();
+        self.unordered = false;
     }
 
     // ----- creation ------------------------------------------------------------------------

@@ -37,22 +37,26 @@ impl Graph {
         node.visit_input_refs(&mut |n| {
             inputs.insert(n);
         });
+        let my_seq = self.seq_of(idx);
         for n in inputs.iter() {
+            self.unordered |= self.seq_of(n.index) >= my_seq;
             self.live_mut(n.index).users.insert(me);
         }
         self.live_mut(idx).input_nodes = inputs;
     }
 
     /// Err if making slot `input` an input of slot `user` would create a cycle (including
-    /// `user == input`). Only an input that comes after the user can close a cycle in a
-    /// topologically ordered graph, so the search is bounded to nodes after the user.
+    /// `user == input`). While the order is topological, only an input that comes after the
+    /// user can close a cycle, so the search is bounded to nodes after the user; once an edit
+    /// broke the order ([`Graph::unordered`]) the search is unbounded until the next sort.
     pub(crate) fn check_no_cycle(&self, user: u32, input: u32) -> Result<()> {
         if user == input {
             let name = self.live(user).name.clone();
             return Err(GraphError::Cycle { node: name.clone(), path: vec![name.clone(), name] });
         }
         let user_seq = self.seq_of(user);
-        if self.seq_of(input) < user_seq {
+        let prune = !self.unordered;
+        if prune && self.seq_of(input) < user_seq {
             return Ok(());
         }
         // DFS from `input` through input_nodes looking for `user`.
@@ -74,7 +78,7 @@ impl Graph {
                     path.push(self.live(user).name.clone());
                     return Err(GraphError::Cycle { node: self.live(user).name.clone(), path });
                 }
-                if self.seq_of(n.index) > user_seq && !parent.contains_key(&n.index) {
+                if (!prune || self.seq_of(n.index) > user_seq) && !parent.contains_key(&n.index) {
                     parent.insert(n.index, cur);
                     stack.push(n.index);
                 }
