@@ -40,8 +40,8 @@ pub(crate) struct Link {
 pub(crate) enum Slot {
     /// The sentinel.
     Root,
-    /// A live node.
-    Live(Node),
+    /// A live node (boxed: the arena stays compact and grows without moving nodes).
+    Live(Box<Node>),
     /// An erased node; its name is kept for error messages until the slot is reused.
     Dead(String),
 }
@@ -522,7 +522,7 @@ impl Graph {
         };
         let id = self.id_of(idx);
         self.lookup.insert(key(op, &target), id);
-        self.slots[idx as usize] = Slot::Live(Node {
+        self.slots[idx as usize] = Slot::Live(Box::new(Node {
             id,
             name,
             op,
@@ -533,7 +533,7 @@ impl Graph {
             meta: Meta::default(),
             users: NodeSet::new(),
             input_nodes: NodeSet::new(),
-        });
+        }));
         self.link_after(after, idx);
         self.len += 1;
         self.apply_args_kwargs(idx, Some(args), Some(kwargs));
