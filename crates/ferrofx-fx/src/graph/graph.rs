@@ -231,7 +231,7 @@ impl Graph {
     /// Metadata of a node, for editing.
     pub fn meta_mut(&mut self, id: NodeId) -> Result<&mut Meta> {
         let idx = self.check(id)?;
-        Ok(&mut self.live_mut(idx).meta)
+        Ok(self.live_mut(idx).meta.get_or_insert_with(Default::default))
     }
 
     /// Sets the type annotation of a node.
@@ -530,7 +530,7 @@ impl Graph {
             args: Vec::new(),
             kwargs: Kwargs::new(),
             type_expr,
-            meta: Meta::default(),
+            meta: None,
             users: NodeSet::new(),
             input_nodes: NodeSet::new(),
         }));

@@ -215,7 +215,7 @@ impl Graph {
         let idx = self.check(id)?;
         let rep = self.check(replacement)?;
         let selected: Vec<NodeId> = self.live(idx).users.iter().filter(|u| filter(self.live(u.index))).collect();
-        if propagate_meta && idx != rep && !self.live(rep).meta.is_empty() {
+        if propagate_meta && idx != rep && !self.live(rep).meta().is_empty() {
             return Err(GraphError::MetaNotEmpty {
                 from: self.live(idx).name.clone(),
                 to: self.live(rep).name.clone(),
