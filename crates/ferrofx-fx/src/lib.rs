@@ -15,8 +15,8 @@
 //! let mut g = Graph::new();
 //! let x = g.placeholder("x").unwrap();
 //! let y = g.placeholder("y").unwrap();
-//! let add = g.call_function(Target::op("add").unwrap(), vec![x.into(), y.into()]).unwrap();
-//! let relu = g.call_function(Target::op("relu").unwrap(), vec![add.into()]).unwrap();
+//! let add = g.call_function(Target::named("add"), vec![x.into(), y.into()]).unwrap();
+//! let relu = g.call_function(Target::named("relu"), vec![add.into()]).unwrap();
 //! g.output(relu.into()).unwrap();
 //! g.lint().unwrap();
 //! assert_eq!(

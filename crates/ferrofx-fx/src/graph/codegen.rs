@@ -54,21 +54,22 @@ impl Graph {
     /// The graph as readable source, like FX's `graph.python_code("self").src`:
     ///
     /// ```
-    /// use ferrofx_fx::{Graph, Target};
+    /// use ferrofx_fx::{Argument, Graph, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
     /// let y = g.placeholder("y").unwrap();
-    /// let add = g.call_function(Target::op("add").unwrap(), vec![x.into(), y.into()]).unwrap();
-    /// let relu = g.call_function(Target::op("relu").unwrap(), vec![add.into()]).unwrap();
+    /// let add = g.call_function(Target::function("my_add"), vec![x.into(), y.into()]).unwrap();
+    /// let shape = Argument::tuple([2.into(), 3.into()]);
+    /// let r = g.call_function(Target::op("reshape").unwrap(), vec![add.into(), shape]).unwrap();
     /// let m = g.call_method("sum", vec![x.into()]).unwrap();
-    /// g.output(ferrofx_fx::Argument::tuple([relu.into(), m.into()])).unwrap();
+    /// g.output(Argument::tuple([r.into(), m.into()])).unwrap();
     /// assert_eq!(
     ///     g.python_code(),
     ///     "def forward(self, x, y):\n    \
-    ///      add = ops.add(x, y);  y = None\n    \
-    ///      relu = ops.relu(add);  add = None\n    \
+    ///      my_add = my_add(x, y);  y = None\n    \
+    ///      reshape = ops.reshape(my_add, (2, 3));  my_add = None\n    \
     ///      sum_1 = x.sum();  x = None\n    \
-    ///      return (relu, sum_1)\n"
+    ///      return (reshape, sum_1)\n"
     /// );
     /// ```
     ///

@@ -18,7 +18,7 @@ impl Graph {
     /// use ferrofx_fx::{Argument, Graph, Target};
     /// let mut src = Graph::new();
     /// let x = src.placeholder("x").unwrap();
-    /// let r = src.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let r = src.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// let mut dst = Graph::new();
     /// let y = dst.placeholder("y").unwrap();
     /// let r2 = dst.node_copy(src.node(r).unwrap(), |_| Ok(Argument::Node(y))).unwrap();
@@ -51,7 +51,7 @@ impl Graph {
     /// use std::collections::HashMap;
     /// let mut src = Graph::new();
     /// let x = src.placeholder("x").unwrap();
-    /// let r = src.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let r = src.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// src.output(r.into()).unwrap();
     /// let mut dst = Graph::new();
     /// let mut map = HashMap::new();

@@ -13,8 +13,8 @@ impl Graph {
     /// use ferrofx_fx::{Graph, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let dead = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
-    /// g.call_function(Target::op("neg").unwrap(), vec![dead.into()]).unwrap();
+    /// let dead = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
+    /// g.call_function(Target::named("neg"), vec![dead.into()]).unwrap();
     /// g.output(x.into()).unwrap();
     /// assert!(g.eliminate_dead_code(None));
     /// assert_eq!(g.len(), 2);

@@ -245,7 +245,7 @@ impl Graph {
     /// let x = g.placeholder("x").unwrap();
     /// let mut kw = Kwargs::new();
     /// kw.insert("inplace".into(), false.into());
-    /// let r = g.call_function_with(Target::op("relu").unwrap(), vec![x.into()], kw).unwrap();
+    /// let r = g.call_function_with(Target::named("relu"), vec![x.into()], kw).unwrap();
     /// assert_eq!(g.format_node(x).unwrap(), "%x : [num_users=1] = placeholder[target=x]");
     /// assert_eq!(
     ///     g.format_node(r).unwrap(),
@@ -265,7 +265,7 @@ impl Graph {
     /// use ferrofx_fx::{Graph, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let r = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let r = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// g.output(r.into()).unwrap();
     /// assert_eq!(
     ///     g.tabular(),

@@ -47,9 +47,9 @@ impl Graph {
     /// use ferrofx_fx::{Graph, Opcode, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let relu = Target::op("relu").unwrap();
+    /// let relu = Target::named("relu");
     /// let a = g.call_function(relu.clone(), vec![x.into()]).unwrap();
-    /// let b = g.call_function(Target::op("neg").unwrap(), vec![a.into()]).unwrap();
+    /// let b = g.call_function(Target::named("neg"), vec![a.into()]).unwrap();
     /// let c = g.call_function(relu.clone(), vec![b.into()]).unwrap();
     /// assert_eq!(g.find_nodes(Opcode::CallFunction, Some(&relu), true), vec![a, c]);
     /// assert_eq!(g.find_nodes(Opcode::Placeholder, None, true), vec![x]);

@@ -40,8 +40,8 @@ pub(crate) struct Link {
 pub(crate) enum Slot {
     /// The sentinel.
     Root,
-    /// A live node.
-    Live(Node),
+    /// A live node (boxed: the arena stays compact and grows without moving nodes).
+    Live(Box<Node>),
     /// An erased node; its name is kept for error messages until the slot is reused.
     Dead(String),
 }
@@ -57,7 +57,7 @@ pub(crate) enum Slot {
 /// use ferrofx_fx::{Graph, Target};
 /// let mut g = Graph::new();
 /// let x = g.placeholder("x").unwrap();
-/// let neg = g.call_function(Target::op("neg").unwrap(), vec![x.into()]).unwrap();
+/// let neg = g.call_function(Target::named("neg"), vec![x.into()]).unwrap();
 /// let out = g.output(neg.into()).unwrap();
 /// assert_eq!(g.len(), 3);
 /// assert!(g.is_before(x, out).unwrap());
@@ -74,6 +74,10 @@ pub struct Graph {
     pub(crate) namespace: Namespace,
     pub(crate) lookup: FindNodesTable,
     pub(crate) owner: Option<Arc<dyn TargetResolver + Send + Sync>>,
+    /// Set when some input may come after its user (an edit or move broke the topological
+    /// order); cycle checks then search without the order-based pruning. Cleared by
+    /// [`Graph::stable_topological_sort`].
+    pub(crate) unordered: bool,
 }
 
 impl Default for Graph {
@@ -129,6 +133,7 @@ impl Graph {
             namespace: Namespace::new(),
             lookup: FindNodesTable::default(),
             owner: None,
+            unordered: false,
         }
     }
 
@@ -226,7 +231,7 @@ impl Graph {
     /// Metadata of a node, for editing.
     pub fn meta_mut(&mut self, id: NodeId) -> Result<&mut Meta> {
         let idx = self.check(id)?;
-        Ok(&mut self.live_mut(idx).meta)
+        Ok(self.live_mut(idx).meta.get_or_insert_with(Default::default))
     }
 
     /// Sets the type annotation of a node.
@@ -389,6 +394,7 @@ impl Graph {
         self.unlink(xi);
         let prev = self.links[a as usize].prev;
         self.link_after(prev, xi);
+        self.note_order_of(xi);
         Ok(())
     }
 
@@ -401,7 +407,17 @@ impl Graph {
         }
         self.unlink(xi);
         self.link_after(a, xi);
+        self.note_order_of(xi);
         Ok(())
+    }
+
+    /// Sets [`Graph::unordered`] if a moved node now comes before an input or after a user.
+    fn note_order_of(&mut self, idx: u32) {
+        let seq = self.seq_of(idx);
+        let node = self.live(idx);
+        let bad = node.input_nodes.iter().any(|i| self.seq_of(i.index) >= seq)
+            || node.users.iter().any(|u| self.seq_of(u.index) <= seq);
+        self.unordered |= bad;
     }
 
     /// Relinks all nodes in the given order (which must be a permutation of the graph's nodes)
@@ -416,6 +432,7 @@ impl Graph {
         self.links[prev as usize].next = ROOT;
         self.links[ROOT as usize].prev = prev;
         self.renumber_all();
+        self.unordered = false;
     }
 
     // ----- creation ------------------------------------------------------------------------
@@ -505,7 +522,7 @@ impl Graph {
         };
         let id = self.id_of(idx);
         self.lookup.insert(key(op, &target), id);
-        self.slots[idx as usize] = Slot::Live(Node {
+        self.slots[idx as usize] = Slot::Live(Box::new(Node {
             id,
             name,
             op,
@@ -513,10 +530,10 @@ impl Graph {
             args: Vec::new(),
             kwargs: Kwargs::new(),
             type_expr,
-            meta: Meta::default(),
+            meta: None,
             users: NodeSet::new(),
             input_nodes: NodeSet::new(),
-        });
+        }));
         self.link_after(after, idx);
         self.len += 1;
         self.apply_args_kwargs(idx, Some(args), Some(kwargs));
@@ -606,7 +623,7 @@ impl Graph {
     /// use ferrofx_fx::{Graph, GraphError, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let r = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let r = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// let err = g.erase_node(x).unwrap_err();
     /// assert_eq!(err, GraphError::HasUsers { node: "x".into(), users: vec!["relu".into()] });
     /// g.erase_node(r).unwrap();

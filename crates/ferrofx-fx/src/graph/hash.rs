@@ -1,4 +1,5 @@
-//! A small, fast, deterministic hasher for the IR's internal tables (FxHash's mixing step).
+//! A small, fast, deterministic hasher for the IR's internal tables (FxHash's mixing step plus
+//! a final avalanche).
 //! Keys are node indices and short names; DoS resistance is not needed for an in-process IR.
 
 use std::hash::{BuildHasherDefault, Hasher};
@@ -50,9 +51,14 @@ impl Hasher for FxHasher {
     fn write_usize(&mut self, i: usize) {
         self.add(i as u64)
     }
+    /// The multiply-rotate state has weak low bits (hashbrown indexes buckets with them), so
+    /// finish with splitmix64's avalanche.
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        let mut z = self.hash;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 

@@ -32,12 +32,12 @@ pub enum InsertPoint {
 /// let out = g.output(x.into()).unwrap();
 /// {
 ///     let mut g2 = g.inserting_before(Some(out)).unwrap();
-///     let r = g2.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+///     let r = g2.call_function(Target::named("relu"), vec![x.into()]).unwrap();
 ///     {
 ///         let mut g3 = g2.inserting_after(Some(x)).unwrap();
-///         g3.call_function(Target::op("neg").unwrap(), vec![x.into()]).unwrap();
+///         g3.call_function(Target::named("neg"), vec![x.into()]).unwrap();
 ///     } // back to "before out"
-///     g2.call_function(Target::op("gelu").unwrap(), vec![r.into()]).unwrap();
+///     g2.call_function(Target::named("gelu"), vec![r.into()]).unwrap();
 /// } // back to the end
 /// let names: Vec<_> = g.nodes().map(|n| g.node(n).unwrap().name().to_string()).collect();
 /// assert_eq!(names, ["x", "neg", "relu", "gelu", "output"]);

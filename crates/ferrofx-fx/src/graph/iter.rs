@@ -68,8 +68,8 @@ pub enum Direction {
 /// use ferrofx_fx::{Graph, Target};
 /// let mut g = Graph::new();
 /// let x = g.placeholder("x").unwrap();
-/// let a = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
-/// let b = g.call_function(Target::op("neg").unwrap(), vec![x.into()]).unwrap();
+/// let a = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
+/// let b = g.call_function(Target::named("neg"), vec![x.into()]).unwrap();
 /// let mut seen = vec![];
 /// let mut cur = g.cursor();
 /// while let Some(id) = cur.next(&g) {

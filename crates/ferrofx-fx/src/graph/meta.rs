@@ -73,6 +73,12 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// A shared empty meta (what nodes without meta report).
+    pub fn empty() -> &'static Meta {
+        static EMPTY: std::sync::OnceLock<Meta> = std::sync::OnceLock::new();
+        EMPTY.get_or_init(Meta::default)
+    }
+
     /// Whether no field is set and there is no free-form entry.
     pub fn is_empty(&self) -> bool {
         self.tensor_meta.is_none()

@@ -15,7 +15,7 @@ use crate::graph::target::{Opcode, Target};
 /// use ferrofx_fx::{Graph, Opcode, Target};
 /// let mut g = Graph::new();
 /// let x = g.placeholder("x").unwrap();
-/// let r = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+/// let r = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
 /// let node = g.node(r).unwrap();
 /// assert_eq!(node.name(), "relu");
 /// assert_eq!(node.op(), Opcode::CallFunction);
@@ -31,8 +31,9 @@ pub struct Node {
     pub(crate) args: Vec<Argument>,
     pub(crate) kwargs: Kwargs,
     pub(crate) type_expr: Option<String>,
-    /// Metadata (free to edit through [`Graph::meta_mut`](crate::Graph::meta_mut)).
-    pub(crate) meta: Meta,
+    /// Metadata (free to edit through [`Graph::meta_mut`](crate::Graph::meta_mut)); boxed and
+    /// allocated on first write, which keeps `Node` small for cache-friendly walks.
+    pub(crate) meta: Option<Box<Meta>>,
     pub(crate) users: NodeSet,
     pub(crate) input_nodes: NodeSet,
 }
@@ -75,7 +76,10 @@ impl Node {
 
     /// Metadata.
     pub fn meta(&self) -> &Meta {
-        &self.meta
+        match &self.meta {
+            Some(m) => m,
+            None => Meta::empty(),
+        }
     }
 
     /// Nodes that use this node's value, in the order they started using it.

@@ -44,6 +44,9 @@ impl fmt::Display for GraphId {
 /// [`GraphError::Erased`](crate::GraphError::Erased) or
 /// [`GraphError::ForeignNode`](crate::GraphError::ForeignNode) on misuse.
 ///
+/// `Ord` is an arbitrary but stable order (for sorting and maps), not the graph order; use
+/// [`Graph::is_before`](crate::Graph::is_before) for that.
+///
 /// ```
 /// use ferrofx_fx::{Graph, GraphError};
 /// let mut g = Graph::new();
@@ -55,7 +58,7 @@ impl fmt::Display for GraphId {
 /// let y = h.placeholder("y").unwrap();
 /// assert!(matches!(other.node(y), Err(GraphError::ForeignNode { .. })));
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId {
     pub(crate) index: u32,
     pub(crate) generation: u32,

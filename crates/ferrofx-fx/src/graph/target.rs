@@ -69,6 +69,13 @@ impl FromStr for Opcode {
     }
 }
 
+type Registry = std::sync::Mutex<std::collections::HashMap<String, Arc<UserFunction>>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
 /// A user function usable as a `call_function` target (FX's arbitrary Python callables).
 ///
 /// The IR only needs its identity, its name and whether it has side effects; an executor can
@@ -104,6 +111,21 @@ impl UserFunction {
         implementation: Arc<dyn Any + Send + Sync>,
     ) -> Arc<UserFunction> {
         Arc::new(UserFunction { name: name.into(), impure, implementation: Some(implementation) })
+    }
+
+    /// The function registered under `name` in the process-wide user function registry,
+    /// registering a pure one on first use.
+    pub fn registered(name: &str) -> Arc<UserFunction> {
+        let mut map = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.entry(name.to_string()).or_insert_with(|| UserFunction::new(name)).clone()
+    }
+
+    /// Registers `function` under its name, replacing any earlier registration; later
+    /// [`UserFunction::registered`] calls with that name return it.
+    pub fn register(function: Arc<UserFunction>) -> Arc<UserFunction> {
+        let mut map = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.insert(function.name.clone(), function.clone());
+        function
     }
 
     /// The function's (qualified) name, used for printing and node naming.
@@ -150,11 +172,31 @@ impl Target {
     ///
     /// ```
     /// use ferrofx_fx::Target;
-    /// assert_eq!(Target::op("relu").unwrap().to_string(), "relu");
+    /// assert_eq!(Target::op("reshape").unwrap().to_string(), "reshape");
     /// assert!(Target::op("nope").is_err());
     /// ```
     pub fn op(name: &str) -> Result<Target> {
         core_api::lookup(name).map(Target::Op).ok_or_else(|| GraphError::UnknownOp(name.to_string()))
+    }
+
+    /// The user function registered under `name`, registering a pure one on first use (the
+    /// same name always gives the same function, hence equal targets).
+    ///
+    /// ```
+    /// use ferrofx_fx::Target;
+    /// assert_eq!(Target::function("my_fn"), Target::function("my_fn"));
+    /// assert_eq!(Target::function("my_fn").to_string(), "my_fn");
+    /// ```
+    pub fn function(name: &str) -> Target {
+        Target::Function(UserFunction::registered(name))
+    }
+
+    /// The registry op `name` if there is one, else [`Target::function`]`(name)`.
+    pub fn named(name: &str) -> Target {
+        match core_api::lookup(name) {
+            Some(def) => Target::Op(def),
+            None => Target::function(name),
+        }
     }
 
     /// Whether the target is callable (valid for `call_function`).

@@ -17,8 +17,8 @@ impl Graph {
     /// use ferrofx_fx::{Graph, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let a = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
-    /// let b = g.call_function(Target::op("neg").unwrap(), vec![a.into()]).unwrap();
+    /// let a = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
+    /// let b = g.call_function(Target::named("neg"), vec![a.into()]).unwrap();
     /// g.prepend(x, b).unwrap(); // b now comes first: lint fails
     /// assert!(g.lint().is_err());
     /// g.stable_topological_sort().unwrap();

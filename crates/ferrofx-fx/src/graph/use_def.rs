@@ -37,22 +37,26 @@ impl Graph {
         node.visit_input_refs(&mut |n| {
             inputs.insert(n);
         });
+        let my_seq = self.seq_of(idx);
         for n in inputs.iter() {
+            self.unordered |= self.seq_of(n.index) >= my_seq;
             self.live_mut(n.index).users.insert(me);
         }
         self.live_mut(idx).input_nodes = inputs;
     }
 
     /// Err if making slot `input` an input of slot `user` would create a cycle (including
-    /// `user == input`). Only an input that comes after the user can close a cycle in a
-    /// topologically ordered graph, so the search is bounded to nodes after the user.
+    /// `user == input`). While the order is topological, only an input that comes after the
+    /// user can close a cycle, so the search is bounded to nodes after the user; once an edit
+    /// broke the order ([`Graph::unordered`]) the search is unbounded until the next sort.
     pub(crate) fn check_no_cycle(&self, user: u32, input: u32) -> Result<()> {
         if user == input {
             let name = self.live(user).name.clone();
             return Err(GraphError::Cycle { node: name.clone(), path: vec![name.clone(), name] });
         }
         let user_seq = self.seq_of(user);
-        if self.seq_of(input) < user_seq {
+        let prune = !self.unordered;
+        if prune && self.seq_of(input) < user_seq {
             return Ok(());
         }
         // DFS from `input` through input_nodes looking for `user`.
@@ -74,7 +78,7 @@ impl Graph {
                     path.push(self.live(user).name.clone());
                     return Err(GraphError::Cycle { node: self.live(user).name.clone(), path });
                 }
-                if self.seq_of(n.index) > user_seq && !parent.contains_key(&n.index) {
+                if (!prune || self.seq_of(n.index) > user_seq) && !parent.contains_key(&n.index) {
                     parent.insert(n.index, cur);
                     stack.push(n.index);
                 }
@@ -90,7 +94,7 @@ impl Graph {
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
     /// let y = g.placeholder("y").unwrap();
-    /// let add = g.call_function(Target::op("add").unwrap(), vec![x.into(), y.into()]).unwrap();
+    /// let add = g.call_function(Target::named("add"), vec![x.into(), y.into()]).unwrap();
     /// g.set_args(add, vec![x.into(), x.into()]).unwrap();
     /// assert_eq!(g.node(add).unwrap().all_input_nodes(), vec![x]);
     /// assert_eq!(g.node(y).unwrap().num_users(), 0);
@@ -183,11 +187,11 @@ impl Graph {
     /// use ferrofx_fx::{Graph, Target};
     /// let mut g = Graph::new();
     /// let x = g.placeholder("x").unwrap();
-    /// let relu = g.call_function(Target::op("relu").unwrap(), vec![x.into()]).unwrap();
+    /// let relu = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// let out = g.output(relu.into()).unwrap();
     /// let gelu = {
     ///     let mut g = g.inserting_after(Some(relu)).unwrap();
-    ///     g.call_function(Target::op("gelu").unwrap(), vec![x.into()]).unwrap()
+    ///     g.call_function(Target::named("gelu"), vec![x.into()]).unwrap()
     /// };
     /// assert_eq!(g.replace_all_uses_with(relu, gelu).unwrap(), vec![out]);
     /// g.erase_node(relu).unwrap();
@@ -211,13 +215,11 @@ impl Graph {
         let idx = self.check(id)?;
         let rep = self.check(replacement)?;
         let selected: Vec<NodeId> = self.live(idx).users.iter().filter(|u| filter(self.live(u.index))).collect();
-        if propagate_meta && idx != rep {
-            if !self.live(rep).meta.is_empty() {
-                return Err(GraphError::MetaNotEmpty {
-                    from: self.live(idx).name.clone(),
-                    to: self.live(rep).name.clone(),
-                });
-            }
+        if propagate_meta && idx != rep && !self.live(rep).meta().is_empty() {
+            return Err(GraphError::MetaNotEmpty {
+                from: self.live(idx).name.clone(),
+                to: self.live(rep).name.clone(),
+            });
         }
         if idx == rep {
             return Ok(selected);
