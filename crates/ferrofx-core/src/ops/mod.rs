@@ -2,11 +2,15 @@
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
 pub mod kernel;
+pub mod reduce;
+pub mod scan;
+pub mod softmax;
+pub mod sort;
 pub mod view;
 
 use crate::op::OpDef;
 
 /// Every built-in op.
 pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
-    [view::OPS].into_iter().flatten()
+    [view::OPS, reduce::OPS, softmax::OPS, scan::OPS, sort::OPS].into_iter().flatten()
 }
