@@ -13,9 +13,7 @@
 use crate::dtype::{DType, Element, DEFAULT_FLOAT};
 use crate::error::{Error, Result};
 use crate::op::args::{int, ints, opt_dtype, opt_int, opt_scalar, scalar, tensor};
-use crate::op::{
-    cost_memory, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Outputs,
-};
+use crate::op::{cost_memory, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Outputs};
 use crate::ops::reduce::{alloc_filled, call1, check_alloc, meta1, opdef};
 use crate::scalar::Scalar;
 use crate::tensor::Tensor;
@@ -285,19 +283,8 @@ opdef!(EYE, "eye",
     doc: "An n x m identity matrix (m defaults to n).");
 
 /// The ops of this family.
-pub(crate) static OPS: &[&OpDef] = &[
-    &ZEROS,
-    &ONES,
-    &EMPTY,
-    &FULL,
-    &ZEROS_LIKE,
-    &ONES_LIKE,
-    &EMPTY_LIKE,
-    &FULL_LIKE,
-    &ARANGE,
-    &LINSPACE,
-    &EYE,
-];
+pub(crate) static OPS: &[&OpDef] =
+    &[&ZEROS, &ONES, &EMPTY, &FULL, &ZEROS_LIKE, &ONES_LIKE, &EMPTY_LIKE, &FULL_LIKE, &ARANGE, &LINSPACE, &EYE];
 
 /// `torch.zeros(size, dtype=)`.
 pub fn zeros(size: &[i64], dtype: Option<DType>) -> Result<Tensor> {
@@ -334,7 +321,12 @@ pub fn full_like(input: &Tensor, fill_value: impl Into<Scalar>, dtype: Option<DT
     call1(&FULL_LIKE, CallKind::Function, &[input.into(), v, dtype.into()])
 }
 /// `torch.arange(start, end, step, dtype=)`; use `arange(0, n, 1, None)` for `arange(n)`.
-pub fn arange(start: impl Into<Scalar>, end: impl Into<Scalar>, step: impl Into<Scalar>, dtype: Option<DType>) -> Result<Tensor> {
+pub fn arange(
+    start: impl Into<Scalar>,
+    end: impl Into<Scalar>,
+    step: impl Into<Scalar>,
+    dtype: Option<DType>,
+) -> Result<Tensor> {
     let (s, e, st): (Value, Value, Value) = (start.into().into(), end.into().into(), step.into().into());
     call1(&ARANGE, CallKind::Function, &[s, e, st, dtype.into()])
 }

@@ -31,10 +31,7 @@ fn index_values(op: &str, idx: &Tensor, allow_i32: bool) -> Result<Vec<i64>> {
         DType::I32 if allow_i32 => Ok(idx.to_vec::<i32>()?.into_iter().map(i64::from).collect()),
         d => Err(Error::dtype(
             op,
-            format!(
-                "{op}(): Expected dtype {} for index, got {d}",
-                if allow_i32 { "int32 or int64" } else { "int64" }
-            ),
+            format!("{op}(): Expected dtype {} for index, got {d}", if allow_i32 { "int32 or int64" } else { "int64" }),
         )),
     }
 }
@@ -160,7 +157,10 @@ fn scatter_args<'a>(op: &str, a: &'a [Value], add: bool) -> Result<(&'a Tensor, 
                 "add" => Reduce::Add,
                 "multiply" => Reduce::Mul,
                 other => {
-                    return Err(Error::argument(op, format!("reduce argument must be either add or multiply, got '{other}'")))
+                    return Err(Error::argument(
+                        op,
+                        format!("reduce argument must be either add or multiply, got '{other}'"),
+                    ))
                 }
             },
             _ => Reduce::Assign,
@@ -306,7 +306,10 @@ fn index_select_check(x: &Tensor, dim: i64, idx: &Tensor) -> Result<(usize, Vec<
     let op = "index_select";
     let d = wrap_dim(op, dim, x.ndim())?;
     if !matches!(idx.dtype(), DType::I64 | DType::I32) {
-        return Err(Error::dtype(op, format!("index_select(): Expected dtype int32 or int64 for index, got {}", idx.dtype())));
+        return Err(Error::dtype(
+            op,
+            format!("index_select(): Expected dtype int32 or int64 for index, got {}", idx.dtype()),
+        ));
     }
     if idx.ndim() > 1 {
         return Err(Error::shape(
@@ -367,7 +370,10 @@ opdef!(INDEX_SELECT, "index_select",
 
 fn mask_check(op: &str, mask: &Tensor) -> Result<()> {
     if mask.dtype() != DType::Bool {
-        return Err(Error::dtype(op, format!("{op} only supports boolean masks, but got mask with dtype {}", mask.dtype())));
+        return Err(Error::dtype(
+            op,
+            format!("{op} only supports boolean masks, but got mask with dtype {}", mask.dtype()),
+        ));
     }
     Ok(())
 }
@@ -378,7 +384,10 @@ fn fill_value(op: &str, a: &[Value]) -> Result<Scalar> {
             if v.ndim() != 0 {
                 return Err(Error::shape(
                     op,
-                    format!("{op} only supports a 0-dimensional value tensor, but got tensor with {} dimension(s).", v.ndim()),
+                    format!(
+                        "{op} only supports a 0-dimensional value tensor, but got tensor with {} dimension(s).",
+                        v.ndim()
+                    ),
                 ));
             }
             if v.is_symbolic() {
@@ -399,7 +408,10 @@ fn masked_fill_shape(op: &str, a: &[Value], inplace: bool) -> Result<Vec<usize>>
         if v.ndim() != 0 {
             return Err(Error::shape(
                 op,
-                format!("{op} only supports a 0-dimensional value tensor, but got tensor with {} dimension(s).", v.ndim()),
+                format!(
+                    "{op} only supports a 0-dimensional value tensor, but got tensor with {} dimension(s).",
+                    v.ndim()
+                ),
             ));
         }
     }
@@ -407,7 +419,11 @@ fn masked_fill_shape(op: &str, a: &[Value], inplace: bool) -> Result<Vec<usize>>
     if inplace && shape.as_slice() != x.shape() {
         return Err(Error::shape(
             op,
-            format!("the mask of shape {:?} cannot be broadcast to the input's shape {:?} in place", mask.shape(), x.shape()),
+            format!(
+                "the mask of shape {:?} cannot be broadcast to the input's shape {:?} in place",
+                mask.shape(),
+                x.shape()
+            ),
         ));
     }
     Ok(shape.to_vec())
@@ -498,7 +514,13 @@ pub fn scatter(input: &Tensor, dim: i64, index: &Tensor, src: &Tensor, reduce: O
     call1(&SCATTER, CallKind::Function, &[input.into(), dim.into(), index.into(), src.into(), reduce_value(reduce)])
 }
 /// `torch.scatter(input, dim, index, value, reduce=)` with a number.
-pub fn scatter_value(input: &Tensor, dim: i64, index: &Tensor, value: impl Into<Scalar>, reduce: Option<&str>) -> Result<Tensor> {
+pub fn scatter_value(
+    input: &Tensor,
+    dim: i64,
+    index: &Tensor,
+    value: impl Into<Scalar>,
+    reduce: Option<&str>,
+) -> Result<Tensor> {
     let v: Value = value.into().into();
     call1(&SCATTER, CallKind::Function, &[input.into(), dim.into(), index.into(), v, reduce_value(reduce)])
 }
@@ -560,4 +582,3 @@ impl Tensor {
         call1(&MASKED_SELECT, CallKind::Method, &[self.into(), mask.into()])
     }
 }
-

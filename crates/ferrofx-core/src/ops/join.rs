@@ -135,7 +135,10 @@ fn stack_check(op: &str, ts: &[Tensor], dim: i64) -> Result<usize> {
         if t.shape() != s0 {
             return Err(Error::shape(
                 op,
-                format!("stack expects each tensor to be equal size, but got {s0:?} at entry 0 and {:?} at entry {i}", t.shape()),
+                format!(
+                    "stack expects each tensor to be equal size, but got {s0:?} at entry 0 and {:?} at entry {i}",
+                    t.shape()
+                ),
             ));
         }
     }
@@ -192,7 +195,10 @@ fn split_sizes(op: &str, t: &Tensor, a: &[Value]) -> Result<(usize, Vec<usize>)>
         "split" => {
             let s = int(op, a, 1)?;
             if s < 0 {
-                return Err(Error::argument(op, format!("split expects split_size be non-negative, but got split_size={s}")));
+                return Err(Error::argument(
+                    op,
+                    format!("split expects split_size be non-negative, but got split_size={s}"),
+                ));
             }
             if s == 0 {
                 if size != 0 {
@@ -246,11 +252,8 @@ fn split_layouts(op: &str, a: &[Value]) -> Result<Vec<Layout>> {
     let mut at = 0i64;
     let mut out = Vec::with_capacity(sizes.len());
     for s in sizes {
-        let piece = if op == "unbind" {
-            l.select(op, dim as i64, at)?
-        } else {
-            l.narrow(op, dim as i64, at, s as i64)?
-        };
+        let piece =
+            if op == "unbind" { l.select(op, dim as i64, at)? } else { l.narrow(op, dim as i64, at, s as i64)? };
         out.push(piece);
         at += s as i64;
     }

@@ -17,5 +17,18 @@ use crate::op::OpDef;
 
 /// Every built-in op.
 pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
-    [view::OPS, reduce::OPS, softmax::OPS, scan::OPS, sort::OPS, join::OPS, index::OPS, creation::OPS, random::OPS, shape_misc::OPS].into_iter().flatten()
+    [
+        view::OPS,
+        reduce::OPS,
+        softmax::OPS,
+        scan::OPS,
+        sort::OPS,
+        join::OPS,
+        index::OPS,
+        creation::OPS,
+        random::OPS,
+        shape_misc::OPS,
+    ]
+    .into_iter()
+    .flatten()
 }

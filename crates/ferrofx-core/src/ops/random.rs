@@ -199,7 +199,10 @@ fn uniform(op: &str, shape: &[usize], dt: DType, lo: f64, hi: f64) -> Result<Ten
                 if lo == 0.0 && hi == 1.0 && x.to_f64() >= 1.0 { E::from_f64(cap) } else { x }
             }).collect::<Vec<E>>(), shape))
         }
-        d => Err(Error::dtype(op, format!("\"check_uniform_bounds\" not implemented for '{d}': {op} needs a floating point dtype"))),
+        d => Err(Error::dtype(
+            op,
+            format!("\"check_uniform_bounds\" not implemented for '{d}': {op} needs a floating point dtype"),
+        )),
     }
 }
 
@@ -207,20 +210,37 @@ fn uniform(op: &str, shape: &[usize], dt: DType, lo: f64, hi: f64) -> Result<Ten
 fn normal(op: &str, shape: &[usize], dt: DType, mean: f64, std: f64) -> Result<Tensor> {
     let n = check_alloc(op, shape, dt)?;
     match dt {
-        DType::F64 => Tensor::from_vec(fill(op, n, |r| { let z: f64 = StandardNormal.sample(r); mean + std * z })?, shape),
+        DType::F64 => Tensor::from_vec(
+            fill(op, n, |r| {
+                let z: f64 = StandardNormal.sample(r);
+                mean + std * z
+            })?,
+            shape,
+        ),
         DType::F32 => {
             let (m, s) = (mean as f32, std as f32);
             if mean == 0.0 && std == 1.0 {
                 Tensor::from_vec(fill(op, n, |r| -> f32 { StandardNormal.sample(r) })?, shape)
             } else {
-                Tensor::from_vec(fill(op, n, |r| m + s * { let z: f32 = StandardNormal.sample(r); z })?, shape)
+                Tensor::from_vec(
+                    fill(op, n, |r| {
+                        m + s * {
+                            let z: f32 = StandardNormal.sample(r);
+                            z
+                        }
+                    })?,
+                    shape,
+                )
             }
         }
         DType::F16 | DType::BF16 => {
             let v = fill(op, n, |r| -> f32 { StandardNormal.sample(r) })?;
             crate::match_dtype!(dt, E => Tensor::from_vec(v.into_iter().map(|z| E::from_f64(mean + std * z as f64)).collect::<Vec<E>>(), shape))
         }
-        d => Err(Error::dtype(op, format!("\"normal_kernel_cpu\" not implemented for '{d}': {op} needs a floating point dtype"))),
+        d => Err(Error::dtype(
+            op,
+            format!("\"normal_kernel_cpu\" not implemented for '{d}': {op} needs a floating point dtype"),
+        )),
     }
 }
 
@@ -259,7 +279,10 @@ fn randint_params(op: &str, a: &[Value], with_low: bool) -> Result<(i64, i64, Ve
     let (low, high, at) = if with_low { (int(op, a, 0)?, int(op, a, 1)?, 2) } else { (0, int(op, a, 0)?, 1) };
     let (s, dt) = sized(op, a, at, at + 1, DType::I64)?;
     if low >= high {
-        return Err(Error::argument(op, format!("random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")));
+        return Err(Error::argument(
+            op,
+            format!("random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"),
+        ));
     }
     if dt == DType::Bool {
         return Err(Error::dtype(op, "randint does not support dtype bool"));

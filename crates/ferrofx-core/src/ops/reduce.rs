@@ -86,7 +86,10 @@ fn too_big(op: &str, shape: &[usize], dtype: DType) -> Error {
 pub(crate) fn alloc_filled<E: Element>(op: &str, n: usize, v: E) -> Result<Vec<E>> {
     let mut out = Vec::new();
     out.try_reserve_exact(n).map_err(|_| {
-        Error::argument(op, format!("out of memory allocating {n} elements of {} ({} bytes)", E::DTYPE, n * E::DTYPE.size()))
+        Error::argument(
+            op,
+            format!("out of memory allocating {n} elements of {} ({} bytes)", E::DTYPE, n * E::DTYPE.size()),
+        )
     })?;
     out.resize(n, v);
     Ok(out)
@@ -542,9 +545,7 @@ fn sum_to_size_params(args: &[Value]) -> Result<(Vec<bool>, Vec<usize>)> {
     let t = tensor(op, args, 0)?;
     let size = crate::op::args::ints(op, args, 1)?;
     let shape = t.shape();
-    let bad = || {
-        Error::shape(op, format!("size {{{:?}}} is not expandable to size {{{:?}}}.", size.as_ref(), shape))
-    };
+    let bad = || Error::shape(op, format!("size {{{:?}}} is not expandable to size {{{:?}}}.", size.as_ref(), shape));
     if size.len() > shape.len() || size.iter().any(|&s| s < 0) {
         return Err(bad());
     }
@@ -626,7 +627,10 @@ fn dim_params(op: &str, t: &Tensor, dim: Option<i64>, keepdim: bool) -> Result<D
     match dim {
         None => {
             if t.numel() == 0 {
-                return Err(Error::argument(op, format!("{op}(): Expected reduction dim to be specified for input.numel() == 0.")));
+                return Err(Error::argument(
+                    op,
+                    format!("{op}(): Expected reduction dim to be specified for input.numel() == 0."),
+                ));
             }
             let out_shape = if keepdim { vec![1; shape.len()] } else { vec![] };
             Ok(DimParams { mask: vec![true; shape.len()], out_shape })
@@ -792,7 +796,10 @@ fn var_params(op: &str, a: &[Value]) -> Result<VarParams> {
     let keepdim = bool_(op, a, 3)?;
     let correction = opt_scalar(op, a, 4)?;
     if !t.dtype().is_floating_point() {
-        return Err(Error::dtype(op, format!("std and var only support floating point and complex dtypes, got {}", t.dtype())));
+        return Err(Error::dtype(
+            op,
+            format!("std and var only support floating point and complex dtypes, got {}", t.dtype()),
+        ));
     }
     let mask = dim_mask(op, dims.as_deref(), t.ndim())?;
     let correction = match correction {

@@ -45,25 +45,29 @@ fn pad_plan(a: &[Value]) -> Result<PadPlan> {
     let pad = ints(op, a, 1)?;
     let mode_s = str_(op, a, 2)?;
     let value = opt_float(op, a, 3)?;
-    let mode = match mode_s {
-        "constant" => Mode::Constant,
-        "reflect" => Mode::Reflect,
-        "replicate" => Mode::Replicate,
-        "circular" => Mode::Circular,
-        m => {
-            return Err(Error::argument(
+    let mode =
+        match mode_s {
+            "constant" => Mode::Constant,
+            "reflect" => Mode::Reflect,
+            "replicate" => Mode::Replicate,
+            "circular" => Mode::Circular,
+            m => return Err(Error::argument(
                 op,
-                format!("Unrecognised padding mode '{m}'; expected one of 'constant', 'reflect', 'replicate', 'circular'"),
-            ))
-        }
-    };
+                format!(
+                    "Unrecognised padding mode '{m}'; expected one of 'constant', 'reflect', 'replicate', 'circular'"
+                ),
+            )),
+        };
     if mode != Mode::Constant && value.is_some_and(|v| v != 0.0) {
         return Err(Error::argument(op, format!("Padding mode \"{mode_s}\" doesn't take in value argument.")));
     }
     let shape = t.shape();
     let nd = shape.len();
     if pad.len() % 2 != 0 {
-        return Err(Error::argument(op, format!("Padding length must be divisible by 2, got {} values: {:?}", pad.len(), pad.as_ref())));
+        return Err(Error::argument(
+            op,
+            format!("Padding length must be divisible by 2, got {} values: {:?}", pad.len(), pad.as_ref()),
+        ));
     }
     if pad.len() / 2 > nd {
         return Err(Error::argument(
@@ -84,7 +88,10 @@ fn pad_plan(a: &[Value]) -> Result<PadPlan> {
         let n = shape[d] as i64;
         if mode != Mode::Constant && (l != 0 || r != 0) {
             if l < 0 || r < 0 {
-                return Err(Error::argument(op, format!("{mode_s} padding does not support negative padding, got ({l}, {r}) at dimension {d}")));
+                return Err(Error::argument(
+                    op,
+                    format!("{mode_s} padding does not support negative padding, got ({l}, {r}) at dimension {d}"),
+                ));
             }
             let ok = match mode {
                 Mode::Reflect => l < n && r < n,

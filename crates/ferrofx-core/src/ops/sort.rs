@@ -167,7 +167,10 @@ fn topk_params(a: &[Value]) -> Result<(usize, usize, bool, Vec<usize>)> {
     if k < 0 || k as usize > size {
         return Err(Error::index(
             op,
-            format!("selected index k out of range: k = {k} but dimension {dim} has size {size} (shape {:?})", t.shape()),
+            format!(
+                "selected index k out of range: k = {k} but dimension {dim} has size {size} (shape {:?})",
+                t.shape()
+            ),
         ));
     }
     let mut shape = t.shape().to_vec();
