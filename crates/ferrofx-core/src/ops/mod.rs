@@ -2,13 +2,16 @@
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
 pub mod conv;
+pub mod embedding;
 pub mod kernel;
 pub mod linalg;
+pub mod norm;
+pub mod pool;
 pub mod view;
 
 use crate::op::OpDef;
 
 /// Every built-in op.
 pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
-    [view::OPS, linalg::OPS, conv::OPS].into_iter().flatten()
+    [view::OPS, linalg::OPS, conv::OPS, pool::OPS, norm::OPS, embedding::OPS].into_iter().flatten()
 }
