@@ -102,7 +102,9 @@ fn linear_addmm_and_api() {
     assert_eq!(d.shape(), &[] as &[usize]);
     assert_eq!(d.item().unwrap(), 11.0);
     // kwargs by PyTorch's names through the registry
-    let r = op::call("addmm", vec![(&b).into(), (&x).into(), w.t().unwrap().into()], vec![("beta".into(), Value::Int(0))]).unwrap();
+    let r =
+        op::call("addmm", vec![(&b).into(), (&x).into(), w.t().unwrap().into()], vec![("beta".into(), Value::Int(0))])
+            .unwrap();
     assert_eq!(r[0].to_vec::<f32>().unwrap(), vec![-2., 4., -2., 13.]);
 }
 
@@ -111,7 +113,10 @@ fn matmul_errors() {
     let a = t(vec![0.; 6], &[2, 3]);
     let b = t(vec![0.; 20], &[4, 5]);
     assert_eq!(err(linalg::mm(&a, &b)), "mm: shape error: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
-    assert_eq!(err(linalg::matmul(&a, &b)), "matmul: shape error: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
+    assert_eq!(
+        err(linalg::matmul(&a, &b)),
+        "matmul: shape error: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"
+    );
     assert_eq!(
         err(linalg::matmul(&t(vec![0.; 3], &[3]), &t(vec![0.; 4], &[4]))),
         "matmul: shape error: inconsistent tensor size, expected tensor [3] and src [4] to have the same number of elements, but got 3 and 4 elements respectively"
@@ -125,7 +130,10 @@ fn matmul_errors() {
         "matmul: shape error: shapes [2] and [3] are not broadcastable: the size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"
     );
     let d = Tensor::from_vec(vec![0f64; 6], &[3, 2]).unwrap();
-    assert_eq!(err(linalg::mm(&a, &d)), "mm: dtype error: expected m1 and m2 to have the same dtype, but got: float != double");
+    assert_eq!(
+        err(linalg::mm(&a, &d)),
+        "mm: dtype error: expected m1 and m2 to have the same dtype, but got: float != double"
+    );
     let bo = Tensor::from_vec(vec![true; 4], &[2, 2]).unwrap();
     assert_eq!(err(linalg::mm(&bo, &bo)), "mm: dtype error: \"addmm_impl_cpu_\" not implemented for 'Bool'");
     assert_eq!(err(linalg::mm(&t(vec![0.; 3], &[3]), &b)), "mm: shape error: self must be a matrix, got 1-D tensor");
@@ -213,8 +221,16 @@ fn conv2d_all_algorithms_match_naive_reference() {
         let (want, oh, ow) = naive_conv2d(&x, &w, ins, ws, s, p, d, g);
         let tx = Tensor::from_vec(x, &[ins.0, ins.1, ins.2, ins.3]).unwrap();
         let tw = Tensor::from_vec(w, &[ws.0, ins.1 / g, ws.1, ws.2]).unwrap();
-        let y = conv::conv2d(&tx, &tw, None, &[s.0 as i64, s.1 as i64], &[p.0 as i64, p.1 as i64][..], &[d.0 as i64, d.1 as i64], g as i64)
-            .unwrap();
+        let y = conv::conv2d(
+            &tx,
+            &tw,
+            None,
+            &[s.0 as i64, s.1 as i64],
+            &[p.0 as i64, p.1 as i64][..],
+            &[d.0 as i64, d.1 as i64],
+            g as i64,
+        )
+        .unwrap();
         assert_eq!(y.shape(), &[ins.0, ws.0, oh, ow], "case {i}");
         close(&y.to_vec::<f64>().unwrap(), &want, 1e-12);
     }
@@ -237,7 +253,10 @@ fn conv_errors() {
         err(c2(&w, &[2], "same".into(), 1)),
         "conv2d: invalid argument: padding='same' is not supported for strided convolutions"
     );
-    assert_eq!(err(c2(&w, &[1], "foo".into(), 1)), "conv2d: invalid argument: Invalid padding string: 'foo' (expected 'valid' or 'same')");
+    assert_eq!(
+        err(c2(&w, &[1], "foo".into(), 1)),
+        "conv2d: invalid argument: Invalid padding string: 'foo' (expected 'valid' or 'same')"
+    );
     assert_eq!(
         err(c2(&t(vec![0.; 6 * 4 * 81], &[6, 4, 9, 9]), &[1], 0.into(), 1)),
         "conv2d: shape error: Calculated padded input size per channel: (8 x 8). Kernel size: (9 x 9). Kernel size can't be greater than actual input size"
@@ -246,8 +265,14 @@ fn conv_errors() {
         err(c2(&w, &[1, 1, 1], 0.into(), 1)),
         "conv2d: invalid argument: expected stride to be a single integer value or a list of 2 values to match the convolution dimensions, but got stride=[1, 1, 1]"
     );
-    assert_eq!(err(c2(&w, &[0], 0.into(), 1)), "conv2d: invalid argument: non-positive stride is not supported, got stride=[0, 0]");
-    assert_eq!(err(c2(&w, &[1], (-1).into(), 1)), "conv2d: invalid argument: negative padding is not supported, got padding=[-1, -1]");
+    assert_eq!(
+        err(c2(&w, &[0], 0.into(), 1)),
+        "conv2d: invalid argument: non-positive stride is not supported, got stride=[0, 0]"
+    );
+    assert_eq!(
+        err(c2(&w, &[1], (-1).into(), 1)),
+        "conv2d: invalid argument: negative padding is not supported, got padding=[-1, -1]"
+    );
     assert_eq!(
         err(conv::conv2d(&t(vec![0.; 64], &[8, 8]), &w, None, &[1], 0, &[1], 1)),
         "conv2d: shape error: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [8, 8]"
@@ -283,7 +308,8 @@ fn conv_errors() {
 fn conv_same_padding_keeps_size_and_schema_accepts_strings() {
     let x = t(rnd(2 * 3 * 9 * 8, 5).iter().map(|&v| v as f32).collect(), &[2, 3, 9, 8]);
     let w = t(rnd(4 * 3 * 4 * 3, 6).iter().map(|&v| v as f32).collect(), &[4, 3, 4, 3]);
-    let y = op::call("conv2d", vec![(&x).into(), (&w).into()], vec![("padding".into(), Value::Str("same".into()))]).unwrap();
+    let y = op::call("conv2d", vec![(&x).into(), (&w).into()], vec![("padding".into(), Value::Str("same".into()))])
+        .unwrap();
     assert_eq!(y[0].shape(), &[2, 4, 9, 8]);
     let y = op::call("conv2d", vec![(&x).into(), (&w).into()], vec![("padding".into(), Value::Int(1))]).unwrap();
     assert_eq!(y[0].shape(), &[2, 4, 8, 8]);
@@ -312,12 +338,37 @@ fn meta_functions_work_on_symbolic_tensors() {
     check("linear", vec![sym(&[8, 3, 6], f).into(), sym(&[5, 6], f).into()], &[&[8, 3, 5]]);
     check(
         "conv2d",
-        vec![sym(&[8, 64, 56, 56], f).into(), sym(&[128, 64, 3, 3], f).into(), Value::None, Value::Int(2), Value::Int(1)],
+        vec![
+            sym(&[8, 64, 56, 56], f).into(),
+            sym(&[128, 64, 3, 3], f).into(),
+            Value::None,
+            Value::Int(2),
+            Value::Int(1),
+        ],
         &[&[8, 128, 28, 28]],
     );
-    check("conv_transpose2d", vec![sym(&[1, 4, 5, 5], f).into(), sym(&[4, 3, 3, 3], f).into(), Value::None, Value::Int(2)], &[&[1, 3, 11, 11]]);
-    check("max_pool2d_with_indices", vec![sym(&[1, 2, 7, 7], f).into(), Value::Int(2), Value::Ints(vec![]), Value::Int(0), Value::Int(1), Value::Bool(true)], &[&[1, 2, 4, 4], &[1, 2, 4, 4]]);
-    check("adaptive_max_pool2d", vec![sym(&[2, 3, 9, 9], f).into(), Value::Ints(vec![4, 2])], &[&[2, 3, 4, 2], &[2, 3, 4, 2]]);
+    check(
+        "conv_transpose2d",
+        vec![sym(&[1, 4, 5, 5], f).into(), sym(&[4, 3, 3, 3], f).into(), Value::None, Value::Int(2)],
+        &[&[1, 3, 11, 11]],
+    );
+    check(
+        "max_pool2d_with_indices",
+        vec![
+            sym(&[1, 2, 7, 7], f).into(),
+            Value::Int(2),
+            Value::Ints(vec![]),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Bool(true),
+        ],
+        &[&[1, 2, 4, 4], &[1, 2, 4, 4]],
+    );
+    check(
+        "adaptive_max_pool2d",
+        vec![sym(&[2, 3, 9, 9], f).into(), Value::Ints(vec![4, 2])],
+        &[&[2, 3, 4, 2], &[2, 3, 4, 2]],
+    );
     check("layer_norm", vec![sym(&[2, 3, 8], f).into(), Value::Int(8)], &[&[2, 3, 8]]);
     check("embedding", vec![sym(&[4, 5], DType::I64).into(), sym(&[10, 3], f).into()], &[&[4, 5, 3]]);
     let _ = CallKind::Function;
@@ -337,7 +388,9 @@ fn pool_values_indices_and_nan() {
     assert_eq!(v[2], 4.0);
     // NaN propagates; ties keep the first index (PyTorch 2.15 gives the same)
     assert_eq!(i.to_vec::<i64>().unwrap(), vec![1, 5, 6, 5]);
-    let a = pool::avg_pool2d(&t((0..16).map(|v| v as f32).collect(), &[1, 1, 4, 4]), &[2], &[], &[0], false, true, None).unwrap();
+    let a =
+        pool::avg_pool2d(&t((0..16).map(|v| v as f32).collect(), &[1, 1, 4, 4]), &[2], &[], &[0], false, true, None)
+            .unwrap();
     assert_eq!(a.to_vec::<f32>().unwrap(), vec![2.5, 4.5, 10.5, 12.5]);
     let (m, mi) = pool::adaptive_max_pool2d(&t((0..16).map(|v| v as f32).collect(), &[1, 4, 4]), &[1]).unwrap();
     assert_eq!((m.to_vec::<f32>().unwrap(), mi.to_vec::<i64>().unwrap()), (vec![15.0], vec![15]));
@@ -363,10 +416,19 @@ fn pool_errors() {
         "max_pool2d: invalid argument: stride should be greater than zero, but got stride=[0, 0]"
     );
     let b = Tensor::from_vec(vec![true; 98], &[1, 2, 7, 7]).unwrap();
-    assert_eq!(err(pool::max_pool2d(&b, &[2], &[], &[0], &[1], false)), "max_pool2d: dtype error: \"max_pool2d\" not implemented for 'Bool'");
+    assert_eq!(
+        err(pool::max_pool2d(&b, &[2], &[], &[0], &[1], false)),
+        "max_pool2d: dtype error: \"max_pool2d\" not implemented for 'Bool'"
+    );
     let xi = Tensor::from_vec(vec![0i64; 30], &[1, 3, 10]).unwrap();
-    assert_eq!(err(pool::max_pool1d(&xi, &[2], &[], &[0], &[1], false)), "max_pool1d: dtype error: \"max_pool1d\" not implemented for 'Long'");
-    assert_eq!(err(pool::avg_pool2d(&x, &[2], &[], &[0], false, true, Some(0))), "avg_pool2d: invalid argument: divisor must be not zero");
+    assert_eq!(
+        err(pool::max_pool1d(&xi, &[2], &[], &[0], &[1], false)),
+        "max_pool1d: dtype error: \"max_pool1d\" not implemented for 'Long'"
+    );
+    assert_eq!(
+        err(pool::avg_pool2d(&x, &[2], &[], &[0], false, true, Some(0))),
+        "avg_pool2d: invalid argument: divisor must be not zero"
+    );
     assert_eq!(
         err(pool::adaptive_avg_pool2d(&x, &[-1])),
         "adaptive_avg_pool2d: invalid argument: adaptive_avg_pool2d: elements of output_size must be greater than or equal to 0 but received {-1, -1}"
@@ -401,7 +463,14 @@ fn batch_norm_training_updates_running_stats_in_place_like_pytorch() {
     );
     close(
         &y.to_vec::<f32>().unwrap()[..6].iter().map(|&v| v as f64).collect::<Vec<_>>(),
-        &[-0.8617630004882812, 0.8362894058227539, 0.9731602668762207, -0.5769888758659363, -0.6645297408103943, -1.0394712686538696],
+        &[
+            -0.8617630004882812,
+            0.8362894058227539,
+            0.9731602668762207,
+            -0.5769888758659363,
+            -0.6645297408103943,
+            -1.0394712686538696,
+        ],
         1e-5,
     );
     assert!(rm.version() > v_m && rv.version() > v_v, "running stats' version counters must be bumped");

@@ -19,7 +19,9 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::Shape;
 use crate::op::args::{int, ints, opt_tensor, tensor};
-use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves,
+};
 use crate::ops::kernel;
 use crate::ops::linalg::{dtype_title, is_half, match_mat_dtype, MatElem, Par};
 use crate::tensor::{Tensor, TensorMeta};
@@ -173,7 +175,11 @@ fn geometry(
             format!(
                 "expected weight to be {}-D ({}), but got weight of size {ws:?}",
                 nd + 2,
-                if transposed.is_some() { "in_channels, out_channels/groups, kernel..." } else { "out_channels, in_channels/groups, kernel..." }
+                if transposed.is_some() {
+                    "in_channels, out_channels/groups, kernel..."
+                } else {
+                    "out_channels, in_channels/groups, kernel..."
+                }
             ),
         ));
     }
@@ -207,7 +213,12 @@ fn geometry(
                     })
                     .collect()
             }
-            other => return Err(Error::argument(op, format!("Invalid padding string: '{other}' (expected 'valid' or 'same')"))),
+            other => {
+                return Err(Error::argument(
+                    op,
+                    format!("Invalid padding string: '{other}' (expected 'valid' or 'same')"),
+                ))
+            }
         },
         Value::Ints(v) => {
             let p = expand(op, "padding", v, nd)?;
@@ -217,13 +228,16 @@ fn geometry(
             p.iter().map(|&x| (x as usize, x as usize)).collect()
         }
         other => {
-            return Err(Error::argument(op, format!("padding must be an int, a list of ints, 'valid' or 'same', got {other:?}")))
+            return Err(Error::argument(
+                op,
+                format!("padding must be an int, a list of ints, 'valid' or 'same', got {other:?}"),
+            ))
         }
     };
     let (c, spatial) = (full[1], &full[2..]);
     let (oc, out_sp): (usize, Vec<usize>) = match transposed {
         None => {
-            if ws[0] % g != 0 {
+            if !ws[0].is_multiple_of(g) {
                 return Err(Error::shape(
                     op,
                     format!("Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size [{ws:?}] instead"),
@@ -248,7 +262,7 @@ fn geometry(
                 eff.push(if k[i] == 0 { 0 } else { e });
                 out.push(if p >= e && k[i] > 0 { (p - e) / stride[i] as usize + 1 } else { 0 });
             }
-            if padded.iter().zip(&eff).any(|(p, e)| p < e) || k.iter().any(|&x| x == 0) {
+            if padded.iter().zip(&eff).any(|(p, e)| p < e) || k.contains(&0) {
                 return Err(Error::shape(
                     op,
                     format!(
@@ -270,7 +284,7 @@ fn geometry(
                     ),
                 ));
             }
-            if ws[0] % g != 0 {
+            if !ws[0].is_multiple_of(g) {
                 return Err(Error::shape(
                     op,
                     format!("Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size [{ws:?}] instead"),
@@ -385,13 +399,150 @@ fn scratch_len(g: &Geom, algo: Algo) -> (usize, usize) {
     }
 }
 
+/// A raw pointer that may cross threads; users guarantee disjoint access (see call sites).
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used to hand disjoint output blocks of one buffer to rayon tasks.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above; the pointer itself is only copied, never dereferenced concurrently for
+// the same element.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// A GEMM `dst (m x n, row stride dst_rs) = [dst +] a (m x k) @ b (k x n)` with unit column
+/// strides for `dst` and `b`. With `Par::Pool` (and outside rayon workers) it splits the larger
+/// of `m`/`n` into one block per thread and runs single-threaded GEMMs on the blocks: the `gemm`
+/// crate's own threading scales poorly for the short-and-wide shapes of convolutions.
+///
+/// # Safety
+/// As [`MatElem::gemm`]: all strided indices of the three operands must be in bounds, `dst`
+/// exclusive and disjoint from `a` and `b`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_split<T: MatElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: usize,
+    read_dst: bool,
+    a: *const T,
+    a_rs: usize,
+    a_cs: usize,
+    b: *const T,
+    b_rs: usize,
+    par: Par,
+) {
+    let one = T::from_i64(1);
+    let threads = rayon::current_num_threads();
+    let work = m * n * k;
+    if par == Par::Seq || threads <= 1 || rayon::current_thread_index().is_some() || work < 1 << 18 {
+        T::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_rs as isize,
+            1,
+            read_dst,
+            a,
+            a_rs as isize,
+            a_cs as isize,
+            b,
+            b_rs as isize,
+            1,
+            one,
+            one,
+            Par::Seq,
+        );
+        return;
+    }
+    let (d, a, b) = (SendPtr(dst), SendPtr(a as *mut T), SendPtr(b as *mut T));
+    if n >= m {
+        let step = n.div_ceil(threads).next_multiple_of(16).min(n);
+        let chunks = n.div_ceil(step);
+        (0..chunks).into_par_iter().for_each(|ci| {
+            let (d, a, b) = (d, a, b);
+            let j0 = ci * step;
+            let nn = step.min(n - j0);
+            // SAFETY: block ci covers columns j0..j0+nn of dst and b: inside the caller's
+            // bounds, and disjoint from every other block's dst columns.
+            unsafe {
+                T::gemm(
+                    m,
+                    nn,
+                    k,
+                    d.0.add(j0),
+                    dst_rs as isize,
+                    1,
+                    read_dst,
+                    a.0,
+                    a_rs as isize,
+                    a_cs as isize,
+                    b.0.add(j0),
+                    b_rs as isize,
+                    1,
+                    one,
+                    one,
+                    Par::Seq,
+                )
+            }
+        });
+    } else {
+        let step = m.div_ceil(threads).next_multiple_of(16).min(m);
+        let chunks = m.div_ceil(step);
+        (0..chunks).into_par_iter().for_each(|ci| {
+            let (d, a, b) = (d, a, b);
+            let i0 = ci * step;
+            let mm = step.min(m - i0);
+            // SAFETY: block ci covers rows i0..i0+mm of dst and a: inside the caller's bounds,
+            // and disjoint from every other block's dst rows.
+            unsafe {
+                T::gemm(
+                    mm,
+                    n,
+                    k,
+                    d.0.add(i0 * dst_rs),
+                    dst_rs as isize,
+                    1,
+                    read_dst,
+                    a.0.add(i0 * a_rs),
+                    a_rs as isize,
+                    a_cs as isize,
+                    b.0,
+                    b_rs as isize,
+                    1,
+                    one,
+                    one,
+                    Par::Seq,
+                )
+            }
+        });
+    }
+}
+
+/// Runs `f(channel, block)` over `buf` split into per-channel blocks, in parallel when `par`
+/// allows and the buffer is large.
+fn per_channel<T: Send>(buf: &mut [T], block: usize, par: Par, f: impl Fn(usize, &mut [T]) + Sync) {
+    if block == 0 {
+        return;
+    }
+    if par == Par::Pool
+        && rayon::current_num_threads() > 1
+        && rayon::current_thread_index().is_none()
+        && buf.len() >= 1 << 16
+    {
+        buf.par_chunks_mut(block).enumerate().for_each(|(c, b)| f(c, b));
+    } else {
+        buf.chunks_mut(block).enumerate().for_each(|(c, b)| f(c, b));
+    }
+}
+
 /// Fills the shifted-replica buffer for channels of one unit: `xr[c][kj][t] = xpad[c][t + kj*dw]`
 /// (flat index into the zero-padded `hp x wp` plane; zero past its end).
-fn fill_shifted<T: Copy + Default>(x: &[T], g: &Geom, xr: &mut [T]) {
+fn fill_shifted<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, xr: &mut [T], par: Par) {
     let (hp, wp) = (g.h + g.pt + g.pb, g.w + g.pl + g.pr);
     let plane = hp * wp;
     let zero = T::default();
-    for (ci, xc) in xr.chunks_mut(g.kw * plane).enumerate() {
+    per_channel(xr, g.kw * plane, par, |ci, xc| {
         let src = &x[ci * g.h * g.w..(ci + 1) * g.h * g.w];
         let (base, rest) = xc.split_at_mut(plane);
         // kj = 0: the padded plane itself
@@ -409,15 +560,24 @@ fn fill_shifted<T: Copy + Default>(x: &[T], g: &Geom, xr: &mut [T]) {
             dst[..n].copy_from_slice(&base[s..s + n]);
             dst[n..].fill(zero);
         }
-    }
+    });
 }
 
 /// im2col for one unit: `col[(c*kh + ki)*kw + kj][oh*ow_n + ow] = xpad[c][oh*sh + ki*dh][ow*sw + kj*dw]`.
-fn fill_im2col<T: Copy + Default>(x: &[T], g: &Geom, col: &mut [T]) {
+fn fill_im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, col: &mut [T], par: Par) {
+    let plane = g.oh * g.ow;
+    per_channel(col, g.kh * g.kw * plane, par, |ci, block| {
+        for (r, dst) in block.chunks_mut(plane).enumerate() {
+            im2col_row(x, g, ci * g.kh * g.kw + r, dst);
+        }
+    });
+}
+
+/// One row `(c, ki, kj)` of the im2col matrix.
+fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
     let zero = T::default();
     let (ohn, own) = (g.oh, g.ow);
-    let plane = ohn * own;
-    for (r, dst) in col.chunks_mut(plane).enumerate() {
+    {
         let kj = r % g.kw;
         let ki = (r / g.kw) % g.kh;
         let ci = r / (g.kw * g.kh);
@@ -466,7 +626,6 @@ fn conv_unit<T: MatElem>(
     par: Par,
 ) {
     let (cg, og) = (g.cg(), g.og());
-    let one = T::from_i64(1);
     let ohw = g.oh * g.ow;
     let has_bias = bias.is_some();
     if let Some(b) = bias {
@@ -478,26 +637,24 @@ fn conv_unit<T: MatElem>(
         Algo::Pointwise => {
             // SAFETY: w is [og, cg] contiguous, x is [cg, h*w] contiguous, out is [og, h*w]
             // contiguous; out is exclusively borrowed and disjoint from x and w.
-            unsafe {
-                T::gemm(og, ohw, cg, out.as_mut_ptr(), ohw as isize, 1, has_bias, w.as_ptr(), cg as isize, 1, x.as_ptr(), ohw as isize, 1, one, one, par)
-            }
+            unsafe { gemm_split(og, ohw, cg, out.as_mut_ptr(), ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par) }
         }
         Algo::Im2col => {
             let (len, _) = scratch_len(g, algo);
             s1.resize(len, T::default());
-            fill_im2col(x, g, s1);
+            fill_im2col(x, g, s1, par);
             let kk = cg * g.kh * g.kw;
             // SAFETY: w is [og, kk], col is [kk, ohw], out is [og, ohw], all contiguous and in
             // bounds; out is disjoint from both.
             unsafe {
-                T::gemm(og, ohw, kk, out.as_mut_ptr(), ohw as isize, 1, has_bias, w.as_ptr(), kk as isize, 1, s1.as_ptr(), ohw as isize, 1, one, one, par)
+                gemm_split(og, ohw, kk, out.as_mut_ptr(), ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par)
             }
         }
         Algo::Shifted => {
             let (len1, len2) = scratch_len(g, algo);
             s1.resize(len1, T::default());
             s2.resize(len2, T::default());
-            fill_shifted(x, g, s1);
+            fill_shifted(x, g, s1, par);
             let wp = g.w + g.pl + g.pr;
             let plane = (g.h + g.pt + g.pb) * wp;
             let nw = g.oh * wp; // wide output columns
@@ -514,22 +671,18 @@ fn conv_unit<T: MatElem>(
                 // ki*dh*wp + oh*wp <= hp*wp = plane, so every read is inside s1 (cg*kw planes);
                 // wide is [og, nw] and disjoint from both.
                 unsafe {
-                    T::gemm(
+                    gemm_split(
                         og,
                         nw,
                         kk,
                         wide.as_mut_ptr(),
-                        nw as isize,
-                        1,
+                        nw,
                         has_bias || ki > 0,
                         w.as_ptr().add(ki * og * kk),
-                        kk as isize,
+                        kk,
                         1,
                         s1.as_ptr().add(ki * g.dh * wp),
-                        plane as isize,
-                        1,
-                        one,
-                        one,
+                        plane,
                         par,
                     )
                 }
@@ -622,7 +775,24 @@ fn conv_transpose_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&
         // SAFETY: wi is [cg, rows] contiguous, read as its transpose [rows, cg] (rs 1, cs rows);
         // xi is [cg, hw]; col is [rows, hw]; all in bounds and col is disjoint.
         unsafe {
-            T::gemm(rows, hw, cg, col.as_mut_ptr(), hw as isize, 1, false, wi.as_ptr(), 1, rows as isize, xi.as_ptr(), hw as isize, 1, one, one, par)
+            T::gemm(
+                rows,
+                hw,
+                cg,
+                col.as_mut_ptr(),
+                hw as isize,
+                1,
+                false,
+                wi.as_ptr(),
+                1,
+                rows as isize,
+                xi.as_ptr(),
+                hw as isize,
+                1,
+                one,
+                one,
+                par,
+            )
         }
         for (oc, orow) in o.chunks_mut(g.oh * g.ow).enumerate() {
             if let Some(b) = bias {
@@ -670,7 +840,17 @@ fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
 }
 
 /// Runs a convolution kernel on concrete tensors, computing f16/bf16 in f32.
-fn run_conv(op: &str, x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geom, shape: &Shape, dt: DType, transposed: bool) -> Result<Tensor> {
+#[allow(clippy::too_many_arguments)]
+fn run_conv(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    g: &Geom,
+    shape: &Shape,
+    dt: DType,
+    transposed: bool,
+) -> Result<Tensor> {
     if is_half(dt) {
         let x32 = kernel::cast(x, DType::F32)?;
         let w32 = kernel::cast(w, DType::F32)?;
@@ -708,7 +888,18 @@ fn conv_geom(op: &str, nd: usize, args: &[Value]) -> Result<(Geom, Shape, DType)
 fn convt_geom(op: &str, args: &[Value]) -> Result<(Geom, Shape, DType)> {
     let (x, w, b) = conv_args(op, args)?;
     let pad = Value::Ints(ints(op, args, 4)?.into_owned());
-    geometry(op, 2, x, w, b, &ints(op, args, 3)?, &pad, &ints(op, args, 7)?, int(op, args, 6)?, Some(&ints(op, args, 5)?))
+    geometry(
+        op,
+        2,
+        x,
+        w,
+        b,
+        &ints(op, args, 3)?,
+        &pad,
+        &ints(op, args, 7)?,
+        int(op, args, 6)?,
+        Some(&ints(op, args, 5)?),
+    )
 }
 
 fn conv_cost_of(g: &Geom, args: &[Value], outs: &[TensorMeta]) -> Cost {
@@ -834,7 +1025,15 @@ pub fn conv1d(
 ) -> Result<Tensor> {
     one(
         &CONV1D,
-        &[input.into(), weight.into(), bias.into(), stride.into(), padding.into().into(), dilation.into(), Value::Int(groups)],
+        &[
+            input.into(),
+            weight.into(),
+            bias.into(),
+            stride.into(),
+            padding.into().into(),
+            dilation.into(),
+            Value::Int(groups),
+        ],
     )
 }
 
@@ -851,7 +1050,15 @@ pub fn conv2d(
 ) -> Result<Tensor> {
     one(
         &CONV2D,
-        &[input.into(), weight.into(), bias.into(), stride.into(), padding.into().into(), dilation.into(), Value::Int(groups)],
+        &[
+            input.into(),
+            weight.into(),
+            bias.into(),
+            stride.into(),
+            padding.into().into(),
+            dilation.into(),
+            Value::Int(groups),
+        ],
     )
 }
 

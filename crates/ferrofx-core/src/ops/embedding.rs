@@ -9,7 +9,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Shape;
 use crate::op::args::{opt_int, tensor};
-use crate::op::{cost_memory, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Outputs, Saves};
+use crate::op::{
+    cost_memory, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Outputs, Saves,
+};
 use crate::ops::linalg::dtype_title;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
@@ -31,12 +33,18 @@ fn check(args: &[Value]) -> Result<Shape> {
         ));
     }
     if w.ndim() != 2 {
-        return Err(Error::shape(op, format!("'weight' must be 2-D (num_embeddings, embedding_dim), but got weight of shape {:?}", w.shape())));
+        return Err(Error::shape(
+            op,
+            format!("'weight' must be 2-D (num_embeddings, embedding_dim), but got weight of shape {:?}", w.shape()),
+        ));
     }
     let num = w.shape()[0] as i64;
     if let Some(p) = opt_int(op, args, 2)? {
         if p >= num || p < -num {
-            return Err(Error::argument(op, format!("Padding_idx must be within num_embeddings: got padding_idx={p} for a table of {num} rows")));
+            return Err(Error::argument(
+                op,
+                format!("Padding_idx must be within num_embeddings: got padding_idx={p} for a table of {num} rows"),
+            ));
         }
     }
     let mut shape: Shape = idx.shape().into();
@@ -84,7 +92,11 @@ fn kernel_fn(args: &[Value]) -> Result<Outputs> {
 /// `embedding(input, weight, padding_idx=None)` (torch.nn.functional's argument order).
 pub static EMBEDDING: OpDef = OpDef {
     name: "embedding",
-    schema: &[ArgSpec::req("input", T::Tensor), ArgSpec::req("weight", T::Tensor), ArgSpec::opt("padding_idx", T::OptInt, D::None)],
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("weight", T::Tensor),
+        ArgSpec::opt("padding_idx", T::OptInt, D::None),
+    ],
     meta: |args| {
         let shape = check(args)?;
         Ok(smallvec![TensorMeta::contiguous(&shape, tensor("embedding", args, 1)?.dtype())])
@@ -103,6 +115,7 @@ pub(crate) static OPS: &[&OpDef] = &[&EMBEDDING];
 
 /// `torch.nn.functional.embedding(input, weight, padding_idx)`.
 pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> Result<Tensor> {
-    let mut out: Outputs = dispatch(&EMBEDDING, CallKind::Function, &[input.into(), weight.into(), padding_idx.into()])?;
+    let mut out: Outputs =
+        dispatch(&EMBEDDING, CallKind::Function, &[input.into(), weight.into(), padding_idx.into()])?;
     out.pop().ok_or_else(|| Error::schema("embedding", "op returned no output"))
 }

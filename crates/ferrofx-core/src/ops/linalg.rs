@@ -12,7 +12,9 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Layout, Shape, StridedIter};
 use crate::op::args::{opt_tensor, scalar, tensor};
-use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves,
+};
 use crate::ops::kernel;
 use crate::scalar::Scalar;
 use crate::tensor::{Tensor, TensorMeta};
@@ -233,13 +235,34 @@ int_mat!(i64);
 macro_rules! match_mat_dtype {
     ($op:expr, $dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            DType::F32 => { type $T = f32; $body }
-            DType::F64 => { type $T = f64; $body }
-            DType::I64 => { type $T = i64; $body }
-            DType::I32 => { type $T = i32; $body }
-            DType::I16 => { type $T = i16; $body }
-            DType::I8 => { type $T = i8; $body }
-            DType::U8 => { type $T = u8; $body }
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
             other => Err(Error::dtype($op, format!("\"{}\" not implemented for '{}'", $op, dtype_title(other)))),
         }
     };
@@ -293,12 +316,16 @@ pub(crate) fn read2<T: Element, R>(
     let (sa, _) = a.concrete(op)?;
     let (sb, _) = b.concrete(op)?;
     let ga = sa.read();
-    let da = ga.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, ga.dtype())))?;
+    let da = ga
+        .as_slice::<T>()
+        .ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, ga.dtype())))?;
     if sa.same(sb) {
         return f(da, da);
     }
     let gb = sb.read();
-    let db = gb.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, gb.dtype())))?;
+    let db = gb
+        .as_slice::<T>()
+        .ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, gb.dtype())))?;
     f(da, db)
 }
 
@@ -714,7 +741,11 @@ fn addmm_check(op: &str, input: &Tensor, a: &Tensor, b: &Tensor) -> Result<DType
     if input.dtype() != dt {
         return Err(Error::dtype(
             op,
-            format!("self and mat2 must have the same dtype, but got {} and {}", dtype_title(input.dtype()), dtype_title(dt)),
+            format!(
+                "self and mat2 must have the same dtype, but got {} and {}",
+                dtype_title(input.dtype()),
+                dtype_title(dt)
+            ),
         ));
     }
     let out = [a.shape()[0], b.shape()[1]];
@@ -834,7 +865,11 @@ fn linear_check(op: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Resu
 /// output, so it costs no extra pass.
 pub static LINEAR: OpDef = OpDef {
     name: "linear",
-    schema: &[ArgSpec::req("input", T::Tensor), ArgSpec::req("weight", T::Tensor), ArgSpec::opt("bias", T::OptTensor, D::None)],
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("weight", T::Tensor),
+        ArgSpec::opt("bias", T::OptTensor, D::None),
+    ],
     meta: |args| {
         let (x, w, b) = (tensor("linear", args, 0)?, tensor("linear", args, 1)?, opt_tensor("linear", args, 2)?);
         let (dt, out) = linear_check("linear", x, w, b)?;
@@ -844,7 +879,8 @@ pub static LINEAR: OpDef = OpDef {
         let op = "linear";
         let (x, w, b) = (tensor(op, args, 0)?, tensor(op, args, 1)?, opt_tensor(op, args, 2)?);
         linear_check(op, x, w, b)?;
-        let wt = if w.ndim() == 2 { w.view_with_layout(op, w.concrete(op)?.1.transpose(op, 0, 1)?)? } else { w.clone() };
+        let wt =
+            if w.ndim() == 2 { w.view_with_layout(op, w.concrete(op)?.1.transpose(op, 0, 1)?)? } else { w.clone() };
         let one = Scalar::Int(1);
         Ok(smallvec![addmm_like(op, b, x, &wt, one, one)?])
     },
@@ -882,7 +918,13 @@ pub fn bmm(input: &Tensor, mat2: &Tensor) -> Result<Tensor> {
     one(&BMM, CallKind::Function, &[input.into(), mat2.into()])
 }
 /// `torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha)`.
-pub fn addmm(input: &Tensor, mat1: &Tensor, mat2: &Tensor, beta: impl Into<Scalar>, alpha: impl Into<Scalar>) -> Result<Tensor> {
+pub fn addmm(
+    input: &Tensor,
+    mat1: &Tensor,
+    mat2: &Tensor,
+    beta: impl Into<Scalar>,
+    alpha: impl Into<Scalar>,
+) -> Result<Tensor> {
     one(&ADDMM, CallKind::Function, &[input.into(), mat1.into(), mat2.into(), beta.into().into(), alpha.into().into()])
 }
 /// `torch.nn.functional.linear(input, weight, bias)`.
@@ -904,7 +946,13 @@ impl Tensor {
         one(&BMM, CallKind::Method, &[self.into(), mat2.into()])
     }
     /// `x.addmm(mat1, mat2, beta=beta, alpha=alpha)`.
-    pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor, beta: impl Into<Scalar>, alpha: impl Into<Scalar>) -> Result<Tensor> {
+    pub fn addmm(
+        &self,
+        mat1: &Tensor,
+        mat2: &Tensor,
+        beta: impl Into<Scalar>,
+        alpha: impl Into<Scalar>,
+    ) -> Result<Tensor> {
         one(&ADDMM, CallKind::Method, &[self.into(), mat1.into(), mat2.into(), beta.into().into(), alpha.into().into()])
     }
 }

@@ -15,7 +15,9 @@
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::op::args::{bool_, float, int, ints, opt_tensor, tensor};
-use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves,
+};
 use crate::ops::kernel::{self, PAR_THRESHOLD};
 use crate::ops::linalg::{dtype_title, is_half};
 use crate::tensor::{Tensor, TensorMeta};
@@ -25,7 +27,10 @@ use smallvec::smallvec;
 
 fn float_only(op: &str, dt: DType) -> Result<()> {
     if !dt.is_floating_point() {
-        return Err(Error::dtype(op, format!("\"{op}\" not implemented for '{}' (normalisation needs a floating point input)", dtype_title(dt))));
+        return Err(Error::dtype(
+            op,
+            format!("\"{op}\" not implemented for '{}' (normalisation needs a floating point input)", dtype_title(dt)),
+        ));
     }
     Ok(())
 }
@@ -105,13 +110,19 @@ fn bn_args<'a>(args: &'a [Value]) -> Result<BnArgs<'a>> {
     float_only(op, dt)?;
     let s = a.x.shape();
     if s.len() < 2 {
-        return Err(Error::shape(op, format!("expected input of shape (N, C, *) with at least 2 dims, but got input of size {s:?}")));
+        return Err(Error::shape(
+            op,
+            format!("expected input of shape (N, C, *) with at least 2 dims, but got input of size {s:?}"),
+        ));
     }
     let c = s[1];
     for (name, t) in [("running_mean", a.rm), ("running_var", a.rv), ("weight", a.w), ("bias", a.b)] {
         if let Some(t) = t {
             if t.numel() != c {
-                return Err(Error::shape(op, format!("{name} should contain {c} elements not {} (input of size {s:?})", t.numel())));
+                return Err(Error::shape(
+                    op,
+                    format!("{name} should contain {c} elements not {} (input of size {s:?})", t.numel()),
+                ));
             }
         }
         param_dtype_ok(op, dt, name, t)?;
@@ -123,7 +134,10 @@ fn bn_args<'a>(args: &'a [Value]) -> Result<BnArgs<'a>> {
     if a.training {
         let per_channel = a.x.numel() / c.max(1);
         if per_channel <= 1 {
-            return Err(Error::argument(op, format!("Expected more than 1 value per channel when training, got input size {s:?}")));
+            return Err(Error::argument(
+                op,
+                format!("Expected more than 1 value per channel when training, got input size {s:?}"),
+            ));
         }
     }
     Ok(a)
@@ -174,7 +188,8 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
             let old_m = kernel::to_f64_vec(rm)?;
             let old_v = kernel::to_f64_vec(rv)?;
             let new_m: Vec<f64> = (0..c).map(|ch| (1.0 - m) * old_m[ch] + m * mean[ch]).collect();
-            let new_v: Vec<f64> = (0..c).map(|ch| (1.0 - m) * old_v[ch] + m * var[ch] * count / (count - 1.0)).collect();
+            let new_v: Vec<f64> =
+                (0..c).map(|ch| (1.0 - m) * old_v[ch] + m * var[ch] * count / (count - 1.0)).collect();
             kernel::copy_into(op, rm, &kernel::from_f64_vec(&new_m, rm.shape(), rm.dtype())?)?;
             kernel::copy_into(op, rv, &kernel::from_f64_vec(&new_v, rv.shape(), rv.dtype())?)?;
             // dispatch bumps running_mean (Effect::Mutates(1)); running_var is ours to bump.
@@ -234,7 +249,11 @@ fn ln_check(args: &[Value]) -> Result<(usize, usize)> {
     if ns.iter().any(|&v| v < 0) || s.len() < ns.len() || s[s.len() - ns.len()..] != nsu[..] {
         return Err(Error::shape(
             op,
-            format!("Given normalized_shape={:?}, expected input with shape [*, {}], but got input of size{s:?}", ns.as_ref(), ns.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")),
+            format!(
+                "Given normalized_shape={:?}, expected input with shape [*, {}], but got input of size{s:?}",
+                ns.as_ref(),
+                ns.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+            ),
         ));
     }
     for (name, i) in [("weight", 2), ("bias", 3)] {
@@ -320,7 +339,10 @@ fn gn_check(args: &[Value]) -> Result<(usize, usize, usize, usize)> {
     float_only(op, x.dtype())?;
     let s = x.shape();
     if s.len() < 2 {
-        return Err(Error::shape(op, format!("Expected at least 2 dimensions for input tensor but received {}", s.len())));
+        return Err(Error::shape(
+            op,
+            format!("Expected at least 2 dimensions for input tensor but received {}", s.len()),
+        ));
     }
     let g = int(op, args, 1)?;
     let c = s[1];
@@ -449,11 +471,23 @@ pub fn batch_norm(
 }
 
 /// `torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)`.
-pub fn layer_norm(input: &Tensor, normalized_shape: &[i64], weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+pub fn layer_norm(
+    input: &Tensor,
+    normalized_shape: &[i64],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
     one(&LAYER_NORM, &[input.into(), normalized_shape.into(), weight.into(), bias.into(), eps.into()])
 }
 
 /// `torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)`.
-pub fn group_norm(input: &Tensor, num_groups: i64, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+pub fn group_norm(
+    input: &Tensor,
+    num_groups: i64,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
     one(&GROUP_NORM, &[input.into(), Value::Int(num_groups), weight.into(), bias.into(), eps.into()])
 }

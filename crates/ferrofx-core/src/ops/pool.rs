@@ -9,7 +9,9 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::Shape;
 use crate::op::args::{bool_, ints, opt_int, tensor};
-use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves,
+};
 use crate::ops::kernel::PAR_THRESHOLD;
 use crate::ops::linalg::dtype_title;
 use crate::tensor::{Tensor, TensorMeta};
@@ -39,7 +41,10 @@ fn expand_n(op: &str, name: &str, v: &[i64], nd: usize) -> Result<Vec<i64>> {
     match v.len() {
         1 => Ok(vec![v[0]; nd]),
         n if n == nd => Ok(v.to_vec()),
-        n => Err(Error::argument(op, format!("{op}: {name} must either be a single int, or a tuple of {nd} ints, got {n} values {v:?}"))),
+        n => Err(Error::argument(
+            op,
+            format!("{op}: {name} must either be a single int, or a tuple of {nd} ints, got {n} values {v:?}"),
+        )),
     }
 }
 
@@ -122,7 +127,7 @@ fn pool_geom(
     }
     let out: Vec<i64> = (0..nd).map(|i| out_size(sp[i] as i64, k[i], p[i], s[i], d[i], ceil)).collect();
     if out.iter().any(|&o| o < 1) {
-        let c = if lead.len() > 0 { lead[lead.len() - 1] } else { 1 };
+        let c = if !lead.is_empty() { lead[lead.len() - 1] } else { 1 };
         let fmt = |v: &mut dyn Iterator<Item = i64>| v.map(|x| x.to_string()).collect::<Vec<_>>().join("x");
         return Err(Error::shape(
             op,
@@ -178,7 +183,9 @@ fn for_planes<T: Element>(
                 .enumerate()
                 .for_each(|(p, (o, i))| f(&x[p * in_plane..(p + 1) * in_plane], o, i));
         } else {
-            out.par_chunks_mut(out_plane).enumerate().for_each(|(p, o)| f(&x[p * in_plane..(p + 1) * in_plane], o, &mut []));
+            out.par_chunks_mut(out_plane)
+                .enumerate()
+                .for_each(|(p, o)| f(&x[p * in_plane..(p + 1) * in_plane], o, &mut []));
         }
     } else if with_idx {
         for (p, (o, i)) in out.chunks_mut(out_plane).zip(idx.chunks_mut(out_plane)).enumerate() {
@@ -303,7 +310,15 @@ fn adaptive_range(o: usize, out: usize, input: usize) -> (usize, usize) {
     (s, e)
 }
 
-fn adaptive_impl<T: Element>(planes: usize, h: usize, w: usize, oh: usize, ow: usize, x: &[T], max: bool) -> (Vec<T>, Vec<i64>) {
+fn adaptive_impl<T: Element>(
+    planes: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    x: &[T],
+    max: bool,
+) -> (Vec<T>, Vec<i64>) {
     let plane_out = oh * ow;
     let mut out = vec![T::default(); planes * plane_out];
     let mut idx = if max { vec![0i64; out.len()] } else { Vec::new() };
@@ -355,7 +370,9 @@ fn pool_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
     }
     bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
     let k: u64 = match args.get(1) {
-        Some(Value::Ints(v)) => v.iter().map(|&x| x.max(1) as u64).product::<u64>().pow(if v.len() == 1 { 2 } else { 1 }),
+        Some(Value::Ints(v)) => {
+            v.iter().map(|&x| x.max(1) as u64).product::<u64>().pow(if v.len() == 1 { 2 } else { 1 })
+        }
         _ => 1,
     };
     Cost { flops: outs.first().map(|o| o.numel() as u64).unwrap_or(0) * k, bytes }
@@ -450,7 +467,15 @@ max_pool_op!(
     true,
     "1-D max pooling returning (values, int64 indices into each input row)."
 );
-max_pool_op!(MAX_POOL2D, "max_pool2d", 2, MAX2D_SCHEMA, false, true, "2-D max pooling over `[N, C, H, W]` or `[C, H, W]`.");
+max_pool_op!(
+    MAX_POOL2D,
+    "max_pool2d",
+    2,
+    MAX2D_SCHEMA,
+    false,
+    true,
+    "2-D max pooling over `[N, C, H, W]` or `[C, H, W]`."
+);
 max_pool_op!(
     MAX_POOL2D_WITH_INDICES,
     "max_pool2d_with_indices",
@@ -546,7 +571,10 @@ fn adaptive_args(op: &str, args: &[Value]) -> Result<(usize, usize, usize, usize
     if os.iter().any(|&v| v < 0) {
         return Err(Error::argument(
             op,
-            format!("{op}: elements of output_size must be greater than or equal to 0 but received {{{}, {}}}", os[0], os[1]),
+            format!(
+                "{op}: elements of output_size must be greater than or equal to 0 but received {{{}, {}}}",
+                os[0], os[1]
+            ),
         ));
     }
     let s = x.shape();
@@ -661,7 +689,14 @@ fn max_values(kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64],
 
 /// `max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)`; an empty `stride`
 /// means `kernel_size`.
-pub fn max_pool1d(input: &Tensor, kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Tensor> {
+pub fn max_pool1d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil_mode: bool,
+) -> Result<Tensor> {
     let [a, b, c, d, e] = max_values(kernel, stride, padding, dilation, ceil_mode);
     first(&MAX_POOL1D, call(&MAX_POOL1D, &[input.into(), a, b, c, d, e])?)
 }
@@ -679,7 +714,14 @@ pub fn max_pool1d_with_indices(
 }
 /// `max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)`; an empty `stride`
 /// means `kernel_size`.
-pub fn max_pool2d(input: &Tensor, kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Tensor> {
+pub fn max_pool2d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil_mode: bool,
+) -> Result<Tensor> {
     let [a, b, c, d, e] = max_values(kernel, stride, padding, dilation, ceil_mode);
     first(&MAX_POOL2D, call(&MAX_POOL2D, &[input.into(), a, b, c, d, e])?)
 }
@@ -696,10 +738,20 @@ pub fn max_pool2d_with_indices(
     pair(&MAX_POOL2D_WITH_INDICES, call(&MAX_POOL2D_WITH_INDICES, &[input.into(), a, b, c, d, e])?)
 }
 /// `avg_pool1d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)`.
-pub fn avg_pool1d(input: &Tensor, kernel: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool) -> Result<Tensor> {
+pub fn avg_pool1d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    ceil_mode: bool,
+    count_include_pad: bool,
+) -> Result<Tensor> {
     first(
         &AVG_POOL1D,
-        call(&AVG_POOL1D, &[input.into(), kernel.into(), stride.into(), padding.into(), ceil_mode.into(), count_include_pad.into()])?,
+        call(
+            &AVG_POOL1D,
+            &[input.into(), kernel.into(), stride.into(), padding.into(), ceil_mode.into(), count_include_pad.into()],
+        )?,
     )
 }
 /// `avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
