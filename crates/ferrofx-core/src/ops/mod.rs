@@ -1,10 +1,15 @@
 //! Built-in ops, one file per family. Each family exposes its `OpDef` statics, the public
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
+pub mod conv;
 pub mod creation;
+pub mod embedding;
 pub mod index;
 pub mod join;
 pub mod kernel;
+pub mod linalg;
+pub mod norm;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod scan;
@@ -28,6 +33,11 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         creation::OPS,
         random::OPS,
         shape_misc::OPS,
+        linalg::OPS,
+        conv::OPS,
+        pool::OPS,
+        norm::OPS,
+        embedding::OPS,
     ]
     .into_iter()
     .flatten()
