@@ -45,6 +45,8 @@ pub enum ArgType {
     DType,
     /// `ScalarType?`
     OptDType,
+    /// `int[]` or `str` (conv's `padding`: sizes or `"valid"`/`"same"`)
+    IntListOrStr,
 }
 
 impl ArgType {
@@ -70,6 +72,7 @@ impl ArgType {
             ArgType::OptStr => "str?",
             ArgType::DType => "ScalarType",
             ArgType::OptDType => "ScalarType?",
+            ArgType::IntListOrStr => "int[]|str",
         }
     }
     fn optional(self) -> bool {
@@ -202,6 +205,8 @@ fn check_type(op: &str, spec: &ArgSpec, v: Value) -> Result<Value> {
         (T::FloatList, Value::Ints(v)) => Value::Floats(v.into_iter().map(|i| i as f64).collect()),
         (T::Str | T::OptStr, v @ Value::Str(_)) => v,
         (T::DType | T::OptDType, v @ Value::DType(_)) => v,
+        (T::IntListOrStr, v @ (Value::Ints(_) | Value::Str(_))) => v,
+        (T::IntListOrStr, Value::Int(i)) => Value::Ints(vec![i]),
         (_, v) => return bad(&v),
     })
 }
@@ -242,7 +247,10 @@ pub fn bind(op: &str, schema: &[ArgSpec], args: Vec<Value>, kwargs: Vec<(String,
             Some(v) => v,
             None => {
                 if spec.default == Default::Required {
-                    return Err(Error::schema(op, format!("missing required argument '{}'; schema: {}", spec.name, sig())));
+                    return Err(Error::schema(
+                        op,
+                        format!("missing required argument '{}'; schema: {}", spec.name, sig()),
+                    ));
                 }
                 spec.default.to_value()
             }

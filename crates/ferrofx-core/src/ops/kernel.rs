@@ -4,10 +4,10 @@
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Layout, Shape, Strides};
-use smallvec::SmallVec;
 use crate::storage::CpuBuffer;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 /// Element count above which elementwise kernels split work across threads.
 pub const PAR_THRESHOLD: usize = 1 << 15;
@@ -19,16 +19,46 @@ pub const PAR_CHUNK: usize = 1 << 13;
 macro_rules! match_dtype {
     ($dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            $crate::DType::Bool => { type $T = bool; $body }
-            $crate::DType::U8 => { type $T = u8; $body }
-            $crate::DType::I8 => { type $T = i8; $body }
-            $crate::DType::I16 => { type $T = i16; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::F16 => { type $T = half::f16; $body }
-            $crate::DType::BF16 => { type $T = half::bf16; $body }
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
         }
     };
 }
@@ -79,7 +109,13 @@ impl<const N: usize> Plan<N> {
         }
         let offsets = std::array::from_fn(|k| layouts[k].offset());
         if shape.contains(&0) {
-            return Plan { outer: Shape::new(), outer_strides: std::array::from_fn(|_| Strides::new()), inner: 0, inner_strides: [0; N], offsets };
+            return Plan {
+                outer: Shape::new(),
+                outer_strides: std::array::from_fn(|_| Strides::new()),
+                inner: 0,
+                inner_strides: [0; N],
+                offsets,
+            };
         }
         match dims.pop() {
             None => Plan { outer: dims, outer_strides: strides, inner: 1, inner_strides: [0; N], offsets },
@@ -135,27 +171,39 @@ impl<const N: usize> Plan<N> {
     }
 
     /// Runs `row(out_row, offsets)` over every row, writing `out` (row-major, `rows * inner`
-    /// elements), in parallel when the work is large.
+    /// elements), in parallel when the work is large (long rows are split into chunks, with the
+    /// offsets advanced accordingly).
     pub fn fill<U: Send>(&self, out: &mut [U], row: impl Fn(&mut [U], [usize; N]) + Sync + Send) {
         let inner = self.inner;
         let rows = self.rows();
         if rows == 0 {
             return;
         }
-        if rows * inner >= PAR_THRESHOLD && rows > 1 {
+        if rows * inner < PAR_THRESHOLD {
+            self.for_each_row(0, rows, |j, off| row(&mut out[j * inner..(j + 1) * inner], off));
+        } else if inner >= PAR_CHUNK {
+            let strides = self.inner_strides;
+            out.par_chunks_mut(inner).enumerate().for_each(|(r, o)| {
+                self.for_each_row(r, 1, |_, off| {
+                    o.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(k, c)| {
+                        let start = k * PAR_CHUNK;
+                        row(c, std::array::from_fn(|q| off[q] + start * strides[q]));
+                    });
+                });
+            });
+        } else {
             let per = (PAR_CHUNK / inner).max(1);
             out.par_chunks_mut(per * inner).enumerate().for_each(|(ci, chunk)| {
                 let n = chunk.len() / inner;
                 self.for_each_row(ci * per, n, |j, off| row(&mut chunk[j * inner..(j + 1) * inner], off));
             });
-        } else {
-            self.for_each_row(0, rows, |j, off| row(&mut out[j * inner..(j + 1) * inner], off));
         }
     }
 }
 
-/// `out[i] = f(x[ox + i*sx])` for a row.
-#[inline(always)]
+/// `out[i] = f(x[ox + i*sx])` for a row (not inlined: one copy of the loop per element type
+/// and function keeps compile times and code size down).
+#[inline(never)]
 fn row1<T: Copy, U>(out: &mut [U], x: &[T], ox: usize, sx: usize, f: &impl Fn(T) -> U) {
     let n = out.len();
     if sx == 1 {
@@ -170,8 +218,17 @@ fn row1<T: Copy, U>(out: &mut [U], x: &[T], ox: usize, sx: usize, f: &impl Fn(T)
 }
 
 /// `out[i] = f(x[ox + i*sx], y[oy + i*sy])` for a row, specialised for strides 0 and 1.
-#[inline(always)]
-fn row2<T: Copy, V: Copy, U>(out: &mut [U], x: &[T], ox: usize, sx: usize, y: &[V], oy: usize, sy: usize, f: &impl Fn(T, V) -> U) {
+#[inline(never)]
+fn row2<T: Copy, V: Copy, U>(
+    out: &mut [U],
+    x: &[T],
+    ox: usize,
+    sx: usize,
+    y: &[V],
+    oy: usize,
+    sy: usize,
+    f: &impl Fn(T, V) -> U,
+) {
     let n = out.len();
     match (sx, sy) {
         (1, 1) => {
@@ -202,28 +259,15 @@ fn row2<T: Copy, V: Copy, U>(out: &mut [U], x: &[T], ox: usize, sx: usize, y: &[
 /// Maps every element of `data` (read through `layout`) into a fresh row-major `Vec`.
 pub fn map_strided<T: Element, U: Element>(data: &[T], layout: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
     let n = layout.numel();
-    match layout.contiguous_range() {
-        Some(r) => {
-            let src = &data[r];
-            if n >= PAR_THRESHOLD {
-                let mut out = vec![U::default(); n];
-                out.par_chunks_mut(PAR_CHUNK).zip(src.par_chunks(PAR_CHUNK)).for_each(|(o, s)| {
-                    for (o, &s) in o.iter_mut().zip(s) {
-                        *o = f(s);
-                    }
-                });
-                out
-            } else {
-                src.iter().map(|&x| f(x)).collect()
-            }
-        }
-        None => {
-            let mut out = vec![U::default(); n];
-            let plan = Plan::new([layout]);
-            plan.fill(&mut out, |o, [ox]| row1(o, data, ox, plan.inner_strides[0], &f));
-            out
-        }
+    let mut out = vec![U::default(); n];
+    if n < PAR_THRESHOLD && layout.is_contiguous() {
+        row1(&mut out, data, layout.offset(), 1, &f);
+    } else {
+        let plan = Plan::new([layout]);
+        let [sx] = plan.inner_strides;
+        plan.fill(&mut out, |o, [ox]| row1(o, data, ox, sx, &f));
     }
+    out
 }
 
 /// Maps every element through `f` into a new contiguous tensor of dtype `U`.
@@ -252,45 +296,24 @@ pub fn zip_strided<T: Element, V: Element, U: Element>(
     f: impl Fn(T, V) -> U + Sync + Send,
 ) -> Result<Vec<U>> {
     let n: usize = out_shape.iter().product();
-    if la.shape() == lb.shape() && la.is_contiguous() && lb.is_contiguous() {
-        let (x, y) = (&da[la.offset()..la.offset() + n], &db[lb.offset()..lb.offset() + n]);
-        if n >= PAR_THRESHOLD {
-            let mut out = vec![U::default(); n];
-            out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK).zip(y.par_chunks(PAR_CHUNK))).for_each(|(o, (x, y))| {
-                for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
-                    *o = f(x, y);
-                }
-            });
-            Ok(out)
-        } else {
-            Ok(x.iter().zip(y).map(|(&x, &y)| f(x, y)).collect())
+    let mut out = vec![U::default(); n];
+    if n < PAR_THRESHOLD && la.is_contiguous() && la.shape() == out_shape {
+        // Tiny/small fast paths: skip building a plan.
+        if lb.shape() == out_shape && lb.is_contiguous() {
+            row2(&mut out, da, la.offset(), 1, db, lb.offset(), 1, &f);
+            return Ok(out);
         }
-    } else if lb.numel() == 1 && la.is_contiguous() && la.shape() == out_shape {
-        let y = db[lb.offset()];
-        let x = &da[la.offset()..la.offset() + n];
-        if n >= PAR_THRESHOLD {
-            let mut out = vec![U::default(); n];
-            out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK)).for_each(|(o, x)| {
-                for (o, &x) in o.iter_mut().zip(x) {
-                    *o = f(x, y);
-                }
-            });
-            Ok(out)
-        } else {
-            Ok(x.iter().map(|&x| f(x, y)).collect())
+        if lb.numel() == 1 {
+            row2(&mut out, da, la.offset(), 1, db, lb.offset(), 0, &f);
+            return Ok(out);
         }
-    } else if la.numel() == 1 && lb.is_contiguous() && lb.shape() == out_shape && n < PAR_THRESHOLD {
-        let x = da[la.offset()];
-        Ok(db[lb.offset()..lb.offset() + n].iter().map(|&y| f(x, y)).collect())
-    } else {
-        let ea = la.broadcast_to(op, out_shape)?;
-        let eb = lb.broadcast_to(op, out_shape)?;
-        let mut out = vec![U::default(); n];
-        let plan = Plan::new([&ea, &eb]);
-        let [sa, sb] = plan.inner_strides;
-        plan.fill(&mut out, |o, [oa, ob]| row2(o, da, oa, sa, db, ob, sb, &f));
-        Ok(out)
     }
+    let ea = la.broadcast_to(op, out_shape)?;
+    let eb = lb.broadcast_to(op, out_shape)?;
+    let plan = Plan::new([&ea, &eb]);
+    let [sa, sb] = plan.inner_strides;
+    plan.fill(&mut out, |o, [oa, ob]| row2(o, da, oa, sa, db, ob, sb, &f));
+    Ok(out)
 }
 
 /// Combines two tensors of element type `T` (both must already have dtype `T`) elementwise with
@@ -306,7 +329,9 @@ pub fn binary_map<T: Element, U: Element>(
     let (sb, lb) = b.concrete(op)?;
     let ga = sa.read();
     let gb = if sa.same(sb) { None } else { Some(sb.read()) };
-    let da = ga.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, ga.dtype())))?;
+    let da = ga
+        .as_slice::<T>()
+        .ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, ga.dtype())))?;
     let db = match &gb {
         Some(g) => g.as_slice::<T>(),
         None => ga.as_slice::<T>(),
@@ -334,7 +359,8 @@ pub fn ternary_map<A: Element, T: Element, U: Element>(
     let (sa, la) = a.concrete(op)?;
     let (sb, lb) = b.concrete(op)?;
     let (sc, lc) = c.concrete(op)?;
-    let (ea, eb, ec) = (la.broadcast_to(op, &out_shape)?, lb.broadcast_to(op, &out_shape)?, lc.broadcast_to(op, &out_shape)?);
+    let (ea, eb, ec) =
+        (la.broadcast_to(op, &out_shape)?, lb.broadcast_to(op, &out_shape)?, lc.broadcast_to(op, &out_shape)?);
     // One read guard per distinct storage (never two guards of one lock).
     let ga = sa.read();
     let gb = if sb.same(sa) { None } else { Some(sb.read()) };
@@ -419,7 +445,13 @@ pub fn copy_into(op: &str, dst: &Tensor, src: &Tensor) -> Result<()> {
         .ok_or_else(|| Error::trace(op, "cannot copy from a symbolic tensor"))?
         .broadcast_to(op, &dst_shape)
         .map_err(|_| {
-            Error::shape(op, format!("the source of shape {:?} cannot be broadcast to the destination shape {dst_shape:?}", src.shape()))
+            Error::shape(
+                op,
+                format!(
+                    "the source of shape {:?} cannot be broadcast to the destination shape {dst_shape:?}",
+                    src.shape()
+                ),
+            )
         })?;
     let dt = dst.dtype();
     let (dst_storage, dst_layout) = dst.concrete(op)?;
@@ -446,40 +478,34 @@ pub fn copy_into(op: &str, dst: &Tensor, src: &Tensor) -> Result<()> {
 /// `src` read through `ls` (which must already be broadcast to `lo`'s shape). The caller must
 /// ensure `lo` has no internal overlap (no expanded dims) and that `out` and `src` are different
 /// buffers. Contiguous operands take a vectorised, parallel path.
-pub fn update_strided<T: Element, V: Element>(out: &mut [T], lo: &Layout, src: &[V], ls: &Layout, f: impl Fn(T, V) -> T + Sync + Send) {
+pub fn update_strided<T: Element, V: Element>(
+    out: &mut [T],
+    lo: &Layout,
+    src: &[V],
+    ls: &Layout,
+    f: impl Fn(T, V) -> T + Sync + Send,
+) {
     let n = lo.numel();
     if n == 0 {
         return;
     }
     if let Some(ro) = lo.contiguous_range() {
-        let o = &mut out[ro];
-        if let Some(rs) = ls.contiguous_range() {
-            let s = &src[rs];
+        let ss = if ls.is_contiguous() {
+            Some(1)
+        } else if ls.strides().iter().all(|&st| st == 0) {
+            Some(0)
+        } else {
+            None
+        };
+        if let Some(ss) = ss {
+            let (o, base) = (&mut out[ro], ls.offset());
             if n >= PAR_THRESHOLD {
-                o.par_chunks_mut(PAR_CHUNK).zip(s.par_chunks(PAR_CHUNK)).for_each(|(o, s)| {
-                    for (o, &s) in o.iter_mut().zip(s) {
-                        *o = f(*o, s);
-                    }
+                o.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(k, c)| {
+                    let len = c.len();
+                    update_row(c, 0, 1, src, base + k * PAR_CHUNK * ss, ss, len, &f)
                 });
             } else {
-                for (o, &s) in o.iter_mut().zip(s) {
-                    *o = f(*o, s);
-                }
-            }
-            return;
-        }
-        if ls.strides().iter().all(|&st| st == 0) {
-            let y = src[ls.offset()];
-            if n >= PAR_THRESHOLD {
-                o.par_chunks_mut(PAR_CHUNK).for_each(|o| {
-                    for o in o.iter_mut() {
-                        *o = f(*o, y);
-                    }
-                });
-            } else {
-                for o in o.iter_mut() {
-                    *o = f(*o, y);
-                }
+                update_row(o, 0, 1, src, base, ss, n, &f);
             }
             return;
         }
@@ -487,18 +513,33 @@ pub fn update_strided<T: Element, V: Element>(out: &mut [T], lo: &Layout, src: &
     let plan = Plan::new([lo, ls]);
     let [so, ss] = plan.inner_strides;
     let inner = plan.inner;
-    plan.for_each_row(0, plan.rows(), |_, [oo, os]| {
-        if so == 1 && ss == 1 {
-            for (o, &s) in out[oo..oo + inner].iter_mut().zip(&src[os..os + inner]) {
+    plan.for_each_row(0, plan.rows(), |_, [oo, os]| update_row(out, oo, so, src, os, ss, inner, &f));
+}
+
+/// `out[oo + i*so] = f(out[oo + i*so], src[os + i*ss])` for `i < n`, specialised for the
+/// common strides.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn update_row<T: Copy, V: Copy>(out: &mut [T], oo: usize, so: usize, src: &[V], os: usize, ss: usize, n: usize, f: &impl Fn(T, V) -> T) {
+    match (so, ss) {
+        (1, 1) => {
+            for (o, &s) in out[oo..oo + n].iter_mut().zip(&src[os..os + n]) {
                 *o = f(*o, s);
             }
-        } else {
-            for i in 0..inner {
+        }
+        (1, 0) => {
+            let y = src[os];
+            for o in out[oo..oo + n].iter_mut() {
+                *o = f(*o, y);
+            }
+        }
+        _ => {
+            for i in 0..n {
                 let k = oo + i * so;
                 out[k] = f(out[k], src[os + i * ss]);
             }
         }
-    });
+    }
 }
 
 /// Writes `values` (row-major) into `out` through `layout`.

@@ -3,11 +3,25 @@
 
 pub mod binary;
 pub mod compare;
+pub mod conv;
+pub mod creation;
 pub mod display;
+pub mod embedding;
+pub mod index;
 pub mod inplace;
+pub mod join;
 pub mod kernel;
+pub mod linalg;
+pub mod norm;
 pub mod num;
 pub mod operators;
+pub mod pool;
+pub mod random;
+pub mod reduce;
+pub mod scan;
+pub mod shape_misc;
+pub mod softmax;
+pub mod sort;
 pub mod unary;
 pub mod view;
 
@@ -15,5 +29,27 @@ use crate::op::OpDef;
 
 /// Every built-in op.
 pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
-    [view::OPS, unary::OPS, binary::OPS, compare::OPS, inplace::OPS].into_iter().flatten()
+    [
+        view::OPS,
+        reduce::OPS,
+        softmax::OPS,
+        scan::OPS,
+        sort::OPS,
+        join::OPS,
+        index::OPS,
+        creation::OPS,
+        random::OPS,
+        shape_misc::OPS,
+        linalg::OPS,
+        conv::OPS,
+        pool::OPS,
+        norm::OPS,
+        embedding::OPS,
+        unary::OPS,
+        binary::OPS,
+        compare::OPS,
+        inplace::OPS,
+    ]
+    .into_iter()
+    .flatten()
 }
