@@ -13,7 +13,7 @@ use crate::layout::{broadcast_shapes, Shape};
 use crate::op::args::scalar;
 use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Saves};
 use crate::ops::kernel::{binary_map, cast, unary_map};
-use crate::ops::num::{torch_name, value_operand, Num};
+use crate::ops::num::{narrow_scalar, torch_name, value_operand, wide_dtype, Num};
 use crate::ops::unary::call1;
 use crate::scalar::Scalar;
 use crate::tensor::{Tensor, TensorMeta};
@@ -87,12 +87,21 @@ pub(crate) fn exec_typed<N: Num, U: Element>(op: &str, a: &Arg, b: &Arg, cd: DTy
     }
 }
 
-/// Runs `k` on `a` and `b` computing in dtype `d` (halves through float32), output dtype `d`.
+/// Narrows a number operand to dtype `d` (see [`narrow_scalar`]).
+pub(crate) fn narrow_arg<'a>(a: &Arg<'a>, d: DType) -> Arg<'a> {
+    match a {
+        Arg::Scalar(s) => Arg::Scalar(narrow_scalar(*s, d)),
+        t => *t,
+    }
+}
+
+/// Runs `k` on `a` and `b` computing in dtype `d` (halves through float32, narrow integers
+/// through int64), output dtype `d`.
 pub(crate) fn exec<K: BinKernel>(op: &str, a: &Arg, b: &Arg, d: DType, k: &K) -> Result<Tensor> {
-    let wide = matches!(d, DType::F16 | DType::BF16);
-    let cd = if wide { DType::F32 } else { d };
-    let r = crate::match_compute!(cd, N => exec_typed::<N, N>(op, a, b, cd, k.make::<N>()), half => unreachable!())?;
-    if wide {
+    let cd = wide_dtype(d);
+    let (a, b) = (narrow_arg(a, d), narrow_arg(b, d));
+    let r = crate::match_wide!(cd, N => exec_typed::<N, N>(op, &a, &b, cd, k.make::<N>()))?;
+    if cd != d {
         cast(&r, d)
     } else {
         Ok(r)
@@ -262,10 +271,10 @@ pub(crate) fn check_int_divisor(op: &str, b: &Arg, d: DType) -> Result<()> {
         return Ok(());
     }
     let zero = match b {
-        Arg::Scalar(s) => s.to_i64() == 0 && !(s.is_float() && s.to_f64() != 0.0),
+        Arg::Scalar(s) => narrow_scalar(*s, d).to_i64() == 0,
         Arg::Tensor(t) => {
-            let t = cast(t, d)?;
-            crate::match_compute!(d, N => t.with_contiguous::<N, _>(op, |s| s.iter().any(|x| x.is_zero()))?, half => false)
+            let t = cast(&cast(t, d)?, DType::I64)?;
+            t.with_contiguous::<i64, _>(op, |s| s.contains(&0))?
         }
     };
     if zero {

@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
 use crate::op::args::tensor;
 use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Effect, OpDef, Saves};
-use crate::ops::binary::{arg, exec_typed, promote, Arg, BIN_SCHEMA, TENSOR_PAIR};
+use crate::ops::binary::{arg, exec_typed, narrow_arg, promote, Arg, BIN_SCHEMA, TENSOR_PAIR};
 use crate::ops::kernel::{binary_map, cast, ternary_map, unary_map};
-use crate::ops::num::{torch_name, value_operand, Num};
+use crate::ops::num::{torch_name, value_operand, wide_dtype, Num};
 use crate::ops::unary::call1;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
@@ -44,9 +44,10 @@ fn cmp_exec<K: CmpKernel>(op: &str, args: &[Value], k: &K) -> Result<Tensor> {
     let a = arg(op, args, 0, "input")?;
     let b = arg(op, args, 1, "other")?;
     let (_, d) = promote(op, &a, &b, args, 0, 1)?;
-    // Halves convert exactly to f32, so comparing there is exact.
-    let cd = if matches!(d, DType::F16 | DType::BF16) { DType::F32 } else { d };
-    crate::match_compute!(cd, N => exec_typed::<N, bool>(op, &a, &b, cd, k.make::<N>()), half => unreachable!())
+    // Halves convert exactly to f32 and narrow integers to i64, so comparing there is exact.
+    let cd = wide_dtype(d);
+    let (a, b) = (narrow_arg(&a, d), narrow_arg(&b, d));
+    crate::match_wide!(cd, N => exec_typed::<N, bool>(op, &a, &b, cd, k.make::<N>()))
 }
 
 fn cmp_meta(op: &str, args: &[Value]) -> Result<crate::op::MetaOutputs> {
@@ -124,8 +125,9 @@ pub static LOGICAL_NOT: OpDef = OpDef {
         let d = t.dtype();
         let r = match d {
             DType::Bool => unary_map::<bool, bool>("logical_not", t, |x| !x),
-            DType::F16 | DType::BF16 => unary_map::<bool, bool>("logical_not", &cast(t, DType::Bool)?, |x| !x),
-            _ => crate::match_compute!(d, N => unary_map::<N, bool>("logical_not", t, |x| x.is_zero()), half => unreachable!()),
+            DType::F32 => unary_map::<f32, bool>("logical_not", t, |x| x.is_zero()),
+            DType::F64 => unary_map::<f64, bool>("logical_not", t, |x| x.is_zero()),
+            _ => unary_map::<bool, bool>("logical_not", &cast(t, DType::Bool)?, |x| !x),
         }?;
         Ok(smallvec![r])
     },

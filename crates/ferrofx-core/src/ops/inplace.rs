@@ -21,7 +21,7 @@ use crate::op::args::tensor;
 use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef, Saves};
 use crate::ops::binary::{self, arg, signature, with_kernel, Arg, BinKernel, KernelVisitor};
 use crate::ops::kernel::{cast, copy_into, update_strided};
-use crate::ops::num::{can_cast, torch_name, Num as _};
+use crate::ops::num::{can_cast, torch_name, wide_dtype, Num as _};
 use crate::ops::unary::{self, call1};
 use crate::ops::compare;
 use crate::scalar::Scalar;
@@ -109,11 +109,11 @@ impl KernelVisitor for Update<'_> {
             copy_into(op, dst, &r)?;
             Ok(dst.clone())
         };
-        if d != dst.dtype() || matches!(d, DType::F16 | DType::BF16) {
+        if d != dst.dtype() || wide_dtype(d) != d {
             return fallback(k);
         }
         let (st, lo) = dst.concrete(op)?;
-        crate::match_compute!(d, N => {
+        crate::match_wide!(d, N => {
             let f = k.make::<N>();
             let bad = || Error::dtype(op, "tensor dtype changed during the operation");
             match b {
@@ -138,7 +138,7 @@ impl KernelVisitor for Update<'_> {
                     update_strided(out, lo, src, &ls, f);
                 }
             }
-        }, half => unreachable!());
+        });
         Ok(dst.clone())
     }
 }

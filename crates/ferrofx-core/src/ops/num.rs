@@ -549,36 +549,57 @@ macro_rules! match_compute {
     };
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn integer_semantics_follow_pytorch() {
-        assert_eq!(Num::div_floor(-3i64, 2), -2);
-        assert_eq!(Num::div_trunc(-3i64, 2), -1);
-        assert_eq!(Num::remainder(-3i64, 2), 1);
-        assert_eq!(Num::remainder(3i64, -2), -1);
-        assert_eq!(Num::fmod(-3i64, 2), -1);
-        assert_eq!(Num::pow(2i64, 10), 1024);
-        assert_eq!(Num::pow(2i64, -1), 0);
-        assert_eq!(Num::pow(-1i64, -3), -1);
-        assert_eq!(Num::div_trunc(i64::MIN, -1), i64::MIN);
-        assert_eq!(Num::remainder(i64::MIN, -1), 0);
-        assert_eq!(Num::abs(-128i8), -128);
+/// The dtype kernels compute in: bool, int64, float32 or float64. Narrow integers compute in
+/// int64 (wrapping arithmetic modulo 2^k gives the same bits after the cast back) and halves in
+/// float32; fewer compute types keep the number of kernel instantiations (and compile time)
+/// small. Rare dtypes pay one conversion pass each way.
+#[inline]
+pub fn wide_dtype(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        DType::U8 | DType::I8 | DType::I16 | DType::I32 => DType::I64,
+        d => d,
     }
+}
 
-    #[test]
-    fn float_semantics_follow_pytorch() {
-        assert_eq!(Num::div_floor(-2.5f32, 0.7), -4.0);
-        assert_eq!(Num::remainder(-2.5f32, 2.0), 1.5);
-        assert_eq!(Num::remainder(1.5f64, -2.0), -0.5);
-        assert!(Num::remainder(1.0f64, 0.0).is_nan());
-        assert!(Num::maximum(f32::NAN, 1.0).is_nan());
-        assert_eq!(Num::sign(-0.0f32), 0.0);
-        assert!(Num::sign(f64::NAN).is_nan());
-        assert!(!can_cast(DType::F32, DType::I64));
-        assert!(!can_cast(DType::I64, DType::Bool));
-        assert!(can_cast(DType::Bool, DType::U8));
+/// Converts a number to dtype `d` and back (PyTorch converts scalar operands to the compute
+/// dtype first: `uint8 + 300` adds 44). Identity unless `d` is a narrow integer type.
+pub fn narrow_scalar(s: Scalar, d: DType) -> Scalar {
+    if !matches!(d, DType::U8 | DType::I8 | DType::I16 | DType::I32) {
+        return s;
     }
+    crate::match_dtype!(d, E => {
+        let e: E = match s {
+            Scalar::Bool(b) => E::from_i64(b as i64),
+            Scalar::Int(i) => E::from_i64(i),
+            Scalar::Float(f) => E::from_f64(f),
+        };
+        Scalar::Int(e.to_i64())
+    })
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of a wide compute dtype (see [`wide_dtype`]).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! match_wide {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            _ => {
+                type $T = f32;
+                $body
+            }
+        }
+    };
 }

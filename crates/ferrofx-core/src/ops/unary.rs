@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::op::args::{int, scalar, str_, tensor};
 use crate::op::{cost_elementwise, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves};
 use crate::ops::kernel::{binary_map, cast, unary_map};
-use crate::ops::num::{tensor_operand, torch_name, Float, Num};
+use crate::ops::num::{narrow_scalar, tensor_operand, torch_name, wide_dtype, Float, Num};
 use crate::scalar::Scalar;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
@@ -48,9 +48,8 @@ pub(crate) fn float_map<O: FloatFn>(op: &str, t: &Tensor, o: &O) -> Result<Tenso
     match t.dtype() {
         DType::F32 => unary_map::<f32, f32>(op, t, |x| o.call(x)),
         DType::F64 => unary_map::<f64, f64>(op, t, |x| o.call(x)),
-        DType::F16 => unary_map::<f16, f16>(op, t, |x| f16::from_f32(o.call(x.to_f32()))),
-        DType::BF16 => unary_map::<bf16, bf16>(op, t, |x| bf16::from_f32(o.call(x.to_f32()))),
-        d => crate::match_dtype!(d, S => unary_map::<S, f32>(op, t, |x| o.call(crate::dtype::Element::to_f64(x) as f32))),
+        d @ (DType::F16 | DType::BF16) => cast(&unary_map::<f32, f32>(op, &cast(t, DType::F32)?, |x| o.call(x))?, d),
+        _ => unary_map::<f32, f32>(op, &cast(t, DType::F32)?, |x| o.call(x)),
     }
 }
 
@@ -60,9 +59,10 @@ pub(crate) fn num_map<O: NumFn>(op: &str, t: &Tensor, o: &O) -> Result<Tensor> {
     match d {
         DType::F32 => unary_map::<f32, f32>(op, t, |x| o.call_float(x)),
         DType::F64 => unary_map::<f64, f64>(op, t, |x| o.call_float(x)),
-        DType::F16 => unary_map::<f16, f16>(op, t, |x| f16::from_f32(o.call_float(x.to_f32()))),
-        DType::BF16 => unary_map::<bf16, bf16>(op, t, |x| bf16::from_f32(o.call_float(x.to_f32()))),
-        _ => crate::match_compute!(d, N => unary_map::<N, N>(op, t, |x| o.call(x)), half => unreachable!()),
+        DType::F16 | DType::BF16 => cast(&unary_map::<f32, f32>(op, &cast(t, DType::F32)?, |x| o.call_float(x))?, d),
+        DType::Bool => unary_map::<bool, bool>(op, t, |x| o.call(x)),
+        DType::I64 => unary_map::<i64, i64>(op, t, |x| o.call(x)),
+        _ => cast(&unary_map::<i64, i64>(op, &cast(t, DType::I64)?, |x| o.call(x))?, d),
     }
 }
 
@@ -446,10 +446,15 @@ fn clamp_scalars(op: &str, t: &Tensor, lo: Option<Scalar>, hi: Option<Scalar>) -
                 unary_map::<bf16, bf16>(op, t, |x| bf16::from_f32(c.apply(x.to_f32())))
             }
         }
-        _ => crate::match_compute!(d, N => {
+        DType::U8 | DType::I8 | DType::I16 | DType::I32 => {
+            let n = |s: Scalar| i64::from_scalar(narrow_scalar(s, d));
+            let c = ClampS { lo: lo.map(n), hi: hi.map(n) };
+            cast(&unary_map::<i64, i64>(op, &cast(t, DType::I64)?, |x| c.apply(x))?, d)
+        }
+        _ => crate::match_wide!(d, N => {
             let c = ClampS { lo: lo.map(N::from_scalar), hi: hi.map(N::from_scalar) };
             unary_map::<N, N>(op, t, |x| c.apply(x))
-        }, half => unreachable!()),
+        }),
     }
 }
 
@@ -540,10 +545,12 @@ pub static CLAMP: OpDef = OpDef {
             let wide = matches!(d, DType::F16 | DType::BF16);
             let (x, bt) = if wide { (cast(&x, DType::F32)?, cast(&bt, DType::F32)?) } else { (x, bt) };
             let cd = x.dtype();
-            let r = crate::match_compute!(cd, N => binary_map::<N, N>("clamp", &x, &bt, |v, l| {
+            let cd = wide_dtype(cd);
+            let (x, bt) = (cast(&x, cd)?, cast(&bt, cd)?);
+            let r = crate::match_wide!(cd, N => binary_map::<N, N>("clamp", &x, &bt, |v, l| {
                 if upper { if v > l { l } else { v } } else if v < l { l } else { v }
-            }), half => unreachable!())?;
-            if wide { cast(&r, d) } else { Ok(r) }
+            }))?;
+            if wide || cd != d { cast(&r, d) } else { Ok(r) }
         };
         let r = apply(t, &lo, false)?;
         Ok(smallvec![apply(r, &hi, true)?])
