@@ -3,6 +3,8 @@
 //! random view chains read the right elements; bad shapes and indices return errors, never
 //! panic.
 
+#![allow(clippy::needless_borrows_for_generic_args, clippy::excessive_precision, clippy::approx_constant)]
+
 use ferrofx_core::Tensor;
 use proptest::prelude::*;
 
@@ -47,14 +49,15 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 /// A shape of rank 0..=4 with sizes 1..=4, and a second shape derived from it by dropping
 /// leading dims and setting some sizes to 1 (always broadcast-compatible).
 fn shape_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
-    prop::collection::vec(1usize..=4, 0..=4).prop_flat_map(|a| {
-        let n = a.len();
-        (Just(a), 0..=n, prop::collection::vec(any::<bool>(), n))
-    })
-    .prop_map(|(a, drop, ones)| {
-        let b: Vec<usize> = a.iter().zip(&ones).skip(drop).map(|(&s, &one)| if one { 1 } else { s }).collect();
-        (a, b)
-    })
+    prop::collection::vec(1usize..=4, 0..=4)
+        .prop_flat_map(|a| {
+            let n = a.len();
+            (Just(a), 0..=n, prop::collection::vec(any::<bool>(), n))
+        })
+        .prop_map(|(a, drop, ones)| {
+            let b: Vec<usize> = a.iter().zip(&ones).skip(drop).map(|(&s, &one)| if one { 1 } else { s }).collect();
+            (a, b)
+        })
 }
 
 /// A tensor with `shape`, made non-contiguous by `how`: 0 contiguous, 1 a transposed copy
@@ -87,7 +90,7 @@ fn make(values: &[f32], shape: &[usize], how: u8) -> Tensor {
             let mut big = Vec::with_capacity(rows * 2 * inner);
             for r in 0..rows {
                 big.extend_from_slice(&values[r * inner..(r + 1) * inner]);
-                big.extend(std::iter::repeat(-777.0f32).take(inner));
+                big.extend(std::iter::repeat_n(-777.0f32, inner));
             }
             let mut bshape = shape.to_vec();
             bshape[0] = rows * 2;

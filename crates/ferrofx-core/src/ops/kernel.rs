@@ -81,6 +81,7 @@ pub struct Plan<const N: usize> {
 
 impl<const N: usize> Plan<N> {
     /// Builds the plan for `layouts` (all of the same shape).
+    #[allow(clippy::needless_range_loop)]
     pub fn new(layouts: [&Layout; N]) -> Plan<N> {
         let shape = layouts[0].shape();
         let mut dims: Shape = Shape::new();
@@ -137,6 +138,7 @@ impl<const N: usize> Plan<N> {
 
     /// Calls `f(row_index_from_start, operand offsets)` for rows `start..start + count`.
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     pub fn for_each_row(&self, start: usize, count: usize, mut f: impl FnMut(usize, [usize; N])) {
         let nd = self.outer.len();
         let mut idx: Shape = SmallVec::from_elem(0, nd);
@@ -173,7 +175,11 @@ impl<const N: usize> Plan<N> {
     /// Runs `row(out_row, offsets)` over every row, writing `out` (row-major, `rows * inner`
     /// elements), in parallel when the work is large (long rows are split into chunks, with the
     /// offsets advanced accordingly).
-    pub fn fill<U: Send>(&self, out: &mut [U], row: impl Fn(&mut [U], [usize; N]) + Sync + Send) {
+    ///
+    /// `row` is a trait object so that `fill` is instantiated once per element type, not once per
+    /// kernel (each instantiation carries rayon's machinery; this keeps compile time and code size
+    /// down at the cost of one indirect call per row).
+    pub fn fill<U: Send>(&self, out: &mut [U], row: &(dyn Fn(&mut [U], [usize; N]) + Sync)) {
         let inner = self.inner;
         let rows = self.rows();
         if rows == 0 {
@@ -219,6 +225,7 @@ fn row1<T: Copy, U>(out: &mut [U], x: &[T], ox: usize, sx: usize, f: &impl Fn(T)
 
 /// `out[i] = f(x[ox + i*sx], y[oy + i*sy])` for a row, specialised for strides 0 and 1.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn row2<T: Copy, V: Copy, U>(
     out: &mut [U],
     x: &[T],
@@ -260,12 +267,16 @@ fn row2<T: Copy, V: Copy, U>(
 pub fn map_strided<T: Element, U: Element>(data: &[T], layout: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
     let n = layout.numel();
     let mut out = vec![U::default(); n];
+    if n == 0 {
+        // (an empty view may have an offset past the end of its storage)
+        return out;
+    }
     if n < PAR_THRESHOLD && layout.is_contiguous() {
         row1(&mut out, data, layout.offset(), 1, &f);
     } else {
         let plan = Plan::new([layout]);
         let [sx] = plan.inner_strides;
-        plan.fill(&mut out, |o, [ox]| row1(o, data, ox, sx, &f));
+        plan.fill(&mut out, &|o, [ox]| row1(o, data, ox, sx, &f));
     }
     out
 }
@@ -297,6 +308,9 @@ pub fn zip_strided<T: Element, V: Element, U: Element>(
 ) -> Result<Vec<U>> {
     let n: usize = out_shape.iter().product();
     let mut out = vec![U::default(); n];
+    if n == 0 {
+        return Ok(out);
+    }
     if n < PAR_THRESHOLD && la.is_contiguous() && la.shape() == out_shape {
         // Tiny/small fast paths: skip building a plan.
         if lb.shape() == out_shape && lb.is_contiguous() {
@@ -312,7 +326,7 @@ pub fn zip_strided<T: Element, V: Element, U: Element>(
     let eb = lb.broadcast_to(op, out_shape)?;
     let plan = Plan::new([&ea, &eb]);
     let [sa, sb] = plan.inner_strides;
-    plan.fill(&mut out, |o, [oa, ob]| row2(o, da, oa, sa, db, ob, sb, &f));
+    plan.fill(&mut out, &|o, [oa, ob]| row2(o, da, oa, sa, db, ob, sb, &f));
     Ok(out)
 }
 
@@ -380,7 +394,7 @@ pub fn ternary_map<A: Element, T: Element, U: Element>(
     let dc = pick(sc).as_slice::<T>().ok_or_else(|| bad(c, T::DTYPE))?;
     let plan = Plan::new([&ea, &eb, &ec]);
     let [xa, xb, xc] = plan.inner_strides;
-    plan.fill(&mut out, |o, [oa, ob, oc]| {
+    plan.fill(&mut out, &|o, [oa, ob, oc]| {
         for (i, o) in o.iter_mut().enumerate() {
             *o = f(da[oa + i * xa], db[ob + i * xb], dc[oc + i * xc]);
         }
@@ -398,7 +412,7 @@ pub fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
         return Ok(t.clone());
     }
     let src = t.dtype();
-    crate::match_dtype!(src, S => crate::match_dtype!(dtype, D => unary_map::<S, D>("to", t, |x| convert::<S, D>(x))))
+    crate::match_dtype!(src, S => crate::match_dtype!(dtype, D => unary_map::<S, D>("to", t, convert::<S, D>)))
 }
 
 /// PyTorch's element conversion: float → int truncates, anything → bool is `!= 0`.
@@ -520,7 +534,16 @@ pub fn update_strided<T: Element, V: Element>(
 /// common strides.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-fn update_row<T: Copy, V: Copy>(out: &mut [T], oo: usize, so: usize, src: &[V], os: usize, ss: usize, n: usize, f: &impl Fn(T, V) -> T) {
+fn update_row<T: Copy, V: Copy>(
+    out: &mut [T],
+    oo: usize,
+    so: usize,
+    src: &[V],
+    os: usize,
+    ss: usize,
+    n: usize,
+    f: &impl Fn(T, V) -> T,
+) {
     match (so, ss) {
         (1, 1) => {
             for (o, &s) in out[oo..oo + n].iter_mut().zip(&src[os..os + n]) {

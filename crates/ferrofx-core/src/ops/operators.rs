@@ -7,11 +7,12 @@
 //! and the first error propagates; finish with `?`. (`Result + Result` and `Result + number` are
 //! impossible in Rust: neither side would be a local type.)
 //!
-//! Supported operands: `Tensor`, `&Tensor`, `f64`, `f32`, `i64`, `i32`, [`Scalar`] and
-//! `Result<Tensor>` as described. Every operator goes through the op registry's dispatch with
-//! [`CallKind::Operator`]: `a + b` is `add`, `a - b` is `sub`, `n - a` is `rsub`, `a * b` is
-//! `mul`, `a / b` is `div`, `n / a` is `reciprocal(a) * n` (as PyTorch's `__rtruediv__`), `a % b`
-//! and `n % a` are `remainder`, `-a` is `neg`.
+//! Supported operands: `Tensor`, `&Tensor`, `f64`, `i64`, [`Scalar`] and `Result<Tensor>` as
+//! described (one float and one integer type, so literals infer: `&x * 2.0`, `&x + 1`). Every
+//! operator goes through the op registry's dispatch with [`CallKind::Operator`]: `a + b` is
+//! `add`, `a - b` is `sub`, `n - a` is `rsub`, `a * b` is `mul`, `a / b` is `div`, `n / a` is
+//! `reciprocal(a) * n` (as PyTorch's `__rtruediv__`), `a % b` and `n % a` are `remainder`, `-a`
+//! is `neg`.
 //!
 //! ```
 //! use ferrofx_core::Tensor;
@@ -107,9 +108,7 @@ macro_rules! tensor_ops {
             }
         }
         tensor_ops!(@num $Trait, $method, $OP, f64, |x| Value::Float(x));
-        tensor_ops!(@num $Trait, $method, $OP, f32, |x| Value::Float(x as f64));
         tensor_ops!(@num $Trait, $method, $OP, i64, |x| Value::Int(x));
-        tensor_ops!(@num $Trait, $method, $OP, i32, |x| Value::Int(x as i64));
         tensor_ops!(@num $Trait, $method, $OP, Scalar, |x| Value::from(x));
     };
     (@num $Trait:ident, $method:ident, $OP:ident, $N:ty, |$x:ident| $conv:expr) => {
