@@ -7,13 +7,13 @@
 //! float); `div` without rounding always computes in floating point. float16/bfloat16 compute in
 //! float32 and round back.
 
-use crate::dtype::{result_type, DType, Element, DEFAULT_FLOAT};
+use crate::dtype::{result_type, DType, Element, Operand, DEFAULT_FLOAT};
 use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Shape};
 use crate::op::args::scalar;
 use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Saves};
 use crate::ops::kernel::{binary_map, cast, unary_map};
-use crate::ops::num::{narrow_scalar, torch_name, value_operand, wide_dtype, Num};
+use crate::ops::num::{narrow_scalar, tensor_operand, torch_name, wide_dtype, Num};
 use crate::ops::unary::call1;
 use crate::scalar::Scalar;
 use crate::tensor::{Tensor, TensorMeta};
@@ -54,16 +54,24 @@ pub(crate) fn arg<'a>(op: &str, args: &'a [Value], i: usize, name: &str) -> Resu
     }
 }
 
-/// `result_type` of two operands and their broadcast shape.
-pub(crate) fn promote(op: &str, a: &Arg, b: &Arg, args: &[Value], ia: usize, ib: usize) -> Result<(Shape, DType)> {
+impl Arg<'_> {
+    /// This operand's role in `result_type`.
+    pub(crate) fn operand(&self) -> Operand {
+        match self {
+            Arg::Tensor(t) => tensor_operand(t),
+            Arg::Scalar(s) => Operand::Scalar(s.dtype()),
+        }
+    }
+}
+
+/// `result_type` of two operands and (when `with_shape`; kernels leave the broadcast check to
+/// the element map) their broadcast shape.
+pub(crate) fn promote(op: &str, a: &Arg, b: &Arg, with_shape: bool) -> Result<(Shape, DType)> {
     if matches!((a, b), (Arg::Scalar(_), Arg::Scalar(_))) {
         return Err(Error::schema(op, "at least one of the operands must be a Tensor, got two numbers"));
     }
-    let shape = broadcast_shapes(op, a.shape(), b.shape())?;
-    let (Some(oa), Some(ob)) = (value_operand(&args[ia]), value_operand(&args[ib])) else {
-        return Err(Error::schema(op, "operands must be tensors or numbers"));
-    };
-    Ok((shape, result_type(&[oa, ob])))
+    let shape = if with_shape { broadcast_shapes(op, a.shape(), b.shape())? } else { Shape::new() };
+    Ok((shape, result_type(&[a.operand(), b.operand()])))
 }
 
 /// Builds the element function of a binary op for one compute type.
@@ -72,16 +80,35 @@ pub(crate) trait BinKernel: Sync {
 }
 
 /// Applies `f` to operands converted to the compute type `N` (dtype `cd`), producing `U`.
-pub(crate) fn exec_typed<N: Num, U: Element>(op: &str, a: &Arg, b: &Arg, cd: DType, f: impl Fn(N, N) -> U + Sync + Send) -> Result<Tensor> {
+pub(crate) fn exec_typed<N: Num, U: Element>(
+    op: &str,
+    a: &Arg,
+    b: &Arg,
+    cd: DType,
+    f: impl Fn(N, N) -> U + Sync + Send,
+) -> Result<Tensor> {
+    // Borrow operands already in the compute dtype (no reference-count traffic on the hot path).
+    let conv = |t: &Tensor| -> Result<Option<Tensor>> {
+        if t.dtype() == cd {
+            Ok(None)
+        } else {
+            cast(t, cd).map(Some)
+        }
+    };
     match (a, b) {
-        (Arg::Tensor(x), Arg::Tensor(y)) => binary_map::<N, U>(op, &cast(x, cd)?, &cast(y, cd)?, f),
+        (Arg::Tensor(x), Arg::Tensor(y)) => {
+            let (cx, cy) = (conv(x)?, conv(y)?);
+            binary_map::<N, U>(op, cx.as_ref().unwrap_or(x), cy.as_ref().unwrap_or(y), f)
+        }
         (Arg::Tensor(x), Arg::Scalar(s)) => {
             let s = N::from_scalar(*s);
-            unary_map::<N, U>(op, &cast(x, cd)?, move |v| f(v, s))
+            let cx = conv(x)?;
+            unary_map::<N, U>(op, cx.as_ref().unwrap_or(x), move |v| f(v, s))
         }
         (Arg::Scalar(s), Arg::Tensor(y)) => {
             let s = N::from_scalar(*s);
-            unary_map::<N, U>(op, &cast(y, cd)?, move |v| f(s, v))
+            let cy = conv(y)?;
+            unary_map::<N, U>(op, cy.as_ref().unwrap_or(y), move |v| f(s, v))
         }
         (Arg::Scalar(_), Arg::Scalar(_)) => Err(Error::schema(op, "at least one of the operands must be a Tensor")),
     }
@@ -156,16 +183,21 @@ impl BinKernel for AlphaK {
 // Per-op validation: shape, compute dtype, errors (shared by meta and kernel).
 
 /// The checked signature of one binary call.
-pub(crate) struct Sig {
+pub(crate) struct Sig<'a> {
     pub shape: Shape,
     pub dtype: DType,
+    pub a: Arg<'a>,
+    pub b: Arg<'a>,
 }
 
 fn check_alpha(op: &str, d: DType, alpha: Scalar) -> Result<()> {
     if !d.is_floating_point() && alpha.is_float() {
         return Err(Error::argument(
             op,
-            format!("For integral input tensors, argument alpha must not be a floating point number (got alpha={}).", alpha.to_f64()),
+            format!(
+                "For integral input tensors, argument alpha must not be a floating point number (got alpha={}).",
+                alpha.to_f64()
+            ),
         ));
     }
     if d != DType::Bool && matches!(alpha, Scalar::Bool(_)) {
@@ -198,7 +230,10 @@ pub(crate) fn rounding(op: &str, v: &Value) -> Result<Rounding> {
         Value::None => Ok(Rounding::None),
         Value::Str(s) if s == "trunc" => Ok(Rounding::Trunc),
         Value::Str(s) if s == "floor" => Ok(Rounding::Floor),
-        Value::Str(s) => Err(Error::argument(op, format!("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{s}'"))),
+        Value::Str(s) => Err(Error::argument(
+            op,
+            format!("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{s}'"),
+        )),
         v => Err(Error::schema(op, format!("argument 'rounding_mode' must be str or None, but got {}", v.type_name()))),
     }
 }
@@ -208,10 +243,11 @@ fn not_implemented(op: &str, d: DType) -> Error {
 }
 
 /// Signature of `add`/`sub`/`rsub`/`mul`/... with the op's extra checks.
-pub(crate) fn signature(op: &str, args: &[Value]) -> Result<Sig> {
+/// `with_shape` also computes (and checks) the broadcast shape.
+pub(crate) fn signature<'a>(op: &str, args: &'a [Value], with_shape: bool) -> Result<Sig<'a>> {
     let a = arg(op, args, 0, "input")?;
     let b = arg(op, args, 1, if op.starts_with("pow") { "exponent" } else { "other" })?;
-    let (shape, d) = promote(op, &a, &b, args, 0, 1)?;
+    let (shape, d) = promote(op, &a, &b, with_shape)?;
     let base = op.trim_end_matches('_');
     let dtype = match base {
         "add" => {
@@ -235,7 +271,10 @@ pub(crate) fn signature(op: &str, args: &[Value]) -> Result<Sig> {
                 if d == DType::Bool {
                     return Err(Error::dtype(
                         op,
-                        format!("\"div\" with rounding_mode='{}' not implemented for 'Bool'", if r == Rounding::Trunc { "trunc" } else { "floor" }),
+                        format!(
+                            "\"div\" with rounding_mode='{}' not implemented for 'Bool'",
+                            if r == Rounding::Trunc { "trunc" } else { "floor" }
+                        ),
                     ));
                 }
                 d
@@ -262,7 +301,7 @@ pub(crate) fn signature(op: &str, args: &[Value]) -> Result<Sig> {
         }
         _ => d,
     };
-    Ok(Sig { shape, dtype })
+    Ok(Sig { shape, dtype, a, b })
 }
 
 /// Integer division by zero is an error in PyTorch (`ZeroDivisionError`).
@@ -300,17 +339,15 @@ impl KernelVisitor for Exec<'_> {
     }
 }
 
-/// Runs the arithmetic of a binary op out of place, computing in `d`.
-pub(crate) fn compute(op: &str, args: &[Value], d: DType) -> Result<Tensor> {
-    let a = arg(op, args, 0, "input")?;
-    let b = arg(op, args, 1, "other")?;
-    with_kernel(op, args, d, Exec { op, a, b, d })
+/// Runs the arithmetic of a binary op out of place, computing in `sig.dtype`.
+pub(crate) fn compute(op: &str, args: &[Value], sig: &Sig) -> Result<Tensor> {
+    let d = sig.dtype;
+    with_kernel(op, args, d, sig.b, Exec { op, a: sig.a, b: sig.b, d })
 }
 
 /// Selects the element kernel of binary op `op` (after its checks, e.g. integer division by
 /// zero) and hands it to `v`.
-pub(crate) fn with_kernel(op: &str, args: &[Value], d: DType, v: impl KernelVisitor) -> Result<Tensor> {
-    let b = arg(op, args, 1, "other")?;
+pub(crate) fn with_kernel(op: &str, args: &[Value], d: DType, b: Arg, v: impl KernelVisitor) -> Result<Tensor> {
     match op.trim_end_matches('_') {
         "add" | "sub" | "rsub" => {
             let alpha = scalar(op, args, 2)?;
@@ -366,12 +403,12 @@ macro_rules! binary_op {
             name: $name,
             schema: $schema,
             meta: |args| {
-                let s = signature($name, args)?;
+                let s = signature($name, args, true)?;
                 Ok(smallvec![TensorMeta::contiguous(&s.shape, s.dtype)])
             },
             kernel: |args| {
-                let s = signature($name, args)?;
-                Ok(smallvec![compute($name, args, s.dtype)?])
+                let s = signature($name, args, false)?;
+                Ok(smallvec![compute($name, args, &s)?])
             },
             cost: cost_elementwise,
             effect: Effect::Pure,
@@ -383,23 +420,33 @@ macro_rules! binary_op {
     };
 }
 
-pub(crate) const ADD_SCHEMA: &[ArgSpec] =
-    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("other", T::TensorOrScalar), ArgSpec::kw("alpha", T::Scalar, D::Int(1))];
+pub(crate) const ADD_SCHEMA: &[ArgSpec] = &[
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("other", T::TensorOrScalar),
+    ArgSpec::kw("alpha", T::Scalar, D::Int(1)),
+];
 pub(crate) const BIN_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor), ArgSpec::req("other", T::TensorOrScalar)];
 pub(crate) const DIV_SCHEMA: &[ArgSpec] = &[
     ArgSpec::req("input", T::Tensor),
     ArgSpec::req("other", T::TensorOrScalar),
     ArgSpec::kw("rounding_mode", T::OptStr, D::None),
 ];
-pub(crate) const POW_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("exponent", T::TensorOrScalar)];
+pub(crate) const POW_SCHEMA: &[ArgSpec] =
+    &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("exponent", T::TensorOrScalar)];
 pub(crate) const TENSOR_PAIR: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor), ArgSpec::req("other", T::Tensor)];
-const REMAINDER_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("other", T::TensorOrScalar)];
+const REMAINDER_SCHEMA: &[ArgSpec] =
+    &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("other", T::TensorOrScalar)];
 
 binary_op!(ADD, "add", ADD_SCHEMA, "`input + alpha * other` with broadcasting and type promotion.");
 binary_op!(SUB, "sub", ADD_SCHEMA, "`input - alpha * other` (bool operands rejected).");
 binary_op!(RSUB, "rsub", ADD_SCHEMA, "`other - alpha * input` (what `number - tensor` records).");
 binary_op!(MUL, "mul", BIN_SCHEMA, "`input * other`.");
-binary_op!(DIV, "div", DIV_SCHEMA, "`input / other`: true division (integers give float32), or rounded with rounding_mode 'trunc'/'floor'.");
+binary_op!(
+    DIV,
+    "div",
+    DIV_SCHEMA,
+    "`input / other`: true division (integers give float32), or rounded with rounding_mode 'trunc'/'floor'."
+);
 binary_op!(POW, "pow", POW_SCHEMA, "`input ** exponent` (either may be a number).");
 binary_op!(MAXIMUM, "maximum", TENSOR_PAIR, "Elementwise maximum (NaN propagates).");
 binary_op!(MINIMUM, "minimum", TENSOR_PAIR, "Elementwise minimum (NaN propagates).");

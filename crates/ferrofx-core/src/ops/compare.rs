@@ -43,7 +43,7 @@ cmp_kernel!(GeK, |x, y| x >= y);
 fn cmp_exec<K: CmpKernel>(op: &str, args: &[Value], k: &K) -> Result<Tensor> {
     let a = arg(op, args, 0, "input")?;
     let b = arg(op, args, 1, "other")?;
-    let (_, d) = promote(op, &a, &b, args, 0, 1)?;
+    let (_, d) = promote(op, &a, &b, false)?;
     // Halves convert exactly to f32 and narrow integers to i64, so comparing there is exact.
     let cd = wide_dtype(d);
     let (a, b) = (narrow_arg(&a, d), narrow_arg(&b, d));
@@ -53,7 +53,7 @@ fn cmp_exec<K: CmpKernel>(op: &str, args: &[Value], k: &K) -> Result<Tensor> {
 fn cmp_meta(op: &str, args: &[Value]) -> Result<crate::op::MetaOutputs> {
     let a = arg(op, args, 0, "input")?;
     let b = arg(op, args, 1, "other")?;
-    let (shape, _) = promote(op, &a, &b, args, 0, 1)?;
+    let (shape, _) = promote(op, &a, &b, true)?;
     Ok(smallvec![TensorMeta::contiguous(&shape, DType::Bool)])
 }
 
@@ -147,7 +147,10 @@ fn where_sig(args: &[Value]) -> Result<(crate::layout::Shape, DType)> {
     if !matches!(c.dtype(), DType::Bool | DType::U8) {
         return Err(Error::dtype(
             op,
-            format!("where expected condition to be a boolean tensor, but got a tensor with dtype {}", torch_name(c.dtype())),
+            format!(
+                "where expected condition to be a boolean tensor, but got a tensor with dtype {}",
+                torch_name(c.dtype())
+            ),
         ));
     }
     let a = arg(op, args, 1, "input")?;
@@ -179,7 +182,11 @@ fn as_tensor(a: &Arg, d: DType) -> Result<Tensor> {
 /// broadcast, `input`/`other` may be numbers.
 pub static WHERE: OpDef = OpDef {
     name: "where",
-    schema: &[ArgSpec::req("condition", T::Tensor), ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("other", T::TensorOrScalar)],
+    schema: &[
+        ArgSpec::req("condition", T::Tensor),
+        ArgSpec::req("input", T::TensorOrScalar),
+        ArgSpec::req("other", T::TensorOrScalar),
+    ],
     meta: |args| {
         let (shape, d) = where_sig(args)?;
         Ok(smallvec![TensorMeta::contiguous(&shape, d)])
