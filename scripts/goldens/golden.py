@@ -130,6 +130,8 @@ def _encode(value, case_name, tensors, counter, gen):
     if isinstance(value, int):
         return {"int": value}, value
     if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"float": repr(value)}, value  # JSON has no inf/nan: "inf", "-inf", "nan"
         return {"float": value}, value
     if isinstance(value, str):
         return {"str": value}, value
