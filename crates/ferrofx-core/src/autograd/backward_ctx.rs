@@ -49,9 +49,10 @@ impl<'a> BackwardCtx<'a> {
     }
     /// Metadata (shape, dtype) of tensor argument `i` (always recorded).
     pub fn input_meta(&self, i: usize) -> Result<&TensorMeta> {
-        self.input_metas.get(i).and_then(|m| m.as_ref()).ok_or_else(|| {
-            Error::autograd(self.op.name, format!("argument {i} is not a tensor, it has no metadata"))
-        })
+        self.input_metas
+            .get(i)
+            .and_then(|m| m.as_ref())
+            .ok_or_else(|| Error::autograd(self.op.name, format!("argument {i} is not a tensor, it has no metadata")))
     }
     /// Saved output `i`; an error if not saved.
     pub fn output(&self, i: usize) -> Result<&Tensor> {
