@@ -118,10 +118,10 @@ def _encode(value, case_name, tensors, counter, gen):
         counter[0] += 1
         tensors[key] = t
         desc = {"tensor": key}
-        tv = t
+        tv = t.clone()  # in-place ops must not change the stored input
         if isinstance(value, V):
             desc["view"] = list(value.view)
-            tv = value.apply(t)
+            tv = value.apply(tv)
         return desc, tv
     if value is None:
         return {"none": None}, None
