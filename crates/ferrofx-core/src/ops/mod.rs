@@ -8,5 +8,5 @@ use crate::op::OpDef;
 
 /// Every built-in op.
 pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
-    [view::OPS].into_iter().flatten()
+    [view::OPS, crate::autograd::formulas::OPS].into_iter().flatten()
 }

@@ -10,6 +10,7 @@ use crate::op::{
     cost_free, cost_memory, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs,
     OpDef, Outputs, Saves,
 };
+use crate::autograd::formulas::view as fm;
 use crate::ops::kernel;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
@@ -31,7 +32,7 @@ fn meta_of(l: &Layout, t: &Tensor) -> MetaOutputs {
 
 /// Defines a view op whose output layout is computed from the input layout by `$f`.
 macro_rules! view_op {
-    ($static:ident, $name:literal, $schema:expr, $doc:literal, |$op:ident, $args:ident, $l:ident| $f:expr) => {
+    ($static:ident, $name:literal, $schema:expr, $doc:literal, $bw:expr, |$op:ident, $args:ident, $l:ident| $f:expr) => {
         #[doc = $doc]
         pub static $static: OpDef = OpDef {
             name: $name,
@@ -53,7 +54,7 @@ macro_rules! view_op {
             cost: cost_free,
             effect: Effect::Pure,
             category: Category::View,
-            backward: None,
+            backward: Some($bw),
             saves: Saves::NOTHING,
             doc: $doc,
         };
@@ -64,6 +65,7 @@ const SELF_ONLY: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor)];
 
 view_op!(VIEW, "view", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
     "A view with another shape; fails when the strides do not allow it (use reshape).",
+    fm::reshape_backward,
     |op, args, l| {
         let sizes = ints(op, args, 1)?;
         let shape = infer_shape(op, &sizes, l.numel(), l.shape())?;
@@ -74,39 +76,48 @@ view_op!(VIEW, "view", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", 
 
 view_op!(TRANSPOSE, "transpose", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim0", T::Int), ArgSpec::req("dim1", T::Int)],
     "Swaps two dimensions (a view).",
+    fm::transpose_backward,
     |op, args, l| l.transpose(op, int(op, args, 1)?, int(op, args, 2)?));
 
 view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).",
+    fm::t_backward,
     |op, _args, l| if l.ndim() > 2 {
         Err(Error::shape(op, format!("t() expects a tensor with <= 2 dimensions, but self is {}D (shape {:?}); use transpose(dim0, dim1)", l.ndim(), l.shape())))
     } else if l.ndim() < 2 { Ok(l.clone()) } else { l.transpose(op, 0, 1) });
 
 view_op!(PERMUTE, "permute", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dims", T::IntList)],
     "Reorders dimensions (a view).",
+    fm::permute_backward,
     |op, args, l| l.permute(op, &ints(op, args, 1)?));
 
 view_op!(NARROW, "narrow", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("start", T::Int), ArgSpec::req("length", T::Int)],
     "Elements start..start+length along dim (a view).",
+    fm::narrow_backward,
     |op, args, l| l.narrow(op, int(op, args, 1)?, int(op, args, 2)?, int(op, args, 3)?));
 
 view_op!(SELECT, "select", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("index", T::Int)],
     "Element index along dim, removing dim (a view).",
+    fm::select_backward_formula,
     |op, args, l| l.select(op, int(op, args, 1)?, int(op, args, 2)?));
 
 view_op!(SLICE, "slice", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::Int, D::Int(0)), ArgSpec::opt("start", T::OptInt, D::None), ArgSpec::opt("end", T::OptInt, D::None), ArgSpec::opt("step", T::Int, D::Int(1))],
     "Python slicing start:end:step along dim (a view).",
+    fm::slice_backward_formula,
     |op, args, l| l.slice(op, int(op, args, 1)?, opt_int(op, args, 2)?, opt_int(op, args, 3)?, int(op, args, 4)?));
 
 view_op!(EXPAND, "expand", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
     "Broadcasts size-1 dims to the given sizes without copying (a view).",
+    fm::expand_backward,
     |op, args, l| l.expand(op, &ints(op, args, 1)?));
 
 view_op!(SQUEEZE, "squeeze", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::OptIntList, D::None)],
     "Removes size-1 dims (all, or the listed ones) (a view).",
+    fm::reshape_backward,
     |op, args, l| l.squeeze(op, crate::op::args::opt_ints(op, args, 1)?.as_deref()));
 
 view_op!(UNSQUEEZE, "unsqueeze", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int)],
     "Inserts a size-1 dim (a view).",
+    fm::unsqueeze_backward,
     |op, args, l| l.unsqueeze(op, int(op, args, 1)?));
 
 fn reshape_shape(op: &str, args: &[Value], l: &Layout) -> Result<crate::layout::Shape> {
@@ -159,7 +170,7 @@ pub static RESHAPE: OpDef = OpDef {
     cost: cost_free,
     effect: Effect::Pure,
     category: Category::View,
-    backward: None,
+    backward: Some(fm::reshape_backward),
     saves: Saves::NOTHING,
     doc: "Another shape with the same elements; copies only when a view is impossible.",
 };
@@ -183,7 +194,7 @@ pub static FLATTEN: OpDef = OpDef {
     cost: cost_free,
     effect: Effect::Pure,
     category: Category::View,
-    backward: None,
+    backward: Some(fm::reshape_backward),
     saves: Saves::NOTHING,
     doc: "Merges dims start_dim..=end_dim into one.",
 };
@@ -201,7 +212,7 @@ pub static CONTIGUOUS: OpDef = OpDef {
     cost: cost_memory,
     effect: Effect::Pure,
     category: Category::View,
-    backward: None,
+    backward: Some(fm::identity_backward),
     saves: Saves::NOTHING,
     doc: "A row-major copy, or the tensor itself when already contiguous.",
 };
@@ -223,7 +234,7 @@ pub static TO: OpDef = OpDef {
     cost: crate::op::cost_elementwise,
     effect: Effect::Pure,
     category: Category::Elementwise,
-    backward: None,
+    backward: Some(fm::to_backward),
     saves: Saves::NOTHING,
     doc: "Converts to another dtype.",
 };
