@@ -1,0 +1,179 @@
+//! `ferrofx-bench`: runs ferrofx's benchmarks and the PyTorch reference side by side and prints
+//! a table of medians and ratios.
+//!
+//! ```text
+//! cargo run --release -p ferrofx-bench -- [--setup-reference] [--no-reference] [--filter S] [--quick]
+//! ```
+//!
+//! The reference is `scripts/bench_reference.py`, run with the interpreter given by
+//! `--python` (default `.venv/bin/python`). Without it (or with `--no-reference`) only ferrofx's
+//! figures are printed, and the table says so.
+
+mod cases;
+mod timer;
+
+use clap::Parser;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+#[derive(Parser, Debug)]
+#[command(about = "ferrofx benchmarks side by side with PyTorch (ratios = reference time / ferrofx time)")]
+struct Args {
+    /// Create `.venv` with torch 2.15, torchvision, onnxruntime, safetensors from pip first.
+    #[arg(long)]
+    setup_reference: bool,
+    /// Run ferrofx only.
+    #[arg(long)]
+    no_reference: bool,
+    /// Python interpreter with torch for the reference.
+    #[arg(long, default_value = ".venv/bin/python")]
+    python: PathBuf,
+    /// Only cases whose id contains this string.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Shorter timing budget (noisier).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the markdown table and JSON results.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let avx512 = std::fs::read_to_string("/proc/cpuinfo").map(|s| s.contains("avx512f")).unwrap_or(false);
+    format!("{cpu}, {cores} cores{}", if avx512 { ", AVX-512" } else { "" })
+}
+
+fn setup_reference(python: &PathBuf) -> Result<(), String> {
+    let venv = python.parent().and_then(|p| p.parent()).ok_or("--python must be <venv>/bin/python")?;
+    if !python.exists() {
+        let st = Command::new("python3").arg("-m").arg("venv").arg(venv).status().map_err(|e| e.to_string())?;
+        if !st.success() {
+            return Err("python3 -m venv failed".into());
+        }
+    }
+    let st = Command::new(python)
+        .args(["-m", "pip", "install", "-q", "torch==2.15.*", "torchvision", "onnxruntime", "onnx", "safetensors", "numpy"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !st.success() {
+        return Err("pip install of the reference environment failed".into());
+    }
+    Ok(())
+}
+
+fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<(BTreeMap<String, f64>, String), String> {
+    if !python.exists() {
+        return Err(format!("{} not found (run with --setup-reference)", python.display()));
+    }
+    let mut cmd = Command::new(python);
+    cmd.arg("scripts/bench_reference.py").arg("--ids").arg(ids.join(","));
+    if quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !out.status.success() {
+        return Err(format!("reference script failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let mut map = BTreeMap::new();
+    let mut version = String::from("?");
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if let Some(ver) = v.get("torch_version").and_then(|x| x.as_str()) {
+            version = ver.to_string();
+        }
+        if let (Some(id), Some(s)) = (v.get("id").and_then(|x| x.as_str()), v.get("seconds").and_then(|x| x.as_f64())) {
+            map.insert(id.to_string(), s);
+        }
+    }
+    Ok((map, version))
+}
+
+fn fmt_time(s: f64) -> String {
+    if s < 1e-6 {
+        format!("{:.0} ns", s * 1e9)
+    } else if s < 1e-3 {
+        format!("{:.2} µs", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    if args.setup_reference {
+        if let Err(e) = setup_reference(&args.python) {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    }
+    let budget = timer::Budget::new(args.quick);
+    let cases: Vec<_> =
+        cases::all().into_iter().filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true)).collect();
+    if cases.is_empty() {
+        eprintln!("error: no benchmark case matches the filter");
+        std::process::exit(2);
+    }
+    let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
+    for c in &cases {
+        eprint!("ferrofx  {:<28}", c.id);
+        let r = (c.setup)().map_err(|e| e.to_string()).map(|mut f| timer::median_secs(budget, c.inner, &mut *f));
+        match &r {
+            Ok(s) => eprintln!(" {}", fmt_time(*s)),
+            Err(e) => eprintln!(" skipped: {e}"),
+        }
+        ours.insert(c.id, r);
+    }
+    let ids: Vec<&str> = cases.iter().map(|c| c.id).collect();
+    let reference = if args.no_reference {
+        Err("disabled with --no-reference".to_string())
+    } else {
+        eprintln!("running the PyTorch reference ...");
+        run_reference(&args.python, &ids, args.quick)
+    };
+    let mut md = String::new();
+    md.push_str(&format!("Machine: {}\n\n", machine()));
+    match &reference {
+        Ok((_, v)) => md.push_str(&format!("Reference: PyTorch {v}, 2 threads. Ratio = reference time / ferrofx time (> 1: ferrofx is faster).\n\n")),
+        Err(e) => md.push_str(&format!("Reference: NOT RUN ({e}); ferrofx figures only.\n\n")),
+    }
+    md.push_str("| case | what | ferrofx | reference | ratio | ferrofx throughput |\n|---|---|---|---|---|---|\n");
+    let mut json_rows = Vec::new();
+    for c in &cases {
+        let o = &ours[c.id];
+        let r = reference.as_ref().ok().and_then(|(m, _)| m.get(c.id).copied());
+        let ours_s = match o {
+            Ok(s) => fmt_time(*s),
+            Err(e) => format!("skipped ({e})"),
+        };
+        let ref_s = r.map(fmt_time).unwrap_or_else(|| "–".into());
+        let ratio = match (o, r) {
+            (Ok(a), Some(b)) => format!("{:.2}×", b / a),
+            _ => "–".into(),
+        };
+        let thr = match (o, c.work) {
+            (Ok(s), Some((w, unit))) => format!("{:.1} {unit}", w / s / 1e9),
+            _ => "".into(),
+        };
+        md.push_str(&format!("| {} | {} | {ours_s} | {ref_s} | {ratio} | {thr} |\n", c.id, c.what));
+        json_rows.push(json!({"id": c.id, "group": c.group, "ferrofx_seconds": o.as_ref().ok(), "reference_seconds": r}));
+    }
+    println!("{md}");
+    if std::fs::create_dir_all(&args.out).is_ok() {
+        let _ = std::fs::write(args.out.join("latest.md"), &md);
+        let _ = std::fs::write(
+            args.out.join("latest.json"),
+            serde_json::to_string_pretty(&json!({"machine": machine(), "rows": json_rows})).unwrap_or_default(),
+        );
+        eprintln!("wrote {}/latest.md and latest.json", args.out.display());
+    }
+}

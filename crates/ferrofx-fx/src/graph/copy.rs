@@ -1,0 +1,109 @@
+//! Copying nodes and graphs.
+
+use crate::graph::argument::{Argument, Kwargs};
+use crate::graph::error::{GraphError, Result};
+use crate::graph::graph::Graph;
+use crate::graph::hash::FxHashMap;
+use crate::graph::node::Node;
+use crate::graph::node_id::NodeId;
+use crate::graph::target::Opcode;
+use std::collections::HashMap;
+
+impl Graph {
+    /// FX's `node_copy`: creates in this graph a node like `node` (which may belong to any
+    /// graph) at the insertion point, mapping each node reference of its args/kwargs through
+    /// `arg_transform`. Name (made unique), type and meta are copied.
+    ///
+    /// ```
+    /// use ferrofx_fx::{Argument, Graph, Target};
+    /// let mut src = Graph::new();
+    /// let x = src.placeholder("x").unwrap();
+    /// let r = src.call_function(Target::named("relu"), vec![x.into()]).unwrap();
+    /// let mut dst = Graph::new();
+    /// let y = dst.placeholder("y").unwrap();
+    /// let r2 = dst.node_copy(src.node(r).unwrap(), |_| Ok(Argument::Node(y))).unwrap();
+    /// assert_eq!(dst.node(r2).unwrap().all_input_nodes(), vec![y]);
+    /// ```
+    pub fn node_copy(
+        &mut self,
+        node: &Node,
+        mut arg_transform: impl FnMut(NodeId) -> Result<Argument>,
+    ) -> Result<NodeId> {
+        let args = node.args.iter().map(|a| a.try_map_nodes(&mut arg_transform)).collect::<Result<Vec<_>>>()?;
+        let kwargs = node
+            .kwargs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.try_map_nodes(&mut arg_transform)?)))
+            .collect::<Result<Kwargs>>()?;
+        let id =
+            self.create_node(node.op, node.target.clone(), args, kwargs, Some(&node.name), node.type_expr.clone())?;
+        self.live_mut(id.index).meta = node.meta.clone();
+        Ok(id)
+    }
+
+    /// FX's `graph_copy`: copies every node of `src` except its output into this graph,
+    /// recording `src` node → new node in `val_map` (entries already present are used instead
+    /// of copying). Returns the value the output of `src` returned, mapped into this graph, or
+    /// `None` when `src` has no output.
+    ///
+    /// ```
+    /// use ferrofx_fx::{Graph, Target};
+    /// use std::collections::HashMap;
+    /// let mut src = Graph::new();
+    /// let x = src.placeholder("x").unwrap();
+    /// let r = src.call_function(Target::named("relu"), vec![x.into()]).unwrap();
+    /// src.output(r.into()).unwrap();
+    /// let mut dst = Graph::new();
+    /// let mut map = HashMap::new();
+    /// let out = dst.graph_copy(&src, &mut map).unwrap().unwrap();
+    /// dst.output(out).unwrap();
+    /// assert_eq!(dst.to_string(), src.to_string());
+    /// ```
+    pub fn graph_copy(&mut self, src: &Graph, val_map: &mut HashMap<NodeId, NodeId>) -> Result<Option<Argument>> {
+        let mut fast: FxHashMap<u32, NodeId> = FxHashMap::default();
+        for (k, v) in val_map.iter() {
+            if k.graph == src.id {
+                fast.insert(k.index, *v);
+            }
+        }
+        let mut result = None;
+        for id in src.nodes() {
+            if val_map.contains_key(&id) {
+                continue;
+            }
+            let node = src.live(id.index);
+            let mut map = |n: NodeId| -> Result<Argument> {
+                fast.get(&n.index)
+                    .map(|&m| Argument::Node(m))
+                    .ok_or_else(|| GraphError::Erased { id: n, name: src.name_or_unknown(n) })
+            };
+            if node.op == Opcode::Output {
+                result = Some(match node.args.first() {
+                    Some(a) => a.try_map_nodes(&mut map)?,
+                    None => Argument::None,
+                });
+                break;
+            }
+            let new = self.node_copy(node, map)?;
+            fast.insert(id.index, new);
+            val_map.insert(id, new);
+        }
+        Ok(result)
+    }
+
+    /// A copy of this graph with a fresh identity (same names, order, args, meta). Returns the
+    /// copy and the map from this graph's nodes to the copy's.
+    pub fn deep_copy(&self) -> Result<(Graph, HashMap<NodeId, NodeId>)> {
+        let mut g = Graph::new();
+        let mut map = HashMap::with_capacity(self.len());
+        if let Some(out) = self.graph_copy_into(&mut g, &mut map)? {
+            g.output(out)?;
+        }
+        g.owner = self.owner.clone();
+        Ok((g, map))
+    }
+
+    fn graph_copy_into(&self, g: &mut Graph, map: &mut HashMap<NodeId, NodeId>) -> Result<Option<Argument>> {
+        g.graph_copy(self, map)
+    }
+}

@@ -1,0 +1,37 @@
+//! Dead code elimination.
+
+use crate::graph::graph::Graph;
+use crate::graph::node::Node;
+
+impl Graph {
+    /// FX's `eliminate_dead_code`: walks the graph backwards and erases every node without
+    /// users that is not impure. Impurity is [`Node::is_impure`] unless `is_impure` is given.
+    /// One pass removes whole dead chains, since users come after their inputs. Returns whether
+    /// anything was erased.
+    ///
+    /// ```
+    /// use ferrofx_fx::{Graph, Target};
+    /// let mut g = Graph::new();
+    /// let x = g.placeholder("x").unwrap();
+    /// let dead = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
+    /// g.call_function(Target::named("neg"), vec![dead.into()]).unwrap();
+    /// g.output(x.into()).unwrap();
+    /// assert!(g.eliminate_dead_code(None));
+    /// assert_eq!(g.len(), 2);
+    /// ```
+    pub fn eliminate_dead_code(&mut self, is_impure: Option<&dyn Fn(&Node) -> bool>) -> bool {
+        let mut changed = false;
+        let mut cursor = self.cursor_rev();
+        while let Some(id) = cursor.next(self) {
+            let node = self.live(id.index);
+            let impure = match is_impure {
+                Some(f) => f(node),
+                None => node.is_impure(),
+            };
+            if !impure && node.users.is_empty() && self.erase_node(id).is_ok() {
+                changed = true;
+            }
+        }
+        changed
+    }
+}

@@ -1,0 +1,37 @@
+//! # ferrofx-fx: the graph IR
+//!
+//! A torch.fx-style intermediate representation: a [`Graph`] owns [`Node`]s kept in an arena and
+//! ordered by a circular doubly linked list with a sentinel root. Every node has one of six
+//! [`Opcode`]s, a [`Target`], positional and keyword [`Argument`]s, [`Meta`]data, and use-def
+//! edges (`users` / `input_nodes`) that the graph keeps consistent on every mutation.
+//!
+//! Nodes are addressed by [`NodeId`]s: typed, generational handles that carry the identity of
+//! their graph, so using an erased node or a node of another graph is an [`Err`], never a panic
+//! or a silent wrong answer.
+//!
+//! ```
+//! use ferrofx_fx::{Graph, Target};
+//!
+//! let mut g = Graph::new();
+//! let x = g.placeholder("x").unwrap();
+//! let y = g.placeholder("y").unwrap();
+//! let add = g.call_function(Target::named("add"), vec![x.into(), y.into()]).unwrap();
+//! let relu = g.call_function(Target::named("relu"), vec![add.into()]).unwrap();
+//! g.output(relu.into()).unwrap();
+//! g.lint().unwrap();
+//! assert_eq!(
+//!     g.to_string(),
+//!     "graph():\n    \
+//!      %x : [num_users=1] = placeholder[target=x]\n    \
+//!      %y : [num_users=1] = placeholder[target=y]\n    \
+//!      %add : [num_users=1] = call_function[target=add](args = (%x, %y), kwargs = {})\n    \
+//!      %relu : [num_users=1] = call_function[target=relu](args = (%add,), kwargs = {})\n    \
+//!      return relu"
+//! );
+//! ```
+#![warn(missing_docs)]
+
+pub mod core_api;
+pub mod graph;
+
+pub use graph::*;

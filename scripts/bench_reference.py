@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""PyTorch reference for `cargo run --release -p ferrofx-bench`.
+
+Runs the cases with the ids given in --ids (same ids as crates/ferrofx-bench/src/cases.rs) and
+prints one JSON object per case: {"id": ..., "seconds": median seconds per call}.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def median_secs(fn, inner=1, quick=False):
+    warm, measure, min_samples = (0.05, 0.3, 3) if quick else (0.3, 2.0, 5)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warm:
+        for _ in range(inner):
+            fn()
+    samples = []
+    t0 = time.perf_counter()
+    while len(samples) < min_samples or time.perf_counter() - t0 < measure:
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t) / inner)
+    return statistics.median(samples)
+
+
+def data(shape, seed):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(shape, generator=g) * 2 - 1
+
+
+def cases():
+    import torch
+    import torch.nn.functional as F
+
+    def matmul_1024():
+        a, b = data((1024, 1024), 1), data((1024, 1024), 2)
+        return lambda: torch.matmul(a, b), 1
+
+    def add_16m():
+        a, b = data((16 << 20,), 1), data((16 << 20,), 2)
+        c = torch.empty_like(a)
+        return lambda: torch.add(a, b, out=c), 1
+
+    def add_inplace_16m():
+        a, b = data((16 << 20,), 1), data((16 << 20,), 2)
+        return lambda: a.add_(b), 1
+
+    def add_tiny():
+        a, b = torch.tensor([1.0]), torch.tensor([2.0])
+        return lambda: a.add(b), 10_000
+
+    def conv(n, cin, cout, hw, k, s, p):
+        def make():
+            x, w = data((n, cin, hw, hw), 1), data((cout, cin, k, k), 2)
+            return lambda: F.conv2d(x, w, None, s, p), 1
+        return make
+
+    return {
+        "matmul_1024_f32": matmul_1024,
+        "add_16m_f32": add_16m,
+        "add_inplace_16m_f32": add_inplace_16m,
+        "add_tiny_f32": add_tiny,
+        "conv2d_r18_conv1_b1": conv(1, 3, 64, 224, 7, 2, 3),
+        "conv2d_r18_l1_b1": conv(1, 64, 64, 56, 3, 1, 1),
+        "conv2d_r18_l2_b1": conv(1, 128, 128, 28, 3, 1, 1),
+        "conv2d_r18_l3_b1": conv(1, 256, 256, 14, 3, 1, 1),
+        "conv2d_r18_l4_b1": conv(1, 512, 512, 7, 3, 1, 1),
+        "conv2d_r18_l1_b8": conv(8, 64, 64, 56, 3, 1, 1),
+        "conv2d_r18_down_b8": conv(8, 128, 256, 28, 1, 2, 0),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ids", default="")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    import torch
+    torch.set_num_threads(2)
+    print(json.dumps({"torch_version": torch.__version__}), flush=True)
+    table = cases()
+    for cid in [i for i in a.ids.split(",") if i]:
+        if cid not in table:
+            print(json.dumps({"id": cid, "error": "no reference for this case"}), flush=True)
+            continue
+        fn, inner = table[cid]()
+        with torch.no_grad():
+            s = median_secs(fn, inner, a.quick)
+        print(json.dumps({"id": cid, "seconds": s}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
