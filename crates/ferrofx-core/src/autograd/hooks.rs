@@ -86,6 +86,7 @@ impl HookList {
 }
 
 /// Returned by [`Tensor::register_hook`]; [`HookHandle::remove`] unregisters the hook.
+#[derive(Debug)]
 pub struct HookHandle {
     list: Weak<HookList>,
     id: u64,
