@@ -165,3 +165,12 @@ impl Tensor {
         super::backward(&[self.clone()], &[gradient.cloned()], retain_graph, create_graph)
     }
 }
+
+impl Tensor {
+    /// How many handles share this tensor object (for tests of graph memory: saved tensors
+    /// hold handles until backward releases them).
+    #[doc(hidden)]
+    pub fn use_count(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
