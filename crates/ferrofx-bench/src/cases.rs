@@ -4,6 +4,9 @@
 use ferrofx_core::op::{self, CallKind};
 use ferrofx_core::{Result, Tensor, Value};
 
+/// A closure that runs one timed call.
+pub type Runner = Box<dyn FnMut()>;
+
 /// What a case measures.
 pub struct Case {
     /// Stable id, shared with the reference script.
@@ -17,7 +20,7 @@ pub struct Case {
     /// Calls per timing sample (tiny ops are batched).
     pub inner: usize,
     /// Builds the closure to time.
-    pub setup: fn() -> Result<Box<dyn FnMut()>>,
+    pub setup: fn() -> Result<Runner>,
 }
 
 /// Deterministic pseudo-random f32 data in [-1, 1) (no dependency on the random ops).
@@ -40,7 +43,7 @@ fn call(name: &str, args: Vec<Value>) -> Result<()> {
     op::call(name, args, vec![]).map(|_| ())
 }
 
-fn matmul_1024() -> Result<Box<dyn FnMut()>> {
+fn matmul_1024() -> Result<Runner> {
     let a = tensor(&[1024, 1024], 1)?;
     let b = tensor(&[1024, 1024], 2)?;
     call("matmul", vec![(&a).into(), (&b).into()])?;
@@ -49,7 +52,7 @@ fn matmul_1024() -> Result<Box<dyn FnMut()>> {
     }))
 }
 
-fn add_16m() -> Result<Box<dyn FnMut()>> {
+fn add_16m() -> Result<Runner> {
     let a = tensor(&[16 << 20], 1)?;
     let b = tensor(&[16 << 20], 2)?;
     call("add", vec![(&a).into(), (&b).into()])?;
@@ -58,7 +61,7 @@ fn add_16m() -> Result<Box<dyn FnMut()>> {
     }))
 }
 
-fn add_inplace_16m() -> Result<Box<dyn FnMut()>> {
+fn add_inplace_16m() -> Result<Runner> {
     let a = tensor(&[16 << 20], 1)?;
     let b = tensor(&[16 << 20], 2)?;
     call("add_", vec![(&a).into(), (&b).into()])?;
@@ -67,7 +70,7 @@ fn add_inplace_16m() -> Result<Box<dyn FnMut()>> {
     }))
 }
 
-fn add_tiny() -> Result<Box<dyn FnMut()>> {
+fn add_tiny() -> Result<Runner> {
     let a = Tensor::from_vec(vec![1.0f32], &[1])?;
     let b = Tensor::from_vec(vec![2.0f32], &[1])?;
     let add = op::require("add")?;
@@ -80,7 +83,7 @@ fn add_tiny() -> Result<Box<dyn FnMut()>> {
 
 macro_rules! conv_case {
     ($fn:ident, $n:expr, $cin:expr, $cout:expr, $hw:expr, $k:expr, $s:expr, $p:expr) => {
-        fn $fn() -> Result<Box<dyn FnMut()>> {
+        fn $fn() -> Result<Runner> {
             let x = tensor(&[$n, $cin, $hw, $hw], 1)?;
             let w = tensor(&[$cout, $cin, $k, $k], 2)?;
             let args = move || {
@@ -138,13 +141,69 @@ pub fn all() -> Vec<Case> {
             inner: 1,
             setup: add_inplace_16m,
         },
-        Case { id: "add_tiny_f32", group: "kernels", what: "add of 1-element tensors (per-op overhead)", work: None, inner: 10_000, setup: add_tiny },
-        Case { id: "conv2d_r18_conv1_b1", group: "kernels", what: "conv2d 7x7/2 3->64 @224, batch 1", work: Some((conv_flops(1.0, 3.0, 64.0, 112.0, 7.0), "GFLOP/s")), inner: 1, setup: conv_r18_conv1_b1 },
-        Case { id: "conv2d_r18_l1_b1", group: "kernels", what: "conv2d 3x3 64->64 @56, batch 1", work: Some((conv_flops(1.0, 64.0, 64.0, 56.0, 3.0), "GFLOP/s")), inner: 1, setup: conv_r18_l1_b1 },
-        Case { id: "conv2d_r18_l2_b1", group: "kernels", what: "conv2d 3x3 128->128 @28, batch 1", work: Some((conv_flops(1.0, 128.0, 128.0, 28.0, 3.0), "GFLOP/s")), inner: 1, setup: conv_r18_l2_b1 },
-        Case { id: "conv2d_r18_l3_b1", group: "kernels", what: "conv2d 3x3 256->256 @14, batch 1", work: Some((conv_flops(1.0, 256.0, 256.0, 14.0, 3.0), "GFLOP/s")), inner: 1, setup: conv_r18_l3_b1 },
-        Case { id: "conv2d_r18_l4_b1", group: "kernels", what: "conv2d 3x3 512->512 @7, batch 1", work: Some((conv_flops(1.0, 512.0, 512.0, 7.0, 3.0), "GFLOP/s")), inner: 1, setup: conv_r18_l4_b1 },
-        Case { id: "conv2d_r18_l1_b8", group: "kernels", what: "conv2d 3x3 64->64 @56, batch 8", work: Some((conv_flops(8.0, 64.0, 64.0, 56.0, 3.0), "GFLOP/s")), inner: 1, setup: conv_r18_l1_b8 },
-        Case { id: "conv2d_r18_down_b8", group: "kernels", what: "conv2d 1x1/2 128->256 @28, batch 8", work: Some((conv_flops(8.0, 128.0, 256.0, 14.0, 1.0), "GFLOP/s")), inner: 1, setup: conv_r18_down_b8 },
+        Case {
+            id: "add_tiny_f32",
+            group: "kernels",
+            what: "add of 1-element tensors (per-op overhead)",
+            work: None,
+            inner: 10_000,
+            setup: add_tiny,
+        },
+        Case {
+            id: "conv2d_r18_conv1_b1",
+            group: "kernels",
+            what: "conv2d 7x7/2 3->64 @224, batch 1",
+            work: Some((conv_flops(1.0, 3.0, 64.0, 112.0, 7.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_conv1_b1,
+        },
+        Case {
+            id: "conv2d_r18_l1_b1",
+            group: "kernels",
+            what: "conv2d 3x3 64->64 @56, batch 1",
+            work: Some((conv_flops(1.0, 64.0, 64.0, 56.0, 3.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_l1_b1,
+        },
+        Case {
+            id: "conv2d_r18_l2_b1",
+            group: "kernels",
+            what: "conv2d 3x3 128->128 @28, batch 1",
+            work: Some((conv_flops(1.0, 128.0, 128.0, 28.0, 3.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_l2_b1,
+        },
+        Case {
+            id: "conv2d_r18_l3_b1",
+            group: "kernels",
+            what: "conv2d 3x3 256->256 @14, batch 1",
+            work: Some((conv_flops(1.0, 256.0, 256.0, 14.0, 3.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_l3_b1,
+        },
+        Case {
+            id: "conv2d_r18_l4_b1",
+            group: "kernels",
+            what: "conv2d 3x3 512->512 @7, batch 1",
+            work: Some((conv_flops(1.0, 512.0, 512.0, 7.0, 3.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_l4_b1,
+        },
+        Case {
+            id: "conv2d_r18_l1_b8",
+            group: "kernels",
+            what: "conv2d 3x3 64->64 @56, batch 8",
+            work: Some((conv_flops(8.0, 64.0, 64.0, 56.0, 3.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_l1_b8,
+        },
+        Case {
+            id: "conv2d_r18_down_b8",
+            group: "kernels",
+            what: "conv2d 1x1/2 128->256 @28, batch 8",
+            work: Some((conv_flops(8.0, 128.0, 256.0, 14.0, 1.0), "GFLOP/s")),
+            inner: 1,
+            setup: conv_r18_down_b8,
+        },
     ]
 }

@@ -44,7 +44,11 @@ struct Args {
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let avx512 = std::fs::read_to_string("/proc/cpuinfo").map(|s| s.contains("avx512f")).unwrap_or(false);
@@ -60,7 +64,18 @@ fn setup_reference(python: &PathBuf) -> Result<(), String> {
         }
     }
     let st = Command::new(python)
-        .args(["-m", "pip", "install", "-q", "torch==2.15.*", "torchvision", "onnxruntime", "onnx", "safetensors", "numpy"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "torch==2.15.*",
+            "torchvision",
+            "onnxruntime",
+            "onnx",
+            "safetensors",
+            "numpy",
+        ])
         .status()
         .map_err(|e| e.to_string())?;
     if !st.success() {
@@ -143,7 +158,9 @@ fn main() {
     let mut md = String::new();
     md.push_str(&format!("Machine: {}\n\n", machine()));
     match &reference {
-        Ok((_, v)) => md.push_str(&format!("Reference: PyTorch {v}, 2 threads. Ratio = reference time / ferrofx time (> 1: ferrofx is faster).\n\n")),
+        Ok((_, v)) => md.push_str(&format!(
+            "Reference: PyTorch {v}, 2 threads. Ratio = reference time / ferrofx time (> 1: ferrofx is faster).\n\n"
+        )),
         Err(e) => md.push_str(&format!("Reference: NOT RUN ({e}); ferrofx figures only.\n\n")),
     }
     md.push_str("| case | what | ferrofx | reference | ratio | ferrofx throughput |\n|---|---|---|---|---|---|\n");
@@ -165,7 +182,8 @@ fn main() {
             _ => "".into(),
         };
         md.push_str(&format!("| {} | {} | {ours_s} | {ref_s} | {ratio} | {thr} |\n", c.id, c.what));
-        json_rows.push(json!({"id": c.id, "group": c.group, "ferrofx_seconds": o.as_ref().ok(), "reference_seconds": r}));
+        json_rows
+            .push(json!({"id": c.id, "group": c.group, "ferrofx_seconds": o.as_ref().ok(), "reference_seconds": r}));
     }
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {

@@ -35,11 +35,7 @@ pub fn wrap_dim(op: &str, dim: i64, ndim: usize) -> Result<usize> {
     if dim < -n || dim >= n {
         return Err(Error::index(
             op,
-            format!(
-                "Dimension out of range (expected to be in range of [{}, {}], but got {dim})",
-                -n,
-                n - 1
-            ),
+            format!("Dimension out of range (expected to be in range of [{}, {}], but got {dim})", -n, n - 1),
         ));
     }
     Ok(if dim < 0 { (dim + n) as usize } else { dim as usize })
@@ -165,7 +161,11 @@ impl Layout {
         if dims.len() != n {
             return Err(Error::shape(
                 op,
-                format!("number of dims don't match in permute: got {} dims {dims:?} for a tensor of shape {:?}", dims.len(), self.shape),
+                format!(
+                    "number of dims don't match in permute: got {} dims {dims:?} for a tensor of shape {:?}",
+                    dims.len(),
+                    self.shape
+                ),
             ));
         }
         let mut seen = vec![false; n];
@@ -193,7 +193,10 @@ impl Layout {
         if start < 0 || length < 0 || start + length > size {
             return Err(Error::index(
                 op,
-                format!("start ({start}) + length ({length}) exceeds dimension size ({size}) of dim {d} (shape {:?})", self.shape),
+                format!(
+                    "start ({start}) + length ({length}) exceeds dimension size ({size}) of dim {d} (shape {:?})",
+                    self.shape
+                ),
             ));
         }
         let mut l = self.clone();
@@ -234,10 +237,7 @@ impl Layout {
         let d = wrap_dim(op, dim, self.ndim())?;
         let size = self.shape[d] as i64;
         if index < -size || index >= size {
-            return Err(Error::index(
-                op,
-                format!("index {index} is out of bounds for dimension {d} with size {size}"),
-            ));
+            return Err(Error::index(op, format!("index {index} is out of bounds for dimension {d} with size {size}")));
         }
         let idx = if index < 0 { index + size } else { index } as usize;
         let mut l = self.clone();
@@ -270,8 +270,8 @@ impl Layout {
         let mut drop = vec![false; n];
         match dims {
             None => {
-                for i in 0..n {
-                    drop[i] = self.shape[i] == 1;
+                for (d, &s) in drop.iter_mut().zip(self.shape.iter()) {
+                    *d = s == 1;
                 }
             }
             Some(ds) => {
@@ -284,10 +284,10 @@ impl Layout {
             }
         }
         let mut l = Layout { shape: Shape::new(), strides: Strides::new(), offset: self.offset };
-        for i in 0..n {
-            if !drop[i] {
-                l.shape.push(self.shape[i]);
-                l.strides.push(self.strides[i]);
+        for ((&d, &size), &stride) in drop.iter().zip(&self.shape).zip(&self.strides) {
+            if !d {
+                l.shape.push(size);
+                l.strides.push(stride);
             }
         }
         Ok(l)
@@ -406,7 +406,7 @@ pub fn infer_shape(op: &str, sizes: &[i64], numel: usize, from: &[usize]) -> Res
     let mut out: Shape = sizes.iter().map(|&s| s.max(0) as usize).collect();
     match infer {
         Some(i) => {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(Error::shape(
                     op,
                     format!("shape '{sizes:?}' is invalid for input of size {numel} (input shape {from:?})"),
@@ -438,7 +438,12 @@ pub struct StridedIter<'a> {
 impl<'a> StridedIter<'a> {
     /// Starts at the first element.
     pub fn new(layout: &'a Layout) -> Self {
-        StridedIter { layout, index: SmallVec::from_elem(0, layout.ndim()), pos: layout.offset, remaining: layout.numel() }
+        StridedIter {
+            layout,
+            index: SmallVec::from_elem(0, layout.ndim()),
+            pos: layout.offset,
+            remaining: layout.numel(),
+        }
     }
 }
 

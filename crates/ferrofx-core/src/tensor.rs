@@ -294,7 +294,11 @@ impl Tensor {
     pub fn is_contiguous(&self) -> bool {
         match &self.0.data {
             Data::Concrete { layout, .. } => layout.is_contiguous(),
-            Data::Symbolic(s) => s.meta.as_ref().map(|m| Layout::from_parts(m.shape.clone(), m.strides.clone(), 0).is_contiguous()).unwrap_or(true),
+            Data::Symbolic(s) => s
+                .meta
+                .as_ref()
+                .map(|m| Layout::from_parts(m.shape.clone(), m.strides.clone(), 0).is_contiguous())
+                .unwrap_or(true),
         }
     }
 

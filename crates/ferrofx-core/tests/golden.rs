@@ -58,7 +58,10 @@ fn apply_view(t: Tensor, view: &[Json]) -> Result<Tensor, String> {
     let kind = view.first().and_then(|k| k.as_str()).ok_or("view without kind")?;
     let int = |i: usize| view.get(i).and_then(|v| v.as_i64());
     let ints = |i: usize| -> Vec<i64> {
-        view.get(i).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_i64()).collect()).unwrap_or_default()
+        view.get(i)
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_i64()).collect())
+            .unwrap_or_default()
     };
     let r = match kind {
         "transpose" => t.transpose(int(1).ok_or("dim0")?, int(2).ok_or("dim1")?),
@@ -98,10 +101,12 @@ fn decode(st: &SafeTensors, j: &Json) -> Result<Value, String> {
         "float" => Value::Float(v.as_f64().ok_or("float")?),
         "str" => Value::Str(v.as_str().ok_or("str")?.to_string()),
         "dtype" => Value::DType(DType::parse(v.as_str().ok_or("dtype")?).ok_or("dtype name")?),
-        "ints" => Value::Ints(v.as_array().ok_or("ints")?.iter().map(|x| x.as_i64().ok_or("int")).collect::<Result<_, _>>()?),
-        "floats" => {
-            Value::Floats(v.as_array().ok_or("floats")?.iter().map(|x| x.as_f64().ok_or("float")).collect::<Result<_, _>>()?)
+        "ints" => {
+            Value::Ints(v.as_array().ok_or("ints")?.iter().map(|x| x.as_i64().ok_or("int")).collect::<Result<_, _>>()?)
         }
+        "floats" => Value::Floats(
+            v.as_array().ok_or("floats")?.iter().map(|x| x.as_f64().ok_or("float")).collect::<Result<_, _>>()?,
+        ),
         other => return Err(format!("unknown argument kind {other}")),
     })
 }

@@ -10,10 +10,7 @@ use crate::tensor::Tensor;
 use crate::value::Value;
 
 fn wrong(op: &str, i: usize, want: &str, got: Option<&Value>) -> Error {
-    Error::schema(
-        op,
-        format!("argument {i} must be {want}, got {}", got.map(|v| v.type_name()).unwrap_or("nothing")),
-    )
+    Error::schema(op, format!("argument {i} must be {want}, got {}", got.map(|v| v.type_name()).unwrap_or("nothing")))
 }
 
 /// Argument `i` as a tensor.

@@ -238,7 +238,10 @@ pub fn bind(op: &str, schema: &[ArgSpec], args: Vec<Value>, kwargs: Vec<(String,
             Some(v) => v,
             None => {
                 if spec.default == Default::Required {
-                    return Err(Error::schema(op, format!("missing required argument '{}'; schema: {}", spec.name, sig())));
+                    return Err(Error::schema(
+                        op,
+                        format!("missing required argument '{}'; schema: {}", spec.name, sig()),
+                    ));
                 }
                 spec.default.to_value()
             }

@@ -18,16 +18,46 @@ pub const PAR_CHUNK: usize = 1 << 13;
 macro_rules! match_dtype {
     ($dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            $crate::DType::Bool => { type $T = bool; $body }
-            $crate::DType::U8 => { type $T = u8; $body }
-            $crate::DType::I8 => { type $T = i8; $body }
-            $crate::DType::I16 => { type $T = i16; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::F16 => { type $T = half::f16; $body }
-            $crate::DType::BF16 => { type $T = half::bf16; $body }
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
         }
     };
 }
@@ -69,7 +99,9 @@ pub fn binary_map<T: Element, U: Element>(
     let (sb, lb) = b.concrete(op)?;
     let ga = sa.read();
     let gb = if sa.same(sb) { None } else { Some(sb.read()) };
-    let da = ga.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, ga.dtype())))?;
+    let da = ga
+        .as_slice::<T>()
+        .ok_or_else(|| Error::dtype(op, format!("expected {} input, got {}", T::DTYPE, ga.dtype())))?;
     let db = match &gb {
         Some(g) => g.as_slice::<T>(),
         None => ga.as_slice::<T>(),
@@ -80,13 +112,13 @@ pub fn binary_map<T: Element, U: Element>(
         let (x, y) = (&da[la.offset()..la.offset() + n], &db[lb.offset()..lb.offset() + n]);
         if n >= PAR_THRESHOLD {
             let mut out = vec![U::default(); n];
-            out.par_chunks_mut(PAR_CHUNK)
-                .zip(x.par_chunks(PAR_CHUNK).zip(y.par_chunks(PAR_CHUNK)))
-                .for_each(|(o, (x, y))| {
+            out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK).zip(y.par_chunks(PAR_CHUNK))).for_each(
+                |(o, (x, y))| {
                     for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
                         *o = f(x, y);
                     }
-                });
+                },
+            );
             out
         } else {
             x.iter().zip(y).map(|(&x, &y)| f(x, y)).collect()
@@ -125,7 +157,7 @@ pub fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
         return Ok(t.clone());
     }
     let src = t.dtype();
-    crate::match_dtype!(src, S => crate::match_dtype!(dtype, D => unary_map::<S, D>("to", t, |x| convert::<S, D>(x))))
+    crate::match_dtype!(src, S => crate::match_dtype!(dtype, D => unary_map::<S, D>("to", t, convert::<S, D>)))
 }
 
 /// PyTorch's element conversion: float → int truncates, anything → bool is `!= 0`.
@@ -172,7 +204,13 @@ pub fn copy_into(op: &str, dst: &Tensor, src: &Tensor) -> Result<()> {
         .ok_or_else(|| Error::trace(op, "cannot copy from a symbolic tensor"))?
         .broadcast_to(op, &dst_shape)
         .map_err(|_| {
-            Error::shape(op, format!("the source of shape {:?} cannot be broadcast to the destination shape {dst_shape:?}", src.shape()))
+            Error::shape(
+                op,
+                format!(
+                    "the source of shape {:?} cannot be broadcast to the destination shape {dst_shape:?}",
+                    src.shape()
+                ),
+            )
         })?;
     let dt = dst.dtype();
     crate::match_dtype!(dt, T => {

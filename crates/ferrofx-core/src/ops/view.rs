@@ -63,7 +63,10 @@ macro_rules! view_op {
 
 const SELF_ONLY: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor)];
 
-view_op!(VIEW, "view", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
+view_op!(
+    VIEW,
+    "view",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
     "A view with another shape; fails when the strides do not allow it (use reshape).",
     fm::reshape_backward,
     |op, args, l| {
@@ -72,53 +75,106 @@ view_op!(VIEW, "view", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", 
         l.view_as(&shape).ok_or_else(|| Error::shape(op, format!(
             "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces): shape {:?}, strides {:?}, requested {sizes:?}. Use .reshape(...) instead.",
             l.shape(), l.strides())))
-    });
+    }
+);
 
-view_op!(TRANSPOSE, "transpose", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim0", T::Int), ArgSpec::req("dim1", T::Int)],
+view_op!(
+    TRANSPOSE,
+    "transpose",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim0", T::Int), ArgSpec::req("dim1", T::Int)],
     "Swaps two dimensions (a view).",
     fm::transpose_backward,
-    |op, args, l| l.transpose(op, int(op, args, 1)?, int(op, args, 2)?));
+    |op, args, l| l.transpose(op, int(op, args, 1)?, int(op, args, 2)?)
+);
 
-view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).",
-    fm::t_backward,
-    |op, _args, l| if l.ndim() > 2 {
-        Err(Error::shape(op, format!("t() expects a tensor with <= 2 dimensions, but self is {}D (shape {:?}); use transpose(dim0, dim1)", l.ndim(), l.shape())))
-    } else if l.ndim() < 2 { Ok(l.clone()) } else { l.transpose(op, 0, 1) });
+view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).", fm::t_backward, |op, _args, l| if l.ndim() > 2 {
+    Err(Error::shape(
+        op,
+        format!(
+            "t() expects a tensor with <= 2 dimensions, but self is {}D (shape {:?}); use transpose(dim0, dim1)",
+            l.ndim(),
+            l.shape()
+        ),
+    ))
+} else if l.ndim() < 2 {
+    Ok(l.clone())
+} else {
+    l.transpose(op, 0, 1)
+});
 
-view_op!(PERMUTE, "permute", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dims", T::IntList)],
+view_op!(
+    PERMUTE,
+    "permute",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dims", T::IntList)],
     "Reorders dimensions (a view).",
     fm::permute_backward,
-    |op, args, l| l.permute(op, &ints(op, args, 1)?));
+    |op, args, l| l.permute(op, &ints(op, args, 1)?)
+);
 
-view_op!(NARROW, "narrow", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("start", T::Int), ArgSpec::req("length", T::Int)],
+view_op!(
+    NARROW,
+    "narrow",
+    &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("dim", T::Int),
+        ArgSpec::req("start", T::Int),
+        ArgSpec::req("length", T::Int)
+    ],
     "Elements start..start+length along dim (a view).",
     fm::narrow_backward,
-    |op, args, l| l.narrow(op, int(op, args, 1)?, int(op, args, 2)?, int(op, args, 3)?));
+    |op, args, l| l.narrow(op, int(op, args, 1)?, int(op, args, 2)?, int(op, args, 3)?)
+);
 
-view_op!(SELECT, "select", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("index", T::Int)],
+view_op!(
+    SELECT,
+    "select",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("index", T::Int)],
     "Element index along dim, removing dim (a view).",
     fm::select_backward_formula,
-    |op, args, l| l.select(op, int(op, args, 1)?, int(op, args, 2)?));
+    |op, args, l| l.select(op, int(op, args, 1)?, int(op, args, 2)?)
+);
 
-view_op!(SLICE, "slice", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::Int, D::Int(0)), ArgSpec::opt("start", T::OptInt, D::None), ArgSpec::opt("end", T::OptInt, D::None), ArgSpec::opt("step", T::Int, D::Int(1))],
+view_op!(
+    SLICE,
+    "slice",
+    &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::opt("dim", T::Int, D::Int(0)),
+        ArgSpec::opt("start", T::OptInt, D::None),
+        ArgSpec::opt("end", T::OptInt, D::None),
+        ArgSpec::opt("step", T::Int, D::Int(1))
+    ],
     "Python slicing start:end:step along dim (a view).",
     fm::slice_backward_formula,
-    |op, args, l| l.slice(op, int(op, args, 1)?, opt_int(op, args, 2)?, opt_int(op, args, 3)?, int(op, args, 4)?));
+    |op, args, l| l.slice(op, int(op, args, 1)?, opt_int(op, args, 2)?, opt_int(op, args, 3)?, int(op, args, 4)?)
+);
 
-view_op!(EXPAND, "expand", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
+view_op!(
+    EXPAND,
+    "expand",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
     "Broadcasts size-1 dims to the given sizes without copying (a view).",
     fm::expand_backward,
-    |op, args, l| l.expand(op, &ints(op, args, 1)?));
+    |op, args, l| l.expand(op, &ints(op, args, 1)?)
+);
 
-view_op!(SQUEEZE, "squeeze", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::OptIntList, D::None)],
+view_op!(
+    SQUEEZE,
+    "squeeze",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::OptIntList, D::None)],
     "Removes size-1 dims (all, or the listed ones) (a view).",
     fm::reshape_backward,
-    |op, args, l| l.squeeze(op, crate::op::args::opt_ints(op, args, 1)?.as_deref()));
+    |op, args, l| l.squeeze(op, crate::op::args::opt_ints(op, args, 1)?.as_deref())
+);
 
-view_op!(UNSQUEEZE, "unsqueeze", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int)],
+view_op!(
+    UNSQUEEZE,
+    "unsqueeze",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int)],
     "Inserts a size-1 dim (a view).",
     fm::unsqueeze_backward,
-    |op, args, l| l.unsqueeze(op, int(op, args, 1)?));
+    |op, args, l| l.unsqueeze(op, int(op, args, 1)?)
+);
 
 fn reshape_shape(op: &str, args: &[Value], l: &Layout) -> Result<crate::layout::Shape> {
     infer_shape(op, &ints(op, args, 1)?, l.numel(), l.shape())
@@ -132,7 +188,10 @@ fn flatten_sizes(op: &str, args: &[Value], l: &Layout) -> Result<Vec<i64>> {
     let s = crate::layout::wrap_dim(op, int(op, args, 1)?, n)?;
     let e = crate::layout::wrap_dim(op, int(op, args, 2)?, n)?;
     if s > e {
-        return Err(Error::argument(op, format!("flatten() has invalid args: start_dim ({s}) cannot come after end_dim ({e})")));
+        return Err(Error::argument(
+            op,
+            format!("flatten() has invalid args: start_dim ({s}) cannot come after end_dim ({e})"),
+        ));
     }
     let mut sizes: Vec<i64> = l.shape()[..s].iter().map(|&d| d as i64).collect();
     sizes.push(l.shape()[s..=e].iter().product::<usize>() as i64);
@@ -178,7 +237,11 @@ pub static RESHAPE: OpDef = OpDef {
 /// `flatten(start_dim, end_dim)`: merges a range of dims (a view when possible).
 pub static FLATTEN: OpDef = OpDef {
     name: "flatten",
-    schema: &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("start_dim", T::Int, D::Int(0)), ArgSpec::opt("end_dim", T::Int, D::Int(-1))],
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::opt("start_dim", T::Int, D::Int(0)),
+        ArgSpec::opt("end_dim", T::Int, D::Int(-1)),
+    ],
     meta: |args| {
         let t = tensor("flatten", args, 0)?;
         let l = meta_layout("flatten", t)?;
@@ -240,8 +303,22 @@ pub static TO: OpDef = OpDef {
 };
 
 /// The ops of this family.
-pub(crate) static OPS: &[&OpDef] =
-    &[&VIEW, &RESHAPE, &TRANSPOSE, &T_, &PERMUTE, &NARROW, &SELECT, &SLICE, &EXPAND, &SQUEEZE, &UNSQUEEZE, &FLATTEN, &CONTIGUOUS, &TO];
+pub(crate) static OPS: &[&OpDef] = &[
+    &VIEW,
+    &RESHAPE,
+    &TRANSPOSE,
+    &T_,
+    &PERMUTE,
+    &NARROW,
+    &SELECT,
+    &SLICE,
+    &EXPAND,
+    &SQUEEZE,
+    &UNSQUEEZE,
+    &FLATTEN,
+    &CONTIGUOUS,
+    &TO,
+];
 
 #[inline]
 fn one(op: &'static OpDef, args: &[Value]) -> Result<Tensor> {

@@ -71,7 +71,12 @@ impl Digits {
             if fields.len() != NUM_PIXELS + 1 {
                 return Err(Error::io(
                     "digits",
-                    format!("line {}: expected {} comma-separated values, found {}", ln + 1, NUM_PIXELS + 1, fields.len()),
+                    format!(
+                        "line {}: expected {} comma-separated values, found {}",
+                        ln + 1,
+                        NUM_PIXELS + 1,
+                        fields.len()
+                    ),
                 ));
             }
             for (i, f) in fields.iter().enumerate() {
@@ -115,12 +120,18 @@ impl Digits {
         let mut lb = Vec::with_capacity(indices.len());
         for &i in indices {
             if i >= self.len() {
-                return Err(Error::index("digits", format!("sample index {i} out of range for {} samples", self.len())));
+                return Err(Error::index(
+                    "digits",
+                    format!("sample index {i} out of range for {} samples", self.len()),
+                ));
             }
             px.extend_from_slice(&self.pixels[i * NUM_PIXELS..(i + 1) * NUM_PIXELS]);
             lb.push(self.labels[i]);
         }
-        Ok(Split { images: Tensor::from_vec(px, &[indices.len(), 1, 8, 8])?, labels: Tensor::from_vec(lb, &[indices.len()])? })
+        Ok(Split {
+            images: Tensor::from_vec(px, &[indices.len(), 1, 8, 8])?,
+            labels: Tensor::from_vec(lb, &[indices.len()])?,
+        })
     }
 
     /// A deterministic shuffled train/test split: the same `seed` always gives the same split.
