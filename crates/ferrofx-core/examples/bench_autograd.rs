@@ -63,7 +63,8 @@ fn main() {
             println!("{name:<48} (no backward formula yet)");
             continue;
         }
-        let binary = def.schema.len() >= 2 && matches!(def.schema[1].ty, op::ArgType::Tensor | op::ArgType::TensorOrScalar);
+        let binary =
+            def.schema.len() >= 2 && matches!(def.schema[1].ty, op::ArgType::Tensor | op::ArgType::TensorOrScalar);
         let w = Tensor::from_vec(vec![0.5f32], &[1]).unwrap().requires_grad_(true).unwrap();
         per_iter(&format!("{name} (op::call)"), 100_000, || {
             let args = if binary { vec![Value::from(&x), Value::from(&w)] } else { vec![Value::from(&x)] };

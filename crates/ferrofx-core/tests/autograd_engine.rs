@@ -29,7 +29,9 @@ fn grad_unused_inputs() {
     let x = leaf32(&[1.0], &[]);
     let unused = leaf32(&[1.0], &[]);
     let y = mul(&x, &x);
-    let err = autograd::grad(&[y.clone()], &[x.clone(), unused.clone()], &[None], true, false, false).unwrap_err().to_string();
+    let err = autograd::grad(&[y.clone()], &[x.clone(), unused.clone()], &[None], true, false, false)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("The differentiated Tensor at index 1 appears to not have been used in the graph. Set allow_unused=True if this is the desired behavior."), "{err}");
     let g = autograd::grad(&[y], &[x, unused], &[None], false, false, true).unwrap();
     assert!(g[0].is_some() && g[1].is_none());
@@ -249,7 +251,10 @@ fn wrong_gradient_count_is_reported() {
     let x = leaf32(&[1.0], &[]);
     let y = apply_function(BadGrads, &[x]).unwrap().remove(0);
     let err = y.backward(None, false, false).unwrap_err().to_string();
-    assert!(err.contains("function BadGradsBackward returned an incorrect number of gradients (expected 1, got 2)"), "{err}");
+    assert!(
+        err.contains("function BadGradsBackward returned an incorrect number of gradients (expected 1, got 2)"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -37,7 +37,10 @@ fn next_functions_chain_of_x_mul_w_plus_b_sum() {
     assert_eq!(acc_x.as_accumulate_grad().unwrap().variable().id(), x.id());
     // sequence numbers grow with creation; topological numbers are longest paths to leaves.
     assert!(sum_back.sequence_nr() > add_back.sequence_nr() && add_back.sequence_nr() > mul_back.sequence_nr());
-    assert_eq!((acc_x.topological_nr(), mul_back.topological_nr(), add_back.topological_nr(), sum_back.topological_nr()), (0, 1, 2, 3));
+    assert_eq!(
+        (acc_x.topological_nr(), mul_back.topological_nr(), add_back.topological_nr(), sum_back.topological_nr()),
+        (0, 1, 2, 3)
+    );
     assert_eq!(acc_x.sequence_nr(), u64::MAX);
     // Edges mirror the forward: MulBackward0 has 2 outputs (next edges) and 1 input.
     assert_eq!((mul_back.num_outputs(), mul_back.num_inputs()), (2, 1));

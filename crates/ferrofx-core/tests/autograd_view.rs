@@ -94,7 +94,8 @@ fn expand_backward_uses_sum_to_size() {
     if ferrofx_core::op::lookup("sum_to_size").is_some() {
         r.unwrap();
         assert_eq!(vals(&x.grad().unwrap()), vec![3.0, 3.0]);
-        gradcheck(|xs| Ok(vec![xs[0].expand(&[2, 2, 3])?]), &[leaf64(&[1.0, 2.0], &[2, 1])], Default::default()).unwrap();
+        gradcheck(|xs| Ok(vec![xs[0].expand(&[2, 2, 3])?]), &[leaf64(&[1.0, 2.0], &[2, 1])], Default::default())
+            .unwrap();
     } else {
         let e = r.unwrap_err().to_string();
         assert!(e.contains("sum_to_size"), "{e}");
@@ -106,7 +107,14 @@ fn slice_backward_errors_name_the_op() {
     let g = t64(&[1.0, 2.0], &[2]);
     let e = ferrofx_core::op::call(
         "slice_backward",
-        vec![g.into(), ferrofx_core::Value::Ints(vec![3, -1]), 0i64.into(), ferrofx_core::Value::None, ferrofx_core::Value::None, 1i64.into()],
+        vec![
+            g.into(),
+            ferrofx_core::Value::Ints(vec![3, -1]),
+            0i64.into(),
+            ferrofx_core::Value::None,
+            ferrofx_core::Value::None,
+            1i64.into(),
+        ],
         vec![],
     )
     .unwrap_err()

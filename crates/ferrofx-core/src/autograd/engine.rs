@@ -138,7 +138,10 @@ pub(crate) fn run_backward(
     for (i, r) in roots.iter().enumerate() {
         let e = gradient_edge(r);
         if !e.is_valid() {
-            return Err(Error::autograd("backward", format!("element {i} of tensors does not require grad and does not have a grad_fn")));
+            return Err(Error::autograd(
+                "backward",
+                format!("element {i} of tensors does not require grad and does not have a grad_fn"),
+            ));
         }
         root_edges.push(e);
     }
@@ -149,7 +152,13 @@ pub(crate) fn run_backward(
     let mut states: Vec<NodeState> = Vec::new();
     let mut stack: Vec<usize> = Vec::new();
     index.insert(key(&root), 0);
-    states.push(NodeState { node: root.clone(), deps: 0, buffer: SmallVec::new(), needed: true, captures: SmallVec::new() });
+    states.push(NodeState {
+        node: root.clone(),
+        deps: 0,
+        buffer: SmallVec::new(),
+        needed: true,
+        captures: SmallVec::new(),
+    });
     stack.push(0);
     while let Some(i) = stack.pop() {
         let node = states[i].node.clone();
@@ -184,7 +193,10 @@ pub(crate) fn run_backward(
         for (ci, t) in inputs.iter().enumerate() {
             let e = gradient_edge(t);
             let Some(f) = &e.function else {
-                return Err(Error::autograd("grad", format!("One of the differentiated Tensors (index {ci}) does not require grad")));
+                return Err(Error::autograd(
+                    "grad",
+                    format!("One of the differentiated Tensors (index {ci}) does not require grad"),
+                ));
             };
             if let Some(&j) = index.get(&key(f)) {
                 states[j].captures.push((e.input_nr, ci));
@@ -282,7 +294,12 @@ pub(crate) fn run_backward(
         if outputs.len() != edges.len() && !(outputs.is_empty() && node.as_accumulate_grad().is_some()) {
             return Err(Error::autograd(
                 node.name().to_string(),
-                format!("function {} returned an incorrect number of gradients (expected {}, got {})", node.name(), edges.len(), outputs.len()),
+                format!(
+                    "function {} returned an incorrect number of gradients (expected {}, got {})",
+                    node.name(),
+                    edges.len(),
+                    outputs.len()
+                ),
             ));
         }
         for (k, (e, g)) in edges.iter().zip(outputs).enumerate() {

@@ -106,7 +106,12 @@ impl<F: Function> Node for FunctionNode<F> {
             let s = self.saved.lock();
             s.iter().map(|v| v.unpack(Some(ctx.this), ctx.create_graph)).collect::<Result<Vec<_>>>()?
         };
-        let fctx = FunctionCtx { to_save: Vec::new(), saved, needs_input_grad: self.needs.clone(), non_differentiable: Vec::new() };
+        let fctx = FunctionCtx {
+            to_save: Vec::new(),
+            saved,
+            needs_input_grad: self.needs.clone(),
+            non_differentiable: Vec::new(),
+        };
         let out = self.f.backward(&fctx, &grads)?;
         if out.len() != self.needs.len() {
             return Err(Error::autograd(
@@ -138,8 +143,7 @@ impl<F: Function> Node for FunctionNode<F> {
 pub fn apply_function<F: Function>(mut f: F, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let record = is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
     let needs: Vec<bool> = inputs.iter().map(|t| record && t.requires_grad()).collect();
-    let edges: SmallVec<[Edge; 2]> =
-        if record { inputs.iter().map(gradient_edge).collect() } else { SmallVec::new() };
+    let edges: SmallVec<[Edge; 2]> = if record { inputs.iter().map(gradient_edge).collect() } else { SmallVec::new() };
     let mut ctx = FunctionCtx { needs_input_grad: needs.clone(), ..FunctionCtx::default() };
     let outputs = {
         let _g = set_grad_enabled(false);
@@ -153,7 +157,13 @@ pub fn apply_function<F: Function>(mut f: F, inputs: &[Tensor]) -> Result<Vec<Te
     }
     let name = f.name();
     let meta: SmallVec<[InputMetadata; 1]> = outputs.iter().map(InputMetadata::of).collect();
-    let node = Arc::new(FunctionNode { base: NodeBase::new(next_sequence_nr(), edges, meta), f, name, saved: Mutex::new(Vec::new()), needs });
+    let node = Arc::new(FunctionNode {
+        base: NodeBase::new(next_sequence_nr(), edges, meta),
+        f,
+        name,
+        saved: Mutex::new(Vec::new()),
+        needs,
+    });
     let node_ref: NodeRef = node.clone();
     for (j, o) in outputs.iter().enumerate() {
         let nd = ctx.non_differentiable.iter().any(|t| t.same(o));

@@ -35,7 +35,11 @@ fn fresh(values: &[f64], like: &Tensor, requires_grad: bool) -> Result<Tensor> {
 /// naming the output, the input, the element and both values on the first mismatch.
 ///
 /// `f` must be deterministic and build its result from its arguments with ferrofx ops.
-pub fn gradcheck(f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>>, inputs: &[Tensor], opts: GradcheckOptions) -> Result<()> {
+pub fn gradcheck(
+    f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+    inputs: &[Tensor],
+    opts: GradcheckOptions,
+) -> Result<()> {
     let checked: Vec<usize> = (0..inputs.len()).filter(|&i| inputs[i].requires_grad()).collect();
     if checked.is_empty() {
         return Err(Error::autograd("gradcheck", "gradcheck expects at least one input tensor to require gradient"));
@@ -44,7 +48,10 @@ pub fn gradcheck(f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>>, inputs: &[Tensor]
         if inputs[i].dtype() != crate::DType::F64 {
             return Err(Error::autograd(
                 "gradcheck",
-                format!("input {i} has dtype {}; gradcheck needs float64 inputs for accurate finite differences", inputs[i].dtype()),
+                format!(
+                    "input {i} has dtype {}; gradcheck needs float64 inputs for accurate finite differences",
+                    inputs[i].dtype()
+                ),
             ));
         }
     }
@@ -150,14 +157,28 @@ pub fn gradgradcheck(
             let full: Vec<Tensor> = xs
                 .iter()
                 .zip(&mask)
-                .map(|(t, m)| if *m { k += 1; xs2[k - 1].clone() } else { t.clone() })
+                .map(|(t, m)| {
+                    if *m {
+                        k += 1;
+                        xs2[k - 1].clone()
+                    } else {
+                        t.clone()
+                    }
+                })
                 .collect();
             let outs = f(&full)?;
             let gs = super::grad(&outs, &xs2, &vs, false, false, true)?;
-            return gs.into_iter().zip(&xs2).map(|(g, x)| g.map(Ok).unwrap_or_else(|| fresh(&vec![0.0; x.numel()], x, false))).collect();
+            return gs
+                .into_iter()
+                .zip(&xs2)
+                .map(|(g, x)| g.map(Ok).unwrap_or_else(|| fresh(&vec![0.0; x.numel()], x, false)))
+                .collect();
         }
         let gs = super::grad(&outs, &wrt, &vs, true, true, true)?;
-        gs.into_iter().zip(&wrt).map(|(g, x)| g.map(Ok).unwrap_or_else(|| fresh(&vec![0.0; x.numel()], x, false))).collect()
+        gs.into_iter()
+            .zip(&wrt)
+            .map(|(g, x)| g.map(Ok).unwrap_or_else(|| fresh(&vec![0.0; x.numel()], x, false)))
+            .collect()
     };
     gradcheck(g, inputs, opts)
 }

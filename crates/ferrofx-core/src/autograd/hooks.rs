@@ -42,7 +42,10 @@ impl HookList {
     }
 
     pub(crate) fn has_retain_grad_for(&self, t: &Tensor) -> bool {
-        self.hooks.lock().iter().any(|h| matches!(&h.kind, HookKind::RetainGrad(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(&t.0))))
+        self.hooks
+            .lock()
+            .iter()
+            .any(|h| matches!(&h.kind, HookKind::RetainGrad(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(&t.0))))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -59,7 +62,11 @@ impl HookList {
                     if new.shape() != grad.shape() {
                         return Err(Error::autograd(
                             "register_hook",
-                            format!("hook has changed the size of value: expected {:?}, got {:?}", grad.shape(), new.shape()),
+                            format!(
+                                "hook has changed the size of value: expected {:?}, got {:?}",
+                                grad.shape(),
+                                new.shape()
+                            ),
                         ));
                     }
                     grad = new;

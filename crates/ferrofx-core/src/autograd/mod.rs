@@ -27,8 +27,8 @@ pub mod dot;
 mod engine;
 pub mod formulas;
 mod function;
-pub mod gradcheck;
 mod grad_mode;
+pub mod gradcheck;
 mod hooks;
 mod meta;
 mod node;
@@ -41,8 +41,8 @@ pub use anomaly::{detect_anomaly, is_anomaly_enabled, set_detect_anomaly, Anomal
 pub use backward_ctx::{BackwardCtx, MetaSlot};
 pub use dot::to_dot;
 pub use function::{apply_function, Function, FunctionCtx};
-pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
+pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use hooks::{HookFn, HookHandle};
 pub use node::{
     next_sequence_nr, same_node, AccumulateGrad, ApplyContext, CreationInfo, Edge, GraphRoot, InputMetadata, Node,
@@ -81,7 +81,12 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
 /// `grad_tensors`, required for non-scalar outputs) into the leaves' `.grad`.
 /// `create_graph` records the backward computation (higher-order gradients) and implies
 /// `retain_graph`.
-pub fn backward(tensors: &[Tensor], grad_tensors: &[Option<Tensor>], retain_graph: bool, create_graph: bool) -> Result<()> {
+pub fn backward(
+    tensors: &[Tensor],
+    grad_tensors: &[Option<Tensor>],
+    retain_graph: bool,
+    create_graph: bool,
+) -> Result<()> {
     if tensors.is_empty() {
         return Err(Error::autograd("backward", "no tensors to differentiate"));
     }

@@ -131,14 +131,19 @@ pub struct NodeBase {
 impl NodeBase {
     /// A base with `sequence_nr`, `next_edges` and the metadata of its inputs; the topological
     /// number is 1 + the largest of the next nodes' (0 without valid edges).
-    pub fn new(sequence_nr: u64, next_edges: SmallVec<[Edge; 2]>, input_metadata: SmallVec<[InputMetadata; 1]>) -> NodeBase {
+    pub fn new(
+        sequence_nr: u64,
+        next_edges: SmallVec<[Edge; 2]>,
+        input_metadata: SmallVec<[InputMetadata; 1]>,
+    ) -> NodeBase {
         let mut topo = 0;
         for e in &next_edges {
             if let Some(f) = &e.function {
                 topo = topo.max(f.topological_nr() + 1);
             }
         }
-        let creation = if super::anomaly::is_anomaly_enabled() { Some(Box::new(super::anomaly::capture())) } else { None };
+        let creation =
+            if super::anomaly::is_anomaly_enabled() { Some(Box::new(super::anomaly::capture())) } else { None };
         NodeBase { sequence_nr, topological_nr: topo, next_edges, input_metadata, pre_hooks: OnceLock::new(), creation }
     }
     pub(crate) fn hooks(&self) -> &Arc<HookList> {

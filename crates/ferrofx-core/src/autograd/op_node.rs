@@ -234,7 +234,9 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
                 needs.push(e.is_valid());
                 slot_edge.push(edges.len() as u32);
                 edges.push(e);
-                metas.push(MetaSlot::One(t.meta().unwrap_or_else(|| crate::tensor::TensorMeta::contiguous(&[], t.dtype()))));
+                metas.push(MetaSlot::One(
+                    t.meta().unwrap_or_else(|| crate::tensor::TensorMeta::contiguous(&[], t.dtype())),
+                ));
                 saved_args.push(if save { SavedArg::Tensor(SavedVariable::input(t)) } else { SavedArg::Unsaved });
             }
             Value::Tensors(ts) => {
@@ -378,7 +380,13 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
     match base {
         "sum" | "mean" | "nansum" => {
             let n = if arg_is_none(1) { 0 } else { 1 };
-            let camel = if base == "sum" { "Sum" } else if base == "mean" { "Mean" } else { "Nansum" };
+            let camel = if base == "sum" {
+                "Sum"
+            } else if base == "mean" {
+                "Mean"
+            } else {
+                "Nansum"
+            };
             return Cow::Owned(format!("{camel}Backward{n}"));
         }
         "squeeze" => {

@@ -24,13 +24,25 @@ pub struct SavedVariable {
 impl SavedVariable {
     /// Saves a forward input.
     pub fn input(t: &Tensor) -> SavedVariable {
-        SavedVariable { version: t.version(), data: Some(t.clone()), output_nr: 0, is_output: false, requires_grad: false }
+        SavedVariable {
+            version: t.version(),
+            data: Some(t.clone()),
+            output_nr: 0,
+            is_output: false,
+            requires_grad: false,
+        }
     }
 
     /// Saves output `output_nr` of the node that will own this saved variable.
     pub fn output(t: &Tensor, output_nr: u32) -> SavedVariable {
         let alias = detached_alias(t);
-        SavedVariable { version: t.version(), data: Some(alias), output_nr, is_output: true, requires_grad: t.requires_grad() }
+        SavedVariable {
+            version: t.version(),
+            data: Some(alias),
+            output_nr,
+            is_output: true,
+            requires_grad: t.requires_grad(),
+        }
     }
 
     /// Saves `t`, as an output of `owner` when `t`'s grad_fn is `owner` (custom functions).
@@ -61,7 +73,11 @@ impl SavedVariable {
         let now = t.version();
         if now != self.version {
             let mut what = format!("[torch.{} {:?}]", legacy_type_name(t.dtype()), t.shape());
-            let gf = if self.is_output { owner.cloned().map(|o| (o, self.output_nr)) } else { t.grad_fn().map(|g| (g, t.output_nr())) };
+            let gf = if self.is_output {
+                owner.cloned().map(|o| (o, self.output_nr))
+            } else {
+                t.grad_fn().map(|g| (g, t.output_nr()))
+            };
             if let Some((g, nr)) = gf {
                 let name = g.name();
                 let short = name.split("Backward").next().unwrap_or(&name).to_string();

@@ -57,7 +57,11 @@ impl Tensor {
             if g.shape() != self.shape() {
                 return Err(Error::shape(
                     "set_grad",
-                    format!("assigned grad has data of a different size: got {:?}, expected {:?}", g.shape(), self.shape()),
+                    format!(
+                        "assigned grad has data of a different size: got {:?}, expected {:?}",
+                        g.shape(),
+                        self.shape()
+                    ),
                 ));
             }
         }
@@ -137,9 +141,15 @@ impl Tensor {
 
     /// Registers a hook called with this tensor's gradient during backward; returning
     /// `Some(g)` replaces the gradient. The returned handle removes it.
-    pub fn register_hook(&self, hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static) -> Result<HookHandle> {
+    pub fn register_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
         if !self.requires_grad() {
-            return Err(Error::autograd("register_hook", "cannot register a hook on a tensor that doesn't require gradient"));
+            return Err(Error::autograd(
+                "register_hook",
+                "cannot register a hook on a tensor that doesn't require gradient",
+            ));
         }
         let f: Arc<HookFn> = Arc::new(hook);
         let mut m = self.autograd_meta().lock();

@@ -3,6 +3,7 @@
 //! `to`. Views share storage (and so the version counter); `reshape` and `contiguous` copy only
 //! when the strides require it.
 
+use crate::autograd::formulas::view as fm;
 use crate::error::{Error, Result};
 use crate::layout::{infer_shape, Layout};
 use crate::op::args::{int, ints, opt_dtype, opt_int, tensor};
@@ -10,7 +11,6 @@ use crate::op::{
     cost_free, cost_memory, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs,
     OpDef, Outputs, Saves,
 };
-use crate::autograd::formulas::view as fm;
 use crate::ops::kernel;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
@@ -87,7 +87,10 @@ view_op!(
     |op, args, l| l.transpose(op, int(op, args, 1)?, int(op, args, 2)?)
 );
 
-view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).", fm::t_backward, |op, _args, l| if l.ndim() > 2 {
+view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).", fm::t_backward, |op, _args, l| if l
+    .ndim()
+    > 2
+{
     Err(Error::shape(
         op,
         format!(

@@ -52,7 +52,10 @@ pub fn scalar_like(v: f64, like: &Tensor) -> Tensor {
 
 fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.shape() != b.shape() || a.dtype() != b.dtype() {
-        return Err(Error::shape(op, format!("test stand-in needs equal shapes/dtypes: {:?} vs {:?}", a.shape(), b.shape())));
+        return Err(Error::shape(
+            op,
+            format!("test stand-in needs equal shapes/dtypes: {:?} vs {:?}", a.shape(), b.shape()),
+        ));
     }
     Ok(())
 }
@@ -97,7 +100,11 @@ static MUL_T: OpDef = OpDef {
 
 static ADD_T: OpDef = OpDef {
     name: "add",
-    schema: &[ArgSpec::req("input", ArgType::Tensor), ArgSpec::req("other", ArgType::TensorOrScalar), ArgSpec::kw("alpha", ArgType::Scalar, D::Int(1))],
+    schema: &[
+        ArgSpec::req("input", ArgType::Tensor),
+        ArgSpec::req("other", ArgType::TensorOrScalar),
+        ArgSpec::kw("alpha", ArgType::Scalar, D::Int(1)),
+    ],
     meta: meta_same,
     kernel: |a| Ok(smallvec::smallvec![bin("add", tensor_arg(a, 0)?, tensor_arg(a, 1)?, |x, y| x + y)?]),
     cost: op::cost_elementwise,
@@ -113,7 +120,11 @@ static ADD_T: OpDef = OpDef {
 
 static ADD_INPLACE_T: OpDef = OpDef {
     name: "add_",
-    schema: &[ArgSpec::req("input", ArgType::Tensor), ArgSpec::req("other", ArgType::TensorOrScalar), ArgSpec::kw("alpha", ArgType::Scalar, D::Int(1))],
+    schema: &[
+        ArgSpec::req("input", ArgType::Tensor),
+        ArgSpec::req("other", ArgType::TensorOrScalar),
+        ArgSpec::kw("alpha", ArgType::Scalar, D::Int(1)),
+    ],
     meta: meta_same,
     kernel: |a| {
         let s = tensor_arg(a, 0)?;

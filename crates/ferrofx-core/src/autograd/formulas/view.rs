@@ -50,8 +50,16 @@ pub fn permute_backward(ctx: &BackwardCtx<'_>) -> Grads {
     Ok(vec![Some(g0(ctx)?.permute(&inv)?)])
 }
 
-fn slice_backward_call(g: &Tensor, sizes: &[usize], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<Tensor> {
-    let args = [Value::from(g), Value::Ints(shape_i64(sizes)), Value::Int(dim), start.into(), end.into(), Value::Int(step)];
+fn slice_backward_call(
+    g: &Tensor,
+    sizes: &[usize],
+    dim: i64,
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Result<Tensor> {
+    let args =
+        [Value::from(g), Value::Ints(shape_i64(sizes)), Value::Int(dim), start.into(), end.into(), Value::Int(step)];
     let mut out = dispatch(&SLICE_BACKWARD, CallKind::Function, &args)?;
     out.pop().ok_or_else(|| Error::schema("slice_backward", "op returned no output"))
 }
@@ -74,7 +82,14 @@ pub fn narrow_backward(ctx: &BackwardCtx<'_>) -> Grads {
 pub fn slice_backward_formula(ctx: &BackwardCtx<'_>) -> Grads {
     let m = ctx.input_meta(0)?;
     let a = ctx.args();
-    let g = slice_backward_call(g0(ctx)?, &m.shape, int("slice", a, 1)?, opt_int("slice", a, 2)?, opt_int("slice", a, 3)?, int("slice", a, 4)?)?;
+    let g = slice_backward_call(
+        g0(ctx)?,
+        &m.shape,
+        int("slice", a, 1)?,
+        opt_int("slice", a, 2)?,
+        opt_int("slice", a, 3)?,
+        int("slice", a, 4)?,
+    )?;
     Ok(vec![Some(g)])
 }
 
@@ -82,7 +97,12 @@ pub fn slice_backward_formula(ctx: &BackwardCtx<'_>) -> Grads {
 pub fn select_backward_formula(ctx: &BackwardCtx<'_>) -> Grads {
     let m = ctx.input_meta(0)?;
     let a = ctx.args();
-    let args = [Value::from(g0(ctx)?), Value::Ints(shape_i64(&m.shape)), Value::Int(int("select", a, 1)?), Value::Int(int("select", a, 2)?)];
+    let args = [
+        Value::from(g0(ctx)?),
+        Value::Ints(shape_i64(&m.shape)),
+        Value::Int(int("select", a, 1)?),
+        Value::Int(int("select", a, 2)?),
+    ];
     let mut out = dispatch(&SELECT_BACKWARD, CallKind::Function, &args)?;
     Ok(vec![out.pop()])
 }
@@ -117,15 +137,25 @@ pub fn to_backward(ctx: &BackwardCtx<'_>) -> Grads {
 
 fn usize_sizes(op: &str, v: &[i64]) -> Result<Vec<usize>> {
     v.iter()
-        .map(|&s| usize::try_from(s).map_err(|_| Error::argument(op, format!("input_sizes must be non-negative, got {v:?}"))))
+        .map(|&s| {
+            usize::try_from(s).map_err(|_| Error::argument(op, format!("input_sizes must be non-negative, got {v:?}")))
+        })
         .collect()
 }
 
-fn scatter_into_zeros(op: &str, g: &Tensor, sizes: &[usize], view: impl Fn(&Layout) -> Result<Layout>) -> Result<Tensor> {
+fn scatter_into_zeros(
+    op: &str,
+    g: &Tensor,
+    sizes: &[usize],
+    view: impl Fn(&Layout) -> Result<Layout>,
+) -> Result<Tensor> {
     let out = kernel::zeros(sizes, g.dtype())?;
     let l = view(&Layout::contiguous(sizes))?;
     if l.shape() != g.shape() {
-        return Err(Error::shape(op, format!("grad_output has shape {:?}, but the slice of {sizes:?} has shape {:?}", g.shape(), l.shape())));
+        return Err(Error::shape(
+            op,
+            format!("grad_output has shape {:?}, but the slice of {sizes:?} has shape {:?}", g.shape(), l.shape()),
+        ));
     }
     let v = out.view_with_layout(op, l)?;
     kernel::copy_into(op, &v, g)?;
@@ -135,7 +165,12 @@ fn scatter_into_zeros(op: &str, g: &Tensor, sizes: &[usize], view: impl Fn(&Layo
 fn slice_backward_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let a = ctx.args();
     let gg = g0(ctx)?;
-    Ok(vec![Some(gg.slice(int("slice_backward", a, 2)?, opt_int("slice_backward", a, 3)?, opt_int("slice_backward", a, 4)?, int("slice_backward", a, 5)?)?)])
+    Ok(vec![Some(gg.slice(
+        int("slice_backward", a, 2)?,
+        opt_int("slice_backward", a, 3)?,
+        opt_int("slice_backward", a, 4)?,
+        int("slice_backward", a, 5)?,
+    )?)])
 }
 
 fn select_backward_backward(ctx: &BackwardCtx<'_>) -> Grads {
