@@ -1,6 +1,8 @@
 //! Engine behaviour beyond the seed: grad(), hooks, grad modes, in-place rules, higher order,
 //! custom functions, anomaly mode, DOT export.
 
+#![allow(clippy::cloned_ref_to_slice_refs)] // `&[x.clone()]` reads better in tests
+
 mod autograd_common;
 use autograd_common::*;
 use ferrofx_core::autograd::{self, apply_function, Function, FunctionCtx};

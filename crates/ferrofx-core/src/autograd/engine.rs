@@ -51,11 +51,9 @@ struct Ready {
 /// `a + b` for gradient accumulation: differentiable (through the registry's `add`) when
 /// building a graph, raw otherwise.
 pub(crate) fn accumulate(a: Tensor, b: Tensor, create_graph: bool) -> Result<Tensor> {
-    if create_graph && (a.requires_grad() || b.requires_grad()) {
-        if crate::op::lookup("add").is_some() {
-            let mut out = crate::op::call("add", vec![a.into(), b.into()], vec![])?;
-            return out.pop().ok_or_else(|| Error::autograd("backward", "add returned no output"));
-        }
+    if create_graph && (a.requires_grad() || b.requires_grad()) && crate::op::lookup("add").is_some() {
+        let mut out = crate::op::call("add", vec![a.into(), b.into()], vec![])?;
+        return out.pop().ok_or_else(|| Error::autograd("backward", "add returned no output"));
     }
     raw::add(&a, &b)
 }
@@ -306,7 +304,7 @@ pub(crate) fn run_backward(
             let Some(f) = &e.function else { continue };
             let j = index[&key(f)];
             let st = &mut states[j];
-            if !(st.needed || !st.captures.is_empty()) {
+            if !st.needed && st.captures.is_empty() {
                 continue;
             }
             if let Some(mut g) = g {

@@ -102,7 +102,7 @@ pub fn gradcheck(
                 let mut onehot = vec![0.0; n];
                 onehot[k] = 1.0;
                 let go = fresh(&onehot, out, false)?;
-                super::grad(&[out.clone()], &wrt, &[Some(go)], true, false, true)?
+                super::grad(std::slice::from_ref(out), &wrt, &[Some(go)], true, false, true)?
             } else {
                 vec![None; wrt.len()]
             };

@@ -172,7 +172,7 @@ impl Tensor {
     /// `.grad`. `gradient` is required unless the tensor has one element. Without
     /// `retain_graph` (or `create_graph`, which implies it) the graph's saved tensors are freed.
     pub fn backward(&self, gradient: Option<&Tensor>, retain_graph: bool, create_graph: bool) -> Result<()> {
-        super::backward(&[self.clone()], &[gradient.cloned()], retain_graph, create_graph)
+        super::backward(std::slice::from_ref(self), &[gradient.cloned()], retain_graph, create_graph)
     }
 }
 

@@ -64,12 +64,12 @@ fn bin(op: &str, a: &Tensor, b: &Tensor, f: fn(f64, f64) -> f64) -> Result<Tenso
     same_shape(op, a, b)?;
     match a.dtype() {
         DType::F32 => kernel::binary_map::<f32, f32>(op, a, b, move |x, y| f(x as f64, y as f64) as f32),
-        DType::F64 => kernel::binary_map::<f64, f64>(op, a, b, move |x, y| f(x, y)),
+        DType::F64 => kernel::binary_map::<f64, f64>(op, a, b, f),
         d => Err(Error::dtype(op, format!("test stand-in supports f32/f64, got {d}"))),
     }
 }
 
-fn tensor_arg<'a>(args: &'a [Value], i: usize) -> Result<&'a Tensor> {
+fn tensor_arg(args: &[Value], i: usize) -> Result<&Tensor> {
     op::args::tensor("stand-in", args, i)
 }
 
