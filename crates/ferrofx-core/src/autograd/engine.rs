@@ -28,6 +28,44 @@ impl Hasher for PtrHasher {
 }
 type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHasher>>;
 
+/// Node → state index: a linear scan for small graphs (the common case of a few ops), a hash
+/// map beyond that.
+#[derive(Default)]
+struct NodeIndex {
+    small: Vec<(usize, usize)>,
+    map: Option<PtrMap<usize>>,
+}
+
+const SMALL: usize = 16;
+
+impl NodeIndex {
+    #[inline]
+    fn get(&self, k: usize) -> Option<usize> {
+        match &self.map {
+            Some(m) => m.get(&k).copied(),
+            None => self.small.iter().find(|(a, _)| *a == k).map(|(_, v)| *v),
+        }
+    }
+    #[inline]
+    fn insert(&mut self, k: usize, v: usize) {
+        match &mut self.map {
+            Some(m) => {
+                m.insert(k, v);
+            }
+            None if self.small.len() < SMALL => self.small.push((k, v)),
+            None => {
+                let mut m: PtrMap<usize> = self.small.drain(..).collect();
+                m.insert(k, v);
+                self.map = Some(m);
+            }
+        }
+    }
+    #[inline]
+    fn at(&self, k: usize) -> usize {
+        self.get(k).expect("engine: node discovered during graph traversal")
+    }
+}
+
 #[inline]
 fn key(n: &NodeRef) -> usize {
     Arc::as_ptr(n) as *const () as usize
@@ -146,7 +184,7 @@ pub(crate) fn run_backward(
     let root: NodeRef = Arc::new(GraphRoot::new(root_edges, grads));
 
     // Discover the reachable graph (iterative DFS) and count dependencies.
-    let mut index: PtrMap<usize> = PtrMap::default();
+    let mut index = NodeIndex::default();
     let mut states: Vec<NodeState> = Vec::new();
     let mut stack: Vec<usize> = Vec::new();
     index.insert(key(&root), 0);
@@ -163,8 +201,8 @@ pub(crate) fn run_backward(
         for e in node.next_edges() {
             let Some(f) = &e.function else { continue };
             let k = key(f);
-            match index.get(&k) {
-                Some(&j) => states[j].deps += 1,
+            match index.get(k) {
+                Some(j) => states[j].deps += 1,
                 None => {
                     let j = states.len();
                     index.insert(k, j);
@@ -196,7 +234,7 @@ pub(crate) fn run_backward(
                     format!("One of the differentiated Tensors (index {ci}) does not require grad"),
                 ));
             };
-            if let Some(&j) = index.get(&key(f)) {
+            if let Some(j) = index.get(key(f)) {
                 states[j].captures.push((e.input_nr, ci));
                 capture_found[ci] = true;
             }
@@ -215,7 +253,7 @@ pub(crate) fn run_backward(
                 let e = &edges[*pos];
                 *pos += 1;
                 if let Some(f) = &e.function {
-                    let j = index[&key(f)];
+                    let j = index.at(key(f));
                     if !visited[j] {
                         visited[j] = true;
                         st.push((j, 0));
@@ -233,7 +271,7 @@ pub(crate) fn run_backward(
             let mut need = false;
             for e in states[i].node.next_edges() {
                 if let Some(f) = &e.function {
-                    let j = index[&key(f)];
+                    let j = index.at(key(f));
                     if states[j].needed || !states[j].captures.is_empty() {
                         need = true;
                         break;
@@ -254,7 +292,7 @@ pub(crate) fn run_backward(
             let node = states[i].node.clone();
             for e in node.next_edges() {
                 if let Some(f) = &e.function {
-                    let j = index[&key(f)];
+                    let j = index.at(key(f));
                     if states[j].needed || !states[j].captures.is_empty() {
                         states[j].deps += 1;
                     }
@@ -302,7 +340,7 @@ pub(crate) fn run_backward(
         }
         for (k, (e, g)) in edges.iter().zip(outputs).enumerate() {
             let Some(f) = &e.function else { continue };
-            let j = index[&key(f)];
+            let j = index.at(key(f));
             let st = &mut states[j];
             if !st.needed && st.captures.is_empty() {
                 continue;
