@@ -122,3 +122,16 @@ fn slice_backward_errors_name_the_op() {
     assert!(e.starts_with("slice_backward:"), "{e}");
     assert!(e.contains("non-negative"), "{e}");
 }
+
+#[test]
+fn sum_formulas_pass_gradcheck() {
+    use ferrofx_core::ops::reduce::sum;
+    let o = GradcheckOptions::default();
+    gradcheck(|xs| Ok(vec![sum(&xs[0], None, false, None)?]), &[x23()], o).unwrap();
+    gradcheck(|xs| Ok(vec![sum(&xs[0], Some(&[1]), false, None)?]), &[x23()], o).unwrap();
+    gradcheck(|xs| Ok(vec![sum(&xs[0], Some(&[0, -1]), true, None)?]), &[x23()], o).unwrap();
+    gradcheck(|xs| Ok(vec![xs[0].sum_to_size(&[1, 3])?]), &[x23()], o).unwrap();
+    let y = sum(&x23(), Some(&[1]), false, None).unwrap();
+    assert_eq!(y.grad_fn().unwrap().name(), "SumBackward1");
+    assert_eq!(x23().sum().unwrap().grad_fn().unwrap().name(), "SumBackward0");
+}

@@ -43,6 +43,8 @@ pub enum ArgType {
     DType,
     /// `ScalarType?`
     OptDType,
+    /// `int[]` or `str` (conv's `padding`: sizes or `"valid"`/`"same"`)
+    IntListOrStr,
 }
 
 impl ArgType {
@@ -67,6 +69,7 @@ impl ArgType {
             ArgType::OptStr => "str?",
             ArgType::DType => "ScalarType",
             ArgType::OptDType => "ScalarType?",
+            ArgType::IntListOrStr => "int[]|str",
         }
     }
     fn optional(self) -> bool {
@@ -198,6 +201,8 @@ fn check_type(op: &str, spec: &ArgSpec, v: Value) -> Result<Value> {
         (T::FloatList, Value::Ints(v)) => Value::Floats(v.into_iter().map(|i| i as f64).collect()),
         (T::Str | T::OptStr, v @ Value::Str(_)) => v,
         (T::DType | T::OptDType, v @ Value::DType(_)) => v,
+        (T::IntListOrStr, v @ (Value::Ints(_) | Value::Str(_))) => v,
+        (T::IntListOrStr, Value::Int(i)) => Value::Ints(vec![i]),
         (_, v) => return bad(&v),
     })
 }

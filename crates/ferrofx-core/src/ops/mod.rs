@@ -1,12 +1,45 @@
 //! Built-in ops, one file per family. Each family exposes its `OpDef` statics, the public
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
+pub mod conv;
+pub mod creation;
+pub mod embedding;
+pub mod index;
+pub mod join;
 pub mod kernel;
+pub mod linalg;
+pub mod norm;
+pub mod pool;
+pub mod random;
+pub mod reduce;
+pub mod scan;
+pub mod shape_misc;
+pub mod softmax;
+pub mod sort;
 pub mod view;
 
 use crate::op::OpDef;
 
 /// Every built-in op.
 pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
-    [view::OPS, crate::autograd::formulas::OPS].into_iter().flatten()
+    [
+        view::OPS,
+        reduce::OPS,
+        softmax::OPS,
+        scan::OPS,
+        sort::OPS,
+        join::OPS,
+        index::OPS,
+        creation::OPS,
+        random::OPS,
+        shape_misc::OPS,
+        linalg::OPS,
+        conv::OPS,
+        pool::OPS,
+        norm::OPS,
+        embedding::OPS,
+        crate::autograd::formulas::OPS,
+    ]
+    .into_iter()
+    .flatten()
 }

@@ -5,6 +5,7 @@
 //! Helper ops used only by backward formulas (`slice_backward`, `select_backward`, named as in
 //! ATen) are registered like any other op and have their own backward.
 
+pub mod reduce;
 pub mod view;
 
 use crate::op::OpDef;

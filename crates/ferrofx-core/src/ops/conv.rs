@@ -1,0 +1,1091 @@
+//! Convolutions: `conv1d`, `conv2d` (stride, padding incl. `"valid"`/`"same"`, dilation,
+//! groups) and `conv_transpose2d`.
+//!
+//! Every convolution is lowered to the 2-D case (conv1d is conv2d with height 1) and computed
+//! per (image, group) unit with GEMMs:
+//! - 1x1, stride 1, no padding: one GEMM straight on the input (no copy);
+//! - stride 1 (any kernel, dilation, padding): the "shifted GEMM" scheme: the zero-padded input
+//!   plane is replicated `kW` times, each copy shifted by one kernel column, and `kH` GEMMs
+//!   (`K = C/groups * kW`) accumulate into a "wide" output of `OH x (W + pad)` columns whose
+//!   extra columns are dropped afterwards. This moves `kW`x the input instead of im2col's
+//!   `kH*kW`x;
+//! - otherwise im2col + one GEMM.
+//!
+//! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across
+//! units) when there are enough of them; otherwise units run one by one with multi-threaded
+//! GEMMs, so rayon is never nested. `conv_transpose2d` is GEMM + col2im.
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::layout::Shape;
+use crate::op::args::{int, ints, opt_tensor, tensor};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves,
+};
+use crate::ops::kernel;
+use crate::ops::linalg::{dtype_title, is_half, match_mat_dtype, MatElem, Par};
+use crate::tensor::{Tensor, TensorMeta};
+use crate::value::Value;
+use rayon::prelude::*;
+use smallvec::smallvec;
+
+/// The padding argument: explicit sizes or a mode string.
+#[derive(Debug, Clone)]
+pub enum Padding {
+    /// Symmetric padding per spatial dim (one value repeats).
+    Sizes(Vec<i64>),
+    /// `"valid"` (no padding) or `"same"` (output size = input size; stride 1 only).
+    Mode(String),
+}
+
+impl From<&[i64]> for Padding {
+    fn from(v: &[i64]) -> Self {
+        Padding::Sizes(v.to_vec())
+    }
+}
+impl From<i64> for Padding {
+    fn from(v: i64) -> Self {
+        Padding::Sizes(vec![v])
+    }
+}
+impl From<&str> for Padding {
+    fn from(s: &str) -> Self {
+        Padding::Mode(s.to_string())
+    }
+}
+impl From<Padding> for Value {
+    fn from(p: Padding) -> Self {
+        match p {
+            Padding::Sizes(v) => Value::Ints(v),
+            Padding::Mode(s) => Value::Str(s),
+        }
+    }
+}
+
+/// Fully resolved 2-D convolution geometry (conv1d has `h = kh = 1`).
+#[derive(Debug, Clone, Copy)]
+struct Geom {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    /// Output channels.
+    o: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    /// Padding before/after, per dim.
+    pt: usize,
+    pb: usize,
+    pl: usize,
+    pr: usize,
+    dh: usize,
+    dw: usize,
+    groups: usize,
+    oh: usize,
+    ow: usize,
+}
+
+impl Geom {
+    fn cg(&self) -> usize {
+        self.c / self.groups
+    }
+    fn og(&self) -> usize {
+        self.o / self.groups
+    }
+    fn flops(&self) -> u64 {
+        2 * (self.n * self.o * self.oh * self.ow * self.cg() * self.kh * self.kw) as u64
+    }
+}
+
+fn fmt_dims(v: &[usize], sep: &str) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(sep)
+}
+
+/// Expands `stride`/`padding`/`dilation` to `nd` values with PyTorch's message on a bad length.
+fn expand(op: &str, name: &str, v: &[i64], nd: usize) -> Result<Vec<i64>> {
+    match v.len() {
+        1 => Ok(vec![v[0]; nd]),
+        n if n == nd => Ok(v.to_vec()),
+        _ => Err(Error::argument(
+            op,
+            format!(
+                "expected {name} to be a single integer value or a list of {nd} values to match the convolution dimensions, but got {name}={v:?}"
+            ),
+        )),
+    }
+}
+
+fn dtype_check(op: &str, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<DType> {
+    let dt = x.dtype();
+    for (what, t) in [("weight", Some(w)), ("bias", b)] {
+        if let Some(t) = t {
+            if t.dtype() != dt {
+                return Err(Error::dtype(
+                    op,
+                    format!(
+                        "expected scalar type {} but found {} (input is {dt}, {what} is {})",
+                        dtype_title(dt),
+                        dtype_title(t.dtype()),
+                        t.dtype()
+                    ),
+                ));
+            }
+        }
+    }
+    if dt == DType::Bool {
+        return Err(Error::dtype(op, format!("\"{op}\" not implemented for 'Bool'")));
+    }
+    Ok(dt)
+}
+
+/// Validates a (transposed) convolution's arguments and computes its geometry; `nd` is the
+/// number of spatial dims (1 or 2). Returns the geometry and the output shape (without the batch
+/// dim for unbatched input).
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    op: &str,
+    nd: usize,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[i64],
+    padding: &Value,
+    dilation: &[i64],
+    groups: i64,
+    transposed: Option<&[i64]>,
+) -> Result<(Geom, Shape, DType)> {
+    let dt = dtype_check(op, x, w, bias)?;
+    let xs = x.shape();
+    if xs.len() != nd + 1 && xs.len() != nd + 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Expected {}D (unbatched) or {}D (batched) input to {op}, but got input of size: {xs:?}",
+                nd + 1,
+                nd + 2
+            ),
+        ));
+    }
+    let ws = w.shape();
+    if ws.len() != nd + 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "expected weight to be {}-D ({}), but got weight of size {ws:?}",
+                nd + 2,
+                if transposed.is_some() {
+                    "in_channels, out_channels/groups, kernel..."
+                } else {
+                    "out_channels, in_channels/groups, kernel..."
+                }
+            ),
+        ));
+    }
+    let batched = xs.len() == nd + 2;
+    let full: Vec<usize> = if batched { xs.to_vec() } else { std::iter::once(1).chain(xs.iter().copied()).collect() };
+    let stride = expand(op, "stride", stride, nd)?;
+    let dilation = expand(op, "dilation", dilation, nd)?;
+    if stride.iter().any(|&s| s <= 0) {
+        return Err(Error::argument(op, format!("non-positive stride is not supported, got stride={stride:?}")));
+    }
+    if dilation.iter().any(|&d| d <= 0) {
+        return Err(Error::argument(op, format!("dilation should be greater than zero, but got {dilation:?}")));
+    }
+    if groups <= 0 {
+        return Err(Error::argument(op, format!("non-positive groups is not supported, got groups={groups}")));
+    }
+    let g = groups as usize;
+    let k: Vec<usize> = ws[2..].to_vec();
+    // (before, after) per spatial dim
+    let pads: Vec<(usize, usize)> = match padding {
+        Value::Str(s) if transposed.is_none() => match s.as_str() {
+            "valid" => vec![(0, 0); nd],
+            "same" => {
+                if stride.iter().any(|&s| s != 1) {
+                    return Err(Error::argument(op, "padding='same' is not supported for strided convolutions"));
+                }
+                (0..nd)
+                    .map(|i| {
+                        let total = dilation[i] as usize * (k[i].max(1) - 1);
+                        (total / 2, total - total / 2)
+                    })
+                    .collect()
+            }
+            other => {
+                return Err(Error::argument(
+                    op,
+                    format!("Invalid padding string: '{other}' (expected 'valid' or 'same')"),
+                ))
+            }
+        },
+        Value::Ints(v) => {
+            let p = expand(op, "padding", v, nd)?;
+            if p.iter().any(|&x| x < 0) {
+                return Err(Error::argument(op, format!("negative padding is not supported, got padding={p:?}")));
+            }
+            p.iter().map(|&x| (x as usize, x as usize)).collect()
+        }
+        other => {
+            return Err(Error::argument(
+                op,
+                format!("padding must be an int, a list of ints, 'valid' or 'same', got {other:?}"),
+            ))
+        }
+    };
+    let (c, spatial) = (full[1], &full[2..]);
+    let (oc, out_sp): (usize, Vec<usize>) = match transposed {
+        None => {
+            if !ws[0].is_multiple_of(g) {
+                return Err(Error::shape(
+                    op,
+                    format!("Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size [{ws:?}] instead"),
+                ));
+            }
+            if ws[1] * g != c {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "Given groups={g}, weight of size {ws:?}, expected input{xs:?} to have {} channels, but got {c} channels instead",
+                        ws[1] * g
+                    ),
+                ));
+            }
+            let mut out = Vec::with_capacity(nd);
+            let mut padded = Vec::with_capacity(nd);
+            let mut eff = Vec::with_capacity(nd);
+            for i in 0..nd {
+                let p = spatial[i] + pads[i].0 + pads[i].1;
+                let e = dilation[i] as usize * (k[i].max(1) - 1) + 1;
+                padded.push(p);
+                eff.push(if k[i] == 0 { 0 } else { e });
+                out.push(if p >= e && k[i] > 0 { (p - e) / stride[i] as usize + 1 } else { 0 });
+            }
+            if padded.iter().zip(&eff).any(|(p, e)| p < e) || k.contains(&0) {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "Calculated padded input size per channel: ({}). Kernel size: ({}). Kernel size can't be greater than actual input size",
+                        fmt_dims(&padded, " x "),
+                        fmt_dims(&eff, " x ")
+                    ),
+                ));
+            }
+            (ws[0], out)
+        }
+        Some(out_pad) => {
+            if ws[0] != c {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "Given transposed=1, weight of size {ws:?}, expected input{xs:?} to have {} channels, but got {c} channels instead",
+                        ws[0]
+                    ),
+                ));
+            }
+            if !ws[0].is_multiple_of(g) {
+                return Err(Error::shape(
+                    op,
+                    format!("Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size [{ws:?}] instead"),
+                ));
+            }
+            let op_pad = expand(op, "output_padding", out_pad, nd)?;
+            if op_pad.iter().any(|&x| x < 0) {
+                return Err(Error::argument(op, format!("negative output_padding is not supported, got {op_pad:?}")));
+            }
+            for i in 0..nd {
+                if op_pad[i] >= stride[i] && op_pad[i] >= dilation[i] {
+                    return Err(Error::argument(
+                        op,
+                        format!(
+                            "output padding must be smaller than either stride or dilation, but got output_padding={op_pad:?}, stride={stride:?}, dilation={dilation:?}"
+                        ),
+                    ));
+                }
+            }
+            let mut out = Vec::with_capacity(nd);
+            for i in 0..nd {
+                let v = (spatial[i] as i64 - 1) * stride[i] - 2 * pads[i].0 as i64
+                    + dilation[i] * (k[i] as i64 - 1)
+                    + op_pad[i]
+                    + 1;
+                out.push(v);
+            }
+            if out.iter().any(|&v| v <= 0) {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "Given input size per channel: ({}). Calculated output size per channel: ({}). Output size is too small",
+                        fmt_dims(spatial, " x "),
+                        out.iter().map(|v| v.max(&0).to_string()).collect::<Vec<_>>().join(" x ")
+                    ),
+                ));
+            }
+            (ws[1] * g, out.iter().map(|&v| v as usize).collect())
+        }
+    };
+    if let Some(b) = bias {
+        if b.ndim() != 1 || b.shape()[0] != oc {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Given weight of size {ws:?}, expected bias to be 1-dimensional with {oc} elements, but got bias of size {:?} instead",
+                    b.shape()
+                ),
+            ));
+        }
+    }
+    let two = |v: &[usize], d: usize| if nd == 2 { v[0] } else { d };
+    let last = |v: &[usize]| v[nd - 1];
+    let geom = Geom {
+        n: full[0],
+        c,
+        h: two(spatial, 1),
+        w: last(spatial),
+        o: oc,
+        kh: two(&k, 1),
+        kw: last(&k),
+        sh: if nd == 2 { stride[0] as usize } else { 1 },
+        sw: stride[nd - 1] as usize,
+        pt: if nd == 2 { pads[0].0 } else { 0 },
+        pb: if nd == 2 { pads[0].1 } else { 0 },
+        pl: pads[nd - 1].0,
+        pr: pads[nd - 1].1,
+        dh: if nd == 2 { dilation[0] as usize } else { 1 },
+        dw: dilation[nd - 1] as usize,
+        groups: g,
+        oh: two(&out_sp, 1),
+        ow: last(&out_sp),
+    };
+    let mut shape: Shape = Shape::new();
+    if batched {
+        shape.push(full[0]);
+    }
+    shape.push(oc);
+    shape.extend_from_slice(&out_sp);
+    Ok((geom, shape, dt))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward convolution kernels
+// ---------------------------------------------------------------------------------------------
+
+/// Which algorithm a forward convolution uses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Algo {
+    Pointwise,
+    Shifted,
+    Im2col,
+}
+
+fn choose(g: &Geom) -> Algo {
+    if g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt + g.pb + g.pl + g.pr == 0 {
+        Algo::Pointwise
+    } else if g.sh == 1 && g.sw == 1 && g.kw > 1 && g.oh * g.ow >= 64 {
+        Algo::Shifted
+    } else {
+        Algo::Im2col
+    }
+}
+
+/// Scratch sizes (elements) of one unit for the chosen algorithm.
+fn scratch_len(g: &Geom, algo: Algo) -> (usize, usize) {
+    let (hp, wp) = (g.h + g.pt + g.pb, g.w + g.pl + g.pr);
+    match algo {
+        Algo::Pointwise => (0, 0),
+        Algo::Shifted => (g.cg() * g.kw * hp * wp, g.og() * g.oh * wp),
+        Algo::Im2col => (g.cg() * g.kh * g.kw * g.oh * g.ow, 0),
+    }
+}
+
+/// A raw pointer that may cross threads; users guarantee disjoint access (see call sites).
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used to hand disjoint output blocks of one buffer to rayon tasks.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above; the pointer itself is only copied, never dereferenced concurrently for
+// the same element.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// A GEMM `dst (m x n, row stride dst_rs) = [dst +] a (m x k) @ b (k x n)` with unit column
+/// strides for `dst` and `b`. With `Par::Pool` (and outside rayon workers) it splits the larger
+/// of `m`/`n` into one block per thread and runs single-threaded GEMMs on the blocks: the `gemm`
+/// crate's own threading scales poorly for the short-and-wide shapes of convolutions.
+///
+/// # Safety
+/// As [`MatElem::gemm`]: all strided indices of the three operands must be in bounds, `dst`
+/// exclusive and disjoint from `a` and `b`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_split<T: MatElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: usize,
+    read_dst: bool,
+    a: *const T,
+    a_rs: usize,
+    a_cs: usize,
+    b: *const T,
+    b_rs: usize,
+    par: Par,
+) {
+    let one = T::from_i64(1);
+    let threads = rayon::current_num_threads();
+    let work = m * n * k;
+    if par == Par::Seq || threads <= 1 || rayon::current_thread_index().is_some() || work < 1 << 18 {
+        T::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_rs as isize,
+            1,
+            read_dst,
+            a,
+            a_rs as isize,
+            a_cs as isize,
+            b,
+            b_rs as isize,
+            1,
+            one,
+            one,
+            Par::Seq,
+        );
+        return;
+    }
+    let (d, a, b) = (SendPtr(dst), SendPtr(a as *mut T), SendPtr(b as *mut T));
+    if n >= m {
+        let step = n.div_ceil(threads).next_multiple_of(16).min(n);
+        let chunks = n.div_ceil(step);
+        (0..chunks).into_par_iter().for_each(|ci| {
+            let (d, a, b) = (d, a, b);
+            let j0 = ci * step;
+            let nn = step.min(n - j0);
+            // SAFETY: block ci covers columns j0..j0+nn of dst and b: inside the caller's
+            // bounds, and disjoint from every other block's dst columns.
+            unsafe {
+                T::gemm(
+                    m,
+                    nn,
+                    k,
+                    d.0.add(j0),
+                    dst_rs as isize,
+                    1,
+                    read_dst,
+                    a.0,
+                    a_rs as isize,
+                    a_cs as isize,
+                    b.0.add(j0),
+                    b_rs as isize,
+                    1,
+                    one,
+                    one,
+                    Par::Seq,
+                )
+            }
+        });
+    } else {
+        let step = m.div_ceil(threads).next_multiple_of(16).min(m);
+        let chunks = m.div_ceil(step);
+        (0..chunks).into_par_iter().for_each(|ci| {
+            let (d, a, b) = (d, a, b);
+            let i0 = ci * step;
+            let mm = step.min(m - i0);
+            // SAFETY: block ci covers rows i0..i0+mm of dst and a: inside the caller's bounds,
+            // and disjoint from every other block's dst rows.
+            unsafe {
+                T::gemm(
+                    mm,
+                    n,
+                    k,
+                    d.0.add(i0 * dst_rs),
+                    dst_rs as isize,
+                    1,
+                    read_dst,
+                    a.0.add(i0 * a_rs),
+                    a_rs as isize,
+                    a_cs as isize,
+                    b.0,
+                    b_rs as isize,
+                    1,
+                    one,
+                    one,
+                    Par::Seq,
+                )
+            }
+        });
+    }
+}
+
+/// Runs `f(channel, block)` over `buf` split into per-channel blocks, in parallel when `par`
+/// allows and the buffer is large.
+fn per_channel<T: Send>(buf: &mut [T], block: usize, par: Par, f: impl Fn(usize, &mut [T]) + Sync) {
+    if block == 0 {
+        return;
+    }
+    if par == Par::Pool
+        && rayon::current_num_threads() > 1
+        && rayon::current_thread_index().is_none()
+        && buf.len() >= 1 << 16
+    {
+        buf.par_chunks_mut(block).enumerate().for_each(|(c, b)| f(c, b));
+    } else {
+        buf.chunks_mut(block).enumerate().for_each(|(c, b)| f(c, b));
+    }
+}
+
+/// Fills the shifted-replica buffer for channels of one unit: `xr[c][kj][t] = xpad[c][t + kj*dw]`
+/// (flat index into the zero-padded `hp x wp` plane; zero past its end).
+fn fill_shifted<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, xr: &mut [T], par: Par) {
+    let (hp, wp) = (g.h + g.pt + g.pb, g.w + g.pl + g.pr);
+    let plane = hp * wp;
+    let zero = T::default();
+    per_channel(xr, g.kw * plane, par, |ci, xc| {
+        let src = &x[ci * g.h * g.w..(ci + 1) * g.h * g.w];
+        let (base, rest) = xc.split_at_mut(plane);
+        // kj = 0: the padded plane itself
+        base[..g.pt * wp].fill(zero);
+        for r in 0..g.h {
+            let row = &mut base[(g.pt + r) * wp..(g.pt + r + 1) * wp];
+            row[..g.pl].fill(zero);
+            row[g.pl..g.pl + g.w].copy_from_slice(&src[r * g.w..(r + 1) * g.w]);
+            row[g.pl + g.w..].fill(zero);
+        }
+        base[(g.pt + g.h) * wp..].fill(zero);
+        for (kj, dst) in rest.chunks_mut(plane).enumerate() {
+            let s = (kj + 1) * g.dw;
+            let n = plane.saturating_sub(s);
+            dst[..n].copy_from_slice(&base[s..s + n]);
+            dst[n..].fill(zero);
+        }
+    });
+}
+
+/// im2col for one unit: `col[(c*kh + ki)*kw + kj][oh*ow_n + ow] = xpad[c][oh*sh + ki*dh][ow*sw + kj*dw]`.
+fn fill_im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, col: &mut [T], par: Par) {
+    let plane = g.oh * g.ow;
+    per_channel(col, g.kh * g.kw * plane, par, |ci, block| {
+        for (r, dst) in block.chunks_mut(plane).enumerate() {
+            im2col_row(x, g, ci * g.kh * g.kw + r, dst);
+        }
+    });
+}
+
+/// One row `(c, ki, kj)` of the im2col matrix.
+fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
+    let zero = T::default();
+    let (ohn, own) = (g.oh, g.ow);
+    {
+        let kj = r % g.kw;
+        let ki = (r / g.kw) % g.kh;
+        let ci = r / (g.kw * g.kh);
+        let src = &x[ci * g.h * g.w..(ci + 1) * g.h * g.w];
+        // valid ow range: 0 <= ow*sw + kj*dw - pl < w
+        let off = (kj * g.dw) as isize - g.pl as isize;
+        let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(g.sw) };
+        let hi_num = g.w as isize - off; // ow*sw < hi_num
+        let hi = if hi_num <= 0 { 0 } else { (hi_num as usize).div_ceil(g.sw).min(own) };
+        let lo = lo.min(hi);
+        for oh in 0..ohn {
+            let drow = &mut dst[oh * own..(oh + 1) * own];
+            let ih = (oh * g.sh + ki * g.dh) as isize - g.pt as isize;
+            if ih < 0 || ih >= g.h as isize {
+                drow.fill(zero);
+                continue;
+            }
+            let srow = &src[ih as usize * g.w..(ih as usize + 1) * g.w];
+            drow[..lo].fill(zero);
+            if g.sw == 1 {
+                let s0 = (lo as isize + off) as usize;
+                drow[lo..hi].copy_from_slice(&srow[s0..s0 + (hi - lo)]);
+            } else {
+                for (ow, d) in drow[lo..hi].iter_mut().enumerate() {
+                    *d = srow[(((lo + ow) * g.sw) as isize + off) as usize];
+                }
+            }
+            drow[hi..].fill(zero);
+        }
+    }
+}
+
+/// One (image, group) unit of a forward convolution.
+/// `x`: the unit's input channels `[cg, h, w]`; `w`: the group's weights `[og, cg, kh, kw]`
+/// (or, for `Shifted`, the reordered `[kh, og, cg, kw]`); `out`: `[og, oh, ow]`.
+#[allow(clippy::too_many_arguments)]
+fn conv_unit<T: MatElem>(
+    g: &Geom,
+    algo: Algo,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &mut [T],
+    s1: &mut Vec<T>,
+    s2: &mut Vec<T>,
+    par: Par,
+) {
+    let (cg, og) = (g.cg(), g.og());
+    let ohw = g.oh * g.ow;
+    let has_bias = bias.is_some();
+    if let Some(b) = bias {
+        for (o, row) in out.chunks_mut(ohw).enumerate() {
+            row.fill(b[o]);
+        }
+    }
+    match algo {
+        Algo::Pointwise => {
+            // SAFETY: w is [og, cg] contiguous, x is [cg, h*w] contiguous, out is [og, h*w]
+            // contiguous; out is exclusively borrowed and disjoint from x and w.
+            unsafe { gemm_split(og, ohw, cg, out.as_mut_ptr(), ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par) }
+        }
+        Algo::Im2col => {
+            let (len, _) = scratch_len(g, algo);
+            s1.resize(len, T::default());
+            fill_im2col(x, g, s1, par);
+            let kk = cg * g.kh * g.kw;
+            // SAFETY: w is [og, kk], col is [kk, ohw], out is [og, ohw], all contiguous and in
+            // bounds; out is disjoint from both.
+            unsafe {
+                gemm_split(og, ohw, kk, out.as_mut_ptr(), ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par)
+            }
+        }
+        Algo::Shifted => {
+            let (len1, len2) = scratch_len(g, algo);
+            s1.resize(len1, T::default());
+            s2.resize(len2, T::default());
+            fill_shifted(x, g, s1, par);
+            let wp = g.w + g.pl + g.pr;
+            let plane = (g.h + g.pt + g.pb) * wp;
+            let nw = g.oh * wp; // wide output columns
+            let kk = cg * g.kw;
+            let wide = &mut s2[..];
+            if has_bias {
+                for (o, row) in wide.chunks_mut(nw).enumerate() {
+                    row.fill(bias.map(|b| b[o]).unwrap_or_default());
+                }
+            }
+            for ki in 0..g.kh {
+                // SAFETY: lhs = w[ki] is [og, cg*kw] contiguous inside w ([kh, og, cg, kw]);
+                // rhs rows (c, kj) start at (c*kw + kj)*plane + ki*dh*wp and span nw columns:
+                // ki*dh*wp + oh*wp <= hp*wp = plane, so every read is inside s1 (cg*kw planes);
+                // wide is [og, nw] and disjoint from both.
+                unsafe {
+                    gemm_split(
+                        og,
+                        nw,
+                        kk,
+                        wide.as_mut_ptr(),
+                        nw,
+                        has_bias || ki > 0,
+                        w.as_ptr().add(ki * og * kk),
+                        kk,
+                        1,
+                        s1.as_ptr().add(ki * g.dh * wp),
+                        plane,
+                        par,
+                    )
+                }
+            }
+            for (o, orow) in out.chunks_mut(ohw).enumerate() {
+                let src = &wide[o * nw..(o + 1) * nw];
+                for oh in 0..g.oh {
+                    orow[oh * g.ow..(oh + 1) * g.ow].copy_from_slice(&src[oh * wp..oh * wp + g.ow]);
+                }
+            }
+        }
+    }
+}
+
+/// Forward convolution on contiguous `x` `[n, c, h, w]`, `w` `[o, cg, kh, kw]`.
+fn conv_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
+    let algo = choose(g);
+    let (cg, og) = (g.cg(), g.og());
+    let unit_in = cg * g.h * g.w;
+    let unit_out = og * g.oh * g.ow;
+    let unit_w = og * cg * g.kh * g.kw;
+    // The shifted scheme wants weights as [group][kh][og][cg][kw].
+    let wr: Vec<T>;
+    let wsrc: &[T] = if algo == Algo::Shifted {
+        let mut v = vec![T::default(); w.len()];
+        for gi in 0..g.groups {
+            for o in 0..og {
+                for c in 0..cg {
+                    for ki in 0..g.kh {
+                        for kj in 0..g.kw {
+                            v[gi * unit_w + ((ki * og + o) * cg + c) * g.kw + kj] =
+                                w[gi * unit_w + ((o * cg + c) * g.kh + ki) * g.kw + kj];
+                        }
+                    }
+                }
+            }
+        }
+        wr = v;
+        &wr
+    } else {
+        w
+    };
+    let mut out = vec![T::default(); g.n * g.o * g.oh * g.ow];
+    if out.is_empty() {
+        return out;
+    }
+    let units = g.n * g.groups;
+    let threads = rayon::current_num_threads();
+    let run = |u: usize, o: &mut [T], s1: &mut Vec<T>, s2: &mut Vec<T>, par: Par| {
+        let (ni, gi) = (u / g.groups, u % g.groups);
+        let xi = &x[ni * g.c * g.h * g.w + gi * unit_in..][..unit_in];
+        let wi = &wsrc[gi * unit_w..(gi + 1) * unit_w];
+        let bi = bias.map(|b| &b[gi * og..(gi + 1) * og]);
+        conv_unit(g, algo, xi, wi, bi, o, s1, s2, par);
+    };
+    let work_per_unit = unit_out * cg * g.kh * g.kw;
+    if threads > 1 && units >= threads && rayon::current_thread_index().is_none() && units * work_per_unit >= 1 << 16 {
+        out.par_chunks_mut(unit_out)
+            .enumerate()
+            .for_each_init(|| (Vec::new(), Vec::new()), |(s1, s2), (u, o)| run(u, o, s1, s2, Par::Seq));
+    } else {
+        let (mut s1, mut s2) = (Vec::new(), Vec::new());
+        for (u, o) in out.chunks_mut(unit_out).enumerate() {
+            run(u, o, &mut s1, &mut s2, Par::Pool);
+        }
+    }
+    out
+}
+
+/// Transposed convolution on contiguous `x` `[n, c, h, w]`, `w` `[c, og, kh, kw]`: per unit
+/// `col = W_g^T @ x_g` then col2im (scatter-add) into the output.
+fn conv_transpose_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
+    let (cg, og) = (g.c / g.groups, g.o / g.groups);
+    let (ih, iw) = (g.h, g.w);
+    let hw = ih * iw;
+    let rows = og * g.kh * g.kw;
+    let unit_out = og * g.oh * g.ow;
+    let mut out = vec![T::default(); g.n * g.o * g.oh * g.ow];
+    if out.is_empty() {
+        return out;
+    }
+    let one = T::from_i64(1);
+    let units = g.n * g.groups;
+    let threads = rayon::current_num_threads();
+    let run = |u: usize, o: &mut [T], col: &mut Vec<T>, par: Par| {
+        let (ni, gi) = (u / g.groups, u % g.groups);
+        let xi = &x[ni * g.c * hw + gi * cg * hw..][..cg * hw];
+        let wi = &w[gi * cg * rows..(gi + 1) * cg * rows];
+        col.resize(rows * hw, T::default());
+        // SAFETY: wi is [cg, rows] contiguous, read as its transpose [rows, cg] (rs 1, cs rows);
+        // xi is [cg, hw]; col is [rows, hw]; all in bounds and col is disjoint.
+        unsafe {
+            T::gemm(
+                rows,
+                hw,
+                cg,
+                col.as_mut_ptr(),
+                hw as isize,
+                1,
+                false,
+                wi.as_ptr(),
+                1,
+                rows as isize,
+                xi.as_ptr(),
+                hw as isize,
+                1,
+                one,
+                one,
+                par,
+            )
+        }
+        for (oc, orow) in o.chunks_mut(g.oh * g.ow).enumerate() {
+            if let Some(b) = bias {
+                orow.fill(b[gi * og + oc]);
+            }
+            for ki in 0..g.kh {
+                for kj in 0..g.kw {
+                    let crow = &col[((oc * g.kh + ki) * g.kw + kj) * hw..][..hw];
+                    for y in 0..ih {
+                        let oy = (y * g.sh + ki * g.dh) as isize - g.pt as isize;
+                        if oy < 0 || oy >= g.oh as isize {
+                            continue;
+                        }
+                        let orow_y = &mut orow[oy as usize * g.ow..(oy as usize + 1) * g.ow];
+                        for xx in 0..iw {
+                            let ox = (xx * g.sw + kj * g.dw) as isize - g.pl as isize;
+                            if ox >= 0 && (ox as usize) < g.ow {
+                                let d = &mut orow_y[ox as usize];
+                                *d = add(*d, crow[y * iw + xx]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if threads > 1 && units >= threads && rayon::current_thread_index().is_none() {
+        out.par_chunks_mut(unit_out).enumerate().for_each_init(Vec::new, |col, (u, o)| run(u, o, col, Par::Seq));
+    } else {
+        let mut col = Vec::new();
+        for (u, o) in out.chunks_mut(unit_out).enumerate() {
+            run(u, o, &mut col, Par::Pool);
+        }
+    }
+    out
+}
+
+#[inline(always)]
+fn add<T: MatElem>(a: T, b: T) -> T {
+    a.add_wrapping(b)
+}
+
+fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
+    t.with_contiguous::<T, _>(op, |s| s.to_vec())
+}
+
+/// Runs a convolution kernel on concrete tensors, computing f16/bf16 in f32.
+#[allow(clippy::too_many_arguments)]
+fn run_conv(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    g: &Geom,
+    shape: &Shape,
+    dt: DType,
+    transposed: bool,
+) -> Result<Tensor> {
+    if is_half(dt) {
+        let x32 = kernel::cast(x, DType::F32)?;
+        let w32 = kernel::cast(w, DType::F32)?;
+        let b32 = b.map(|b| kernel::cast(b, DType::F32)).transpose()?;
+        let r = run_conv(op, &x32, &w32, b32.as_ref(), g, shape, DType::F32, transposed)?;
+        return kernel::cast(&r, dt);
+    }
+    match_mat_dtype!(op, dt, E => {
+        let xc = kernel::contiguous(x)?;
+        let wc = kernel::contiguous(w)?;
+        let bv = b.map(|b| contiguous_vec::<E>(op, b)).transpose()?;
+        let out = xc.with_contiguous::<E, _>(op, |xs| {
+            wc.with_contiguous::<E, _>(op, |ws| {
+                if transposed { conv_transpose_forward(g, xs, ws, bv.as_deref()) } else { conv_forward(g, xs, ws, bv.as_deref()) }
+            })
+        })??;
+        Tensor::from_vec(out, shape)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op definitions
+// ---------------------------------------------------------------------------------------------
+
+fn conv_args<'a>(op: &str, args: &'a [Value]) -> Result<(&'a Tensor, &'a Tensor, Option<&'a Tensor>)> {
+    Ok((tensor(op, args, 0)?, tensor(op, args, 1)?, opt_tensor(op, args, 2)?))
+}
+
+fn conv_geom(op: &str, nd: usize, args: &[Value]) -> Result<(Geom, Shape, DType)> {
+    let (x, w, b) = conv_args(op, args)?;
+    let pad = args.get(4).cloned().unwrap_or(Value::Ints(vec![0]));
+    geometry(op, nd, x, w, b, &ints(op, args, 3)?, &pad, &ints(op, args, 5)?, int(op, args, 6)?, None)
+}
+
+fn convt_geom(op: &str, args: &[Value]) -> Result<(Geom, Shape, DType)> {
+    let (x, w, b) = conv_args(op, args)?;
+    let pad = Value::Ints(ints(op, args, 4)?.into_owned());
+    geometry(
+        op,
+        2,
+        x,
+        w,
+        b,
+        &ints(op, args, 3)?,
+        &pad,
+        &ints(op, args, 7)?,
+        int(op, args, 6)?,
+        Some(&ints(op, args, 5)?),
+    )
+}
+
+fn conv_cost_of(g: &Geom, args: &[Value], outs: &[TensorMeta]) -> Cost {
+    let mut bytes = 0u64;
+    for a in args {
+        a.for_each_tensor(|t| bytes += t.meta_nbytes() as u64);
+    }
+    bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
+    Cost { flops: g.flops(), bytes }
+}
+
+const CONV_SCHEMA_1D: &[ArgSpec] = &[
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("weight", T::Tensor),
+    ArgSpec::opt("bias", T::OptTensor, D::None),
+    ArgSpec::opt("stride", T::IntList, D::Ints(&[1])),
+    ArgSpec::opt("padding", T::IntListOrStr, D::Ints(&[0])),
+    ArgSpec::opt("dilation", T::IntList, D::Ints(&[1])),
+    ArgSpec::opt("groups", T::Int, D::Int(1)),
+];
+const CONV_SCHEMA_2D: &[ArgSpec] = &[
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("weight", T::Tensor),
+    ArgSpec::opt("bias", T::OptTensor, D::None),
+    ArgSpec::opt("stride", T::IntList, D::Ints(&[1, 1])),
+    ArgSpec::opt("padding", T::IntListOrStr, D::Ints(&[0, 0])),
+    ArgSpec::opt("dilation", T::IntList, D::Ints(&[1, 1])),
+    ArgSpec::opt("groups", T::Int, D::Int(1)),
+];
+
+macro_rules! conv_op {
+    ($static:ident, $name:literal, $nd:expr, $schema:expr, $doc:literal) => {
+        #[doc = $doc]
+        pub static $static: OpDef = OpDef {
+            name: $name,
+            schema: $schema,
+            meta: |args| {
+                let (_, shape, dt) = conv_geom($name, $nd, args)?;
+                Ok(smallvec![TensorMeta::contiguous(&shape, dt)])
+            },
+            kernel: |args| {
+                let (g, shape, dt) = conv_geom($name, $nd, args)?;
+                let (x, w, b) = conv_args($name, args)?;
+                Ok(smallvec![run_conv($name, x, w, b, &g, &shape, dt, false)?])
+            },
+            cost: |args, outs| match conv_geom($name, $nd, args) {
+                Ok((g, _, _)) => conv_cost_of(&g, args, outs),
+                Err(_) => Cost::default(),
+            },
+            effect: Effect::Pure,
+            category: Category::Convolution,
+            backward: None,
+            saves: Saves::NOTHING,
+            doc: $doc,
+        };
+    };
+}
+
+conv_op!(CONV1D, "conv1d", 1, CONV_SCHEMA_1D, "1-D convolution over `[N, C, L]` (or unbatched `[C, L]`) input.");
+conv_op!(CONV2D, "conv2d", 2, CONV_SCHEMA_2D, "2-D convolution over `[N, C, H, W]` (or unbatched `[C, H, W]`) input.");
+
+/// `conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+/// dilation=1)`; weight is `[in_channels, out_channels/groups, kH, kW]`.
+pub static CONV_TRANSPOSE2D: OpDef = OpDef {
+    name: "conv_transpose2d",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("weight", T::Tensor),
+        ArgSpec::opt("bias", T::OptTensor, D::None),
+        ArgSpec::opt("stride", T::IntList, D::Ints(&[1, 1])),
+        ArgSpec::opt("padding", T::IntList, D::Ints(&[0, 0])),
+        ArgSpec::opt("output_padding", T::IntList, D::Ints(&[0, 0])),
+        ArgSpec::opt("groups", T::Int, D::Int(1)),
+        ArgSpec::opt("dilation", T::IntList, D::Ints(&[1, 1])),
+    ],
+    meta: |args| {
+        let (_, shape, dt) = convt_geom("conv_transpose2d", args)?;
+        Ok(smallvec![TensorMeta::contiguous(&shape, dt)])
+    },
+    kernel: |args| {
+        let op = "conv_transpose2d";
+        let (g, shape, dt) = convt_geom(op, args)?;
+        let (x, w, b) = conv_args(op, args)?;
+        Ok(smallvec![run_conv(op, x, w, b, &g, &shape, dt, true)?])
+    },
+    cost: |args, outs| match convt_geom("conv_transpose2d", args) {
+        Ok((g, _, _)) => {
+            // same multiply-adds as the forward conv it is the gradient of
+            let mut c = conv_cost_of(&g, args, outs);
+            c.flops = 2 * (g.n * g.c * g.h * g.w * (g.o / g.groups) * g.kh * g.kw) as u64;
+            c
+        }
+        Err(_) => Cost::default(),
+    },
+    effect: Effect::Pure,
+    category: Category::Convolution,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "2-D transposed convolution (the gradient of conv2d with respect to its input).",
+};
+
+/// The ops of this family.
+pub(crate) static OPS: &[&OpDef] = &[&CONV1D, &CONV2D, &CONV_TRANSPOSE2D];
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------------
+
+fn one(op: &'static OpDef, args: &[Value]) -> Result<Tensor> {
+    let mut out: Outputs = dispatch(op, CallKind::Function, args)?;
+    out.pop().ok_or_else(|| Error::schema(op.name, "op returned no output"))
+}
+
+/// `torch.nn.functional.conv1d(input, weight, bias, stride, padding, dilation, groups)`.
+pub fn conv1d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[i64],
+    padding: impl Into<Padding>,
+    dilation: &[i64],
+    groups: i64,
+) -> Result<Tensor> {
+    one(
+        &CONV1D,
+        &[
+            input.into(),
+            weight.into(),
+            bias.into(),
+            stride.into(),
+            padding.into().into(),
+            dilation.into(),
+            Value::Int(groups),
+        ],
+    )
+}
+
+/// `torch.nn.functional.conv2d(input, weight, bias, stride, padding, dilation, groups)`;
+/// `padding` is an int, a list, `"valid"` or `"same"`.
+pub fn conv2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[i64],
+    padding: impl Into<Padding>,
+    dilation: &[i64],
+    groups: i64,
+) -> Result<Tensor> {
+    one(
+        &CONV2D,
+        &[
+            input.into(),
+            weight.into(),
+            bias.into(),
+            stride.into(),
+            padding.into().into(),
+            dilation.into(),
+            Value::Int(groups),
+        ],
+    )
+}
+
+/// `torch.nn.functional.conv_transpose2d(input, weight, bias, stride, padding, output_padding,
+/// groups, dilation)`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[i64],
+    padding: &[i64],
+    output_padding: &[i64],
+    groups: i64,
+    dilation: &[i64],
+) -> Result<Tensor> {
+    one(
+        &CONV_TRANSPOSE2D,
+        &[
+            input.into(),
+            weight.into(),
+            bias.into(),
+            stride.into(),
+            padding.into(),
+            output_padding.into(),
+            Value::Int(groups),
+            dilation.into(),
+        ],
+    )
+}

@@ -1,0 +1,493 @@
+//! Normalisations: `batch_norm` (training and evaluation, running statistics), `layer_norm`,
+//! `group_norm`.
+//!
+//! Statistics accumulate in f64 (two passes: mean, then squared deviations); the normalised
+//! output is written in the input's dtype (f16/bf16 compute in f32). Normalisation uses the
+//! biased variance, as PyTorch does.
+//!
+//! **`batch_norm` has a side effect.** In training mode with running statistics given, it
+//! updates `running_mean` and `running_var` in place (PyTorch's formula, with the *unbiased*
+//! batch variance for `running_var`): `running = (1 - momentum) * running + momentum * batch`.
+//! Its [`Effect`] is therefore `Mutates(1)` (the `running_mean` argument), so DCE never drops it
+//! and dispatch bumps `running_mean`'s version counter; the kernel bumps `running_var`'s itself.
+//! The op's output is a fresh tensor (not an alias of argument 1).
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::op::args::{bool_, float, int, ints, opt_tensor, tensor};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves,
+};
+use crate::ops::kernel::{self, PAR_THRESHOLD};
+use crate::ops::linalg::{dtype_title, is_half};
+use crate::tensor::{Tensor, TensorMeta};
+use crate::value::Value;
+use rayon::prelude::*;
+use smallvec::smallvec;
+
+fn float_only(op: &str, dt: DType) -> Result<()> {
+    if !dt.is_floating_point() {
+        return Err(Error::dtype(
+            op,
+            format!("\"{op}\" not implemented for '{}' (normalisation needs a floating point input)", dtype_title(dt)),
+        ));
+    }
+    Ok(())
+}
+
+/// Parameters may have the input's dtype, or f32 when the input is f16/bf16 (PyTorch's mixed
+/// precision rule on CPU).
+fn param_dtype_ok(op: &str, input: DType, name: &str, p: Option<&Tensor>) -> Result<()> {
+    if let Some(p) = p {
+        let d = p.dtype();
+        if d != input && !(is_half(input) && d == DType::F32) {
+            return Err(Error::dtype(
+                op,
+                format!("mixed dtype (CPU): all inputs must share same datatype. input is {input}, {name} is {d}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn norm_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
+    let c = crate::op::cost_elementwise(args, outs);
+    Cost { flops: c.flops * 5, bytes: c.bytes }
+}
+
+/// Mean and biased variance of strided f64-convertible values.
+#[inline]
+fn stats<T: Element>(chunks: impl Iterator<Item = impl AsRef<[T]>> + Clone, count: usize) -> (f64, f64) {
+    let mut s = 0f64;
+    for c in chunks.clone() {
+        for &v in c.as_ref() {
+            s += v.to_f64();
+        }
+    }
+    let mean = s / count as f64;
+    let mut q = 0f64;
+    for c in chunks {
+        for &v in c.as_ref() {
+            let d = v.to_f64() - mean;
+            q += d * d;
+        }
+    }
+    (mean, q / count as f64)
+}
+
+fn f64_vec(op: &str, t: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
+    t.map(|t| kernel::to_f64_vec(t).map_err(|e| e.in_op(op))).transpose()
+}
+
+// ---------------------------------------------------------------------------------------------
+// batch_norm
+// ---------------------------------------------------------------------------------------------
+
+struct BnArgs<'a> {
+    x: &'a Tensor,
+    rm: Option<&'a Tensor>,
+    rv: Option<&'a Tensor>,
+    w: Option<&'a Tensor>,
+    b: Option<&'a Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+}
+
+fn bn_args<'a>(args: &'a [Value]) -> Result<BnArgs<'a>> {
+    let op = "batch_norm";
+    let a = BnArgs {
+        x: tensor(op, args, 0)?,
+        rm: opt_tensor(op, args, 1)?,
+        rv: opt_tensor(op, args, 2)?,
+        w: opt_tensor(op, args, 3)?,
+        b: opt_tensor(op, args, 4)?,
+        training: bool_(op, args, 5)?,
+        momentum: float(op, args, 6)?,
+        eps: float(op, args, 7)?,
+    };
+    let dt = a.x.dtype();
+    float_only(op, dt)?;
+    let s = a.x.shape();
+    if s.len() < 2 {
+        return Err(Error::shape(
+            op,
+            format!("expected input of shape (N, C, *) with at least 2 dims, but got input of size {s:?}"),
+        ));
+    }
+    let c = s[1];
+    for (name, t) in [("running_mean", a.rm), ("running_var", a.rv), ("weight", a.w), ("bias", a.b)] {
+        if let Some(t) = t {
+            if t.numel() != c {
+                return Err(Error::shape(
+                    op,
+                    format!("{name} should contain {c} elements not {} (input of size {s:?})", t.numel()),
+                ));
+            }
+        }
+        param_dtype_ok(op, dt, name, t)?;
+    }
+    if !a.training && (a.rm.is_none() || a.rv.is_none()) {
+        let which = if a.rm.is_none() { "running_mean" } else { "running_var" };
+        return Err(Error::argument(op, format!("{which} must be defined in evaluation mode")));
+    }
+    if a.training {
+        let per_channel = a.x.numel() / c.max(1);
+        if per_channel <= 1 {
+            return Err(Error::argument(
+                op,
+                format!("Expected more than 1 value per channel when training, got input size {s:?}"),
+            ));
+        }
+    }
+    Ok(a)
+}
+
+fn bn_kernel(args: &[Value]) -> Result<Outputs> {
+    let op = "batch_norm";
+    let a = bn_args(args)?;
+    let dt = a.x.dtype();
+    let x = if is_half(dt) { kernel::cast(a.x, DType::F32)? } else { a.x.clone() };
+    let s = x.shape().to_vec();
+    let (n, c) = (s[0], s[1]);
+    let sp: usize = s[2..].iter().product();
+    let w = f64_vec(op, a.w)?;
+    let b = f64_vec(op, a.b)?;
+    let xt = x.dtype();
+    let (out, mean, var) = crate::match_dtype!(xt, E => x.with_contiguous::<E, _>(op, |xs| -> Result<(Tensor, Vec<f64>, Vec<f64>)> {
+        // per-channel mean and invstd
+        let (mean, var): (Vec<f64>, Vec<f64>) = if a.training {
+            let count = n * sp;
+            let st = |ch: usize| stats::<E>((0..n).map(move |i| &xs[(i * c + ch) * sp..(i * c + ch + 1) * sp]), count);
+            if xs.len() >= PAR_THRESHOLD { (0..c).into_par_iter().map(st).unzip() } else { (0..c).map(st).unzip() }
+        } else {
+            (kernel::to_f64_vec(a.rm.ok_or_else(|| Error::argument(op, "running_mean must be defined in evaluation mode"))?)?,
+             kernel::to_f64_vec(a.rv.ok_or_else(|| Error::argument(op, "running_var must be defined in evaluation mode"))?)?)
+        };
+        // y = x * scale + shift per channel
+        let scale: Vec<f64> = (0..c).map(|ch| w.as_ref().map_or(1.0, |w| w[ch]) / (var[ch] + a.eps).sqrt()).collect();
+        let shift: Vec<f64> = (0..c).map(|ch| b.as_ref().map_or(0.0, |b| b[ch]) - mean[ch] * scale[ch]).collect();
+        let mut out = vec![E::default(); xs.len()];
+        let row = |(r, o): (usize, &mut [E])| {
+            let ch = r % c;
+            let (sc, sh) = (scale[ch], shift[ch]);
+            for (o, &v) in o.iter_mut().zip(&xs[r * sp..(r + 1) * sp]) {
+                *o = E::from_f64(v.to_f64() * sc + sh);
+            }
+        };
+        if sp > 0 {
+            if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
+        }
+        Ok((Tensor::from_vec(out, &s)?, mean, var))
+    })?)?;
+    // Running statistics are written after the input's read lock is released.
+    if a.training {
+        if let (Some(rm), Some(rv)) = (a.rm, a.rv) {
+            let count = (n * sp) as f64;
+            let m = a.momentum;
+            let old_m = kernel::to_f64_vec(rm)?;
+            let old_v = kernel::to_f64_vec(rv)?;
+            let new_m: Vec<f64> = (0..c).map(|ch| (1.0 - m) * old_m[ch] + m * mean[ch]).collect();
+            let new_v: Vec<f64> =
+                (0..c).map(|ch| (1.0 - m) * old_v[ch] + m * var[ch] * count / (count - 1.0)).collect();
+            kernel::copy_into(op, rm, &kernel::from_f64_vec(&new_m, rm.shape(), rm.dtype())?)?;
+            kernel::copy_into(op, rv, &kernel::from_f64_vec(&new_v, rv.shape(), rv.dtype())?)?;
+            // dispatch bumps running_mean (Effect::Mutates(1)); running_var is ours to bump.
+            if !rv.shares_storage(rm) {
+                rv.bump_version();
+            }
+        }
+    }
+    let out = if is_half(dt) { kernel::cast(&out, dt)? } else { out };
+    Ok(smallvec![out])
+}
+
+/// `batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+/// momentum=0.1, eps=1e-5)` (torch.nn.functional's argument order).
+///
+/// In training mode it normalises with the batch statistics and, when running statistics are
+/// given, **updates them in place** (see the module docs); in evaluation mode it uses them.
+pub static BATCH_NORM: OpDef = OpDef {
+    name: "batch_norm",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("running_mean", T::OptTensor),
+        ArgSpec::req("running_var", T::OptTensor),
+        ArgSpec::opt("weight", T::OptTensor, D::None),
+        ArgSpec::opt("bias", T::OptTensor, D::None),
+        ArgSpec::opt("training", T::Bool, D::Bool(false)),
+        ArgSpec::opt("momentum", T::Float, D::Float(0.1)),
+        ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+    ],
+    meta: |args| {
+        let a = bn_args(args)?;
+        Ok(smallvec![TensorMeta::contiguous(a.x.shape(), a.x.dtype())])
+    },
+    kernel: bn_kernel,
+    cost: norm_cost,
+    effect: Effect::Mutates(1),
+    category: Category::Normalization,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "Batch normalisation; in training mode updates running_mean/running_var in place.",
+};
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm
+// ---------------------------------------------------------------------------------------------
+
+fn ln_check(args: &[Value]) -> Result<(usize, usize)> {
+    let op = "layer_norm";
+    let x = tensor(op, args, 0)?;
+    float_only(op, x.dtype())?;
+    let ns = ints(op, args, 1)?;
+    let s = x.shape();
+    let nsu: Vec<usize> = ns.iter().map(|&v| v.max(0) as usize).collect();
+    if ns.is_empty() {
+        return Err(Error::argument(op, "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = []"));
+    }
+    if ns.iter().any(|&v| v < 0) || s.len() < ns.len() || s[s.len() - ns.len()..] != nsu[..] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Given normalized_shape={:?}, expected input with shape [*, {}], but got input of size{s:?}",
+                ns.as_ref(),
+                ns.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    for (name, i) in [("weight", 2), ("bias", 3)] {
+        if let Some(t) = opt_tensor(op, args, i)? {
+            if t.shape() != nsu.as_slice() {
+                return Err(Error::shape(
+                    op,
+                    format!("Expected {name} to be of same shape as normalized_shape, but got {name} of shape {:?} and normalized_shape = {:?}", t.shape(), ns.as_ref()),
+                ));
+            }
+            param_dtype_ok(op, x.dtype(), name, Some(t))?;
+        }
+    }
+    let d: usize = nsu.iter().product();
+    Ok((x.numel() / d.max(1), d))
+}
+
+fn ln_kernel(args: &[Value]) -> Result<Outputs> {
+    let op = "layer_norm";
+    let (_rows, d) = ln_check(args)?;
+    let x0 = tensor(op, args, 0)?;
+    let dt = x0.dtype();
+    let x = if is_half(dt) { kernel::cast(x0, DType::F32)? } else { x0.clone() };
+    let w = f64_vec(op, opt_tensor(op, args, 2)?)?;
+    let b = f64_vec(op, opt_tensor(op, args, 3)?)?;
+    let eps = float(op, args, 4)?;
+    let xt = x.dtype();
+    let out = crate::match_dtype!(xt, E => x.with_contiguous::<E, _>(op, |xs| {
+        let mut out = vec![E::default(); xs.len()];
+        let row = |(o, xr): (&mut [E], &[E])| {
+            let (mean, var) = stats::<E>(std::iter::once(xr), d);
+            let rstd = 1.0 / (var + eps).sqrt();
+            for (j, (o, &v)) in o.iter_mut().zip(xr).enumerate() {
+                let y = (v.to_f64() - mean) * rstd;
+                let y = match &w { Some(w) => y * w[j], None => y };
+                *o = E::from_f64(match &b { Some(b) => y + b[j], None => y });
+            }
+        };
+        if d > 0 {
+            if xs.len() >= PAR_THRESHOLD {
+                out.par_chunks_mut(d).zip(xs.par_chunks(d)).for_each(row);
+            } else {
+                out.chunks_mut(d).zip(xs.chunks(d)).for_each(row);
+            }
+        }
+        Tensor::from_vec(out, x.shape())
+    })?)?;
+    let out = if is_half(dt) { kernel::cast(&out, dt)? } else { out };
+    Ok(smallvec![out])
+}
+
+/// `layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)`.
+pub static LAYER_NORM: OpDef = OpDef {
+    name: "layer_norm",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("normalized_shape", T::IntList),
+        ArgSpec::opt("weight", T::OptTensor, D::None),
+        ArgSpec::opt("bias", T::OptTensor, D::None),
+        ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+    ],
+    meta: |args| {
+        ln_check(args)?;
+        let x = tensor("layer_norm", args, 0)?;
+        Ok(smallvec![TensorMeta::contiguous(x.shape(), x.dtype())])
+    },
+    kernel: ln_kernel,
+    cost: norm_cost,
+    effect: Effect::Pure,
+    category: Category::Normalization,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "Layer normalisation over the trailing normalized_shape dims.",
+};
+
+// ---------------------------------------------------------------------------------------------
+// group_norm
+// ---------------------------------------------------------------------------------------------
+
+fn gn_check(args: &[Value]) -> Result<(usize, usize, usize, usize)> {
+    let op = "group_norm";
+    let x = tensor(op, args, 0)?;
+    float_only(op, x.dtype())?;
+    let s = x.shape();
+    if s.len() < 2 {
+        return Err(Error::shape(
+            op,
+            format!("Expected at least 2 dimensions for input tensor but received {}", s.len()),
+        ));
+    }
+    let g = int(op, args, 1)?;
+    let c = s[1];
+    if g <= 0 || c % g as usize != 0 {
+        return Err(Error::shape(
+            op,
+            format!("Expected number of channels in input to be divisible by num_groups, but got input of shape {s:?} and num_groups={g}"),
+        ));
+    }
+    for (name, i) in [("weight", 2), ("bias", 3)] {
+        if let Some(t) = opt_tensor(op, args, i)? {
+            if t.ndim() != 1 || t.numel() != c {
+                return Err(Error::shape(
+                    op,
+                    format!("Expected {name} to be a vector of size equal to the number of channels in input, but got {name} of shape {:?} and input of shape {s:?}", t.shape()),
+                ));
+            }
+            param_dtype_ok(op, x.dtype(), name, Some(t))?;
+        }
+    }
+    Ok((s[0], c, g as usize, s[2..].iter().product()))
+}
+
+fn gn_kernel(args: &[Value]) -> Result<Outputs> {
+    let op = "group_norm";
+    let (_n, c, g, sp) = gn_check(args)?;
+    let x0 = tensor(op, args, 0)?;
+    let dt = x0.dtype();
+    let x = if is_half(dt) { kernel::cast(x0, DType::F32)? } else { x0.clone() };
+    let w = f64_vec(op, opt_tensor(op, args, 2)?)?;
+    let b = f64_vec(op, opt_tensor(op, args, 3)?)?;
+    let eps = float(op, args, 4)?;
+    let cg = c / g;
+    let block = cg * sp;
+    let xt = x.dtype();
+    let out = crate::match_dtype!(xt, E => x.with_contiguous::<E, _>(op, |xs| {
+        let mut out = vec![E::default(); xs.len()];
+        let unit = |(u, (o, xr)): (usize, (&mut [E], &[E]))| {
+            let gi = u % g;
+            let (mean, var) = stats::<E>(std::iter::once(xr), block);
+            let rstd = 1.0 / (var + eps).sqrt();
+            for k in 0..cg {
+                let ch = gi * cg + k;
+                let sc = w.as_ref().map_or(1.0, |w| w[ch]) * rstd;
+                let sh = b.as_ref().map_or(0.0, |b| b[ch]) - mean * sc;
+                for (o, &v) in o[k * sp..(k + 1) * sp].iter_mut().zip(&xr[k * sp..(k + 1) * sp]) {
+                    *o = E::from_f64(v.to_f64() * sc + sh);
+                }
+            }
+        };
+        if block > 0 {
+            if xs.len() >= PAR_THRESHOLD {
+                out.par_chunks_mut(block).zip(xs.par_chunks(block)).enumerate().for_each(unit);
+            } else {
+                out.chunks_mut(block).zip(xs.chunks(block)).enumerate().for_each(unit);
+            }
+        }
+        Tensor::from_vec(out, x.shape())
+    })?)?;
+    let out = if is_half(dt) { kernel::cast(&out, dt)? } else { out };
+    Ok(smallvec![out])
+}
+
+/// `group_norm(input, num_groups, weight=None, bias=None, eps=1e-5)`.
+pub static GROUP_NORM: OpDef = OpDef {
+    name: "group_norm",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("num_groups", T::Int),
+        ArgSpec::opt("weight", T::OptTensor, D::None),
+        ArgSpec::opt("bias", T::OptTensor, D::None),
+        ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+    ],
+    meta: |args| {
+        gn_check(args)?;
+        let x = tensor("group_norm", args, 0)?;
+        Ok(smallvec![TensorMeta::contiguous(x.shape(), x.dtype())])
+    },
+    kernel: gn_kernel,
+    cost: norm_cost,
+    effect: Effect::Pure,
+    category: Category::Normalization,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "Group normalisation over groups of channels.",
+};
+
+/// The ops of this family.
+pub(crate) static OPS: &[&OpDef] = &[&BATCH_NORM, &LAYER_NORM, &GROUP_NORM];
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------------
+
+fn one(op: &'static OpDef, args: &[Value]) -> Result<Tensor> {
+    let mut out: Outputs = dispatch(op, CallKind::Function, args)?;
+    out.pop().ok_or_else(|| Error::schema(op.name, "op returned no output"))
+}
+
+/// `torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training,
+/// momentum, eps)`. In training mode, given running statistics are updated in place.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Result<Tensor> {
+    one(
+        &BATCH_NORM,
+        &[
+            input.into(),
+            running_mean.into(),
+            running_var.into(),
+            weight.into(),
+            bias.into(),
+            training.into(),
+            momentum.into(),
+            eps.into(),
+        ],
+    )
+}
+
+/// `torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)`.
+pub fn layer_norm(
+    input: &Tensor,
+    normalized_shape: &[i64],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    one(&LAYER_NORM, &[input.into(), normalized_shape.into(), weight.into(), bias.into(), eps.into()])
+}
+
+/// `torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)`.
+pub fn group_norm(
+    input: &Tensor,
+    num_groups: i64,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    one(&GROUP_NORM, &[input.into(), Value::Int(num_groups), weight.into(), bias.into(), eps.into()])
+}

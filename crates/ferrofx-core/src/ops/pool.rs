@@ -1,0 +1,792 @@
+//! Pooling: `max_pool1d`/`max_pool2d` (and `*_with_indices`), `avg_pool1d`/`avg_pool2d`,
+//! `adaptive_avg_pool2d`, `adaptive_max_pool2d` (values and indices).
+//!
+//! Output sizes, window bounds, padding rules, NaN propagation and index conventions (flat
+//! index into each input plane, int64) follow PyTorch's CPU kernels. 1-D pools run as 2-D pools
+//! of height 1. Planes (batch x channel) are processed in parallel when the work is large.
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::layout::Shape;
+use crate::op::args::{bool_, ints, opt_int, tensor};
+use crate::op::{
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves,
+};
+use crate::ops::kernel::PAR_THRESHOLD;
+use crate::ops::linalg::dtype_title;
+use crate::tensor::{Tensor, TensorMeta};
+use crate::value::Value;
+use rayon::prelude::*;
+use smallvec::smallvec;
+
+/// Pooling geometry in 2-D form (1-D pools have `h = kh = 1`).
+#[derive(Debug, Clone, Copy)]
+struct PoolGeom {
+    planes: usize,
+    h: usize,
+    w: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    ph: usize,
+    pw: usize,
+    dh: usize,
+    dw: usize,
+    oh: usize,
+    ow: usize,
+}
+
+fn expand_n(op: &str, name: &str, v: &[i64], nd: usize) -> Result<Vec<i64>> {
+    match v.len() {
+        1 => Ok(vec![v[0]; nd]),
+        n if n == nd => Ok(v.to_vec()),
+        n => Err(Error::argument(
+            op,
+            format!("{op}: {name} must either be a single int, or a tuple of {nd} ints, got {n} values {v:?}"),
+        )),
+    }
+}
+
+/// PyTorch's `pooling_output_shape`.
+fn out_size(input: i64, k: i64, pad: i64, s: i64, d: i64, ceil: bool) -> i64 {
+    let num = input + 2 * pad - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
+    let mut o = num.div_euclid(s) + 1;
+    if ceil && (o - 1) * s >= input + pad {
+        o -= 1;
+    }
+    o
+}
+
+/// Input ranks accepted: `nd + 1` (unbatched) or `nd + 2`; returns (leading shape, planes, spatial).
+fn split_input(op: &str, x: &Tensor, nd: usize) -> Result<(Shape, usize, Vec<usize>)> {
+    let s = x.shape();
+    let ok_rank = s.len() == nd + 1 || s.len() == nd + 2;
+    let nonempty = ok_rank && s[s.len() - nd - 1..].iter().all(|&d| d > 0);
+    if !ok_rank || !nonempty {
+        return Err(Error::shape(
+            op,
+            format!(
+                "non-empty {}D or {}D (batch mode) tensor expected for input, but got input of size {s:?}",
+                nd + 1,
+                nd + 2
+            ),
+        ));
+    }
+    let lead: Shape = s[..s.len() - nd].into();
+    let planes = lead.iter().product();
+    Ok((lead, planes, s[s.len() - nd..].to_vec()))
+}
+
+fn check_dtype(op: &str, dt: DType, allow_int: bool) -> Result<()> {
+    if dt == DType::Bool || (!allow_int && !dt.is_floating_point()) {
+        return Err(Error::dtype(op, format!("\"{op}\" not implemented for '{}'", dtype_title(dt))));
+    }
+    Ok(())
+}
+
+/// Validates a max/avg pool call and computes its geometry and output shape.
+#[allow(clippy::too_many_arguments)]
+fn pool_geom(
+    op: &str,
+    nd: usize,
+    x: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil: bool,
+) -> Result<(PoolGeom, Shape)> {
+    let (lead, planes, sp) = split_input(op, x, nd)?;
+    let k = expand_n(op, "kernel_size", kernel, nd)?;
+    let s = if stride.is_empty() { k.clone() } else { expand_n(op, "stride", stride, nd)? };
+    let p = expand_n(op, "padding", padding, nd)?;
+    let d = expand_n(op, "dilation", dilation, nd)?;
+    if k.iter().any(|&v| v <= 0) {
+        return Err(Error::argument(op, format!("kernel size should be greater than zero, but got kernel_size={k:?}")));
+    }
+    if s.iter().any(|&v| v <= 0) {
+        return Err(Error::argument(op, format!("stride should be greater than zero, but got stride={s:?}")));
+    }
+    if d.iter().any(|&v| v <= 0) {
+        return Err(Error::argument(op, format!("dilation should be greater than zero, but got dilation={d:?}")));
+    }
+    if p.iter().any(|&v| v < 0) {
+        return Err(Error::argument(op, format!("pad must be non-negative, but got padding={p:?}")));
+    }
+    for i in 0..nd {
+        if p[i] > ((k[i] - 1) * d[i] + 1) / 2 {
+            return Err(Error::argument(
+                op,
+                format!(
+                    "pad should be at most half of effective kernel size, but got pad={}, kernel_size={} and dilation={}",
+                    p[i], k[i], d[i]
+                ),
+            ));
+        }
+    }
+    let out: Vec<i64> = (0..nd).map(|i| out_size(sp[i] as i64, k[i], p[i], s[i], d[i], ceil)).collect();
+    if out.iter().any(|&o| o < 1) {
+        let c = if !lead.is_empty() { lead[lead.len() - 1] } else { 1 };
+        let fmt = |v: &mut dyn Iterator<Item = i64>| v.map(|x| x.to_string()).collect::<Vec<_>>().join("x");
+        return Err(Error::shape(
+            op,
+            format!(
+                "Given input size: ({c}x{}). Calculated output size: ({c}x{}). Output size is too small",
+                fmt(&mut sp.iter().map(|&x| x as i64)),
+                fmt(&mut out.iter().map(|&x| x.max(0)))
+            ),
+        ));
+    }
+    let two = |v: &[i64], dflt: i64| (if nd == 2 { v[0] } else { dflt }) as usize;
+    let last = |v: &[i64]| v[nd - 1] as usize;
+    let spi: Vec<i64> = sp.iter().map(|&x| x as i64).collect();
+    let g = PoolGeom {
+        planes,
+        h: two(&spi, 1),
+        w: last(&spi),
+        kh: two(&k, 1),
+        kw: last(&k),
+        sh: two(&s, 1),
+        sw: last(&s),
+        ph: two(&p, 0),
+        pw: last(&p),
+        dh: two(&d, 1),
+        dw: last(&d),
+        oh: two(&out, 1),
+        ow: last(&out),
+    };
+    let mut shape = lead;
+    shape.extend(out.iter().map(|&o| o as usize));
+    Ok((g, shape))
+}
+
+/// Runs `f(plane_in, plane_out_values, plane_out_indices)` over all planes, in parallel when
+/// large. `idx` is empty when indices are not wanted.
+fn for_planes<T: Element>(
+    x: &[T],
+    in_plane: usize,
+    out: &mut [T],
+    idx: &mut [i64],
+    out_plane: usize,
+    work: usize,
+    f: impl Fn(&[T], &mut [T], &mut [i64]) + Sync,
+) {
+    if out_plane == 0 {
+        return;
+    }
+    let with_idx = !idx.is_empty();
+    if work >= PAR_THRESHOLD && rayon::current_thread_index().is_none() {
+        if with_idx {
+            out.par_chunks_mut(out_plane)
+                .zip(idx.par_chunks_mut(out_plane))
+                .enumerate()
+                .for_each(|(p, (o, i))| f(&x[p * in_plane..(p + 1) * in_plane], o, i));
+        } else {
+            out.par_chunks_mut(out_plane)
+                .enumerate()
+                .for_each(|(p, o)| f(&x[p * in_plane..(p + 1) * in_plane], o, &mut []));
+        }
+    } else if with_idx {
+        for (p, (o, i)) in out.chunks_mut(out_plane).zip(idx.chunks_mut(out_plane)).enumerate() {
+            f(&x[p * in_plane..(p + 1) * in_plane], o, i);
+        }
+    } else {
+        for (p, o) in out.chunks_mut(out_plane).enumerate() {
+            f(&x[p * in_plane..(p + 1) * in_plane], o, &mut []);
+        }
+    }
+}
+
+/// `true` for NaN (x != x), for any element type.
+#[inline(always)]
+#[allow(clippy::eq_op)]
+fn is_nan<T: PartialOrd>(v: T) -> bool {
+    v != v
+}
+
+fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, Vec<i64>) {
+    let plane_out = g.oh * g.ow;
+    let mut out = vec![T::default(); g.planes * plane_out];
+    let mut idx = if want_idx { vec![0i64; out.len()] } else { Vec::new() };
+    let work = out.len() * g.kh * g.kw;
+    for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, ip| {
+        for oh in 0..g.oh {
+            let mut hs = (oh * g.sh) as isize - g.ph as isize;
+            let he = (hs + ((g.kh - 1) * g.dh + 1) as isize).min(g.h as isize);
+            while hs < 0 {
+                hs += g.dh as isize;
+            }
+            for ow in 0..g.ow {
+                let mut ws = (ow * g.sw) as isize - g.pw as isize;
+                let we = (ws + ((g.kw - 1) * g.dw + 1) as isize).min(g.w as isize);
+                while ws < 0 {
+                    ws += g.dw as isize;
+                }
+                let mut best: Option<(T, usize)> = None;
+                let mut y = hs;
+                while y < he {
+                    let mut xx = ws;
+                    while xx < we {
+                        let i = y as usize * g.w + xx as usize;
+                        let v = xp[i];
+                        match best {
+                            Some((b, _)) if !(v > b || is_nan(v)) => {}
+                            _ => best = Some((v, i)),
+                        }
+                        xx += g.dw as isize;
+                    }
+                    y += g.dh as isize;
+                }
+                let (v, i) = best.unwrap_or((T::default(), (hs.max(0) as usize) * g.w + ws.max(0) as usize));
+                op[oh * g.ow + ow] = v;
+                if want_idx {
+                    ip[oh * g.ow + ow] = i as i64;
+                }
+            }
+        }
+    });
+    (out, idx)
+}
+
+fn avg_pool_impl<T: Element>(g: &PoolGeom, x: &[T], count_include_pad: bool, divisor: Option<i64>) -> Vec<T> {
+    let plane_out = g.oh * g.ow;
+    let mut out = vec![T::default(); g.planes * plane_out];
+    let work = out.len() * g.kh * g.kw;
+    let float = T::DTYPE.is_floating_point();
+    for_planes(x, g.h * g.w, &mut out, &mut [], plane_out, work, |xp, op, _| {
+        let (h, w) = (g.h as isize, g.w as isize);
+        for oh in 0..g.oh {
+            for ow in 0..g.ow {
+                let mut hs = (oh * g.sh) as isize - g.ph as isize;
+                let mut ws = (ow * g.sw) as isize - g.pw as isize;
+                let mut he = (hs + g.kh as isize).min(h + g.ph as isize);
+                let mut we = (ws + g.kw as isize).min(w + g.pw as isize);
+                let pool_size = (he - hs) * (we - ws);
+                hs = hs.max(0);
+                ws = ws.max(0);
+                he = he.min(h);
+                we = we.min(w);
+                let o = &mut op[oh * g.ow + ow];
+                if hs >= he || ws >= we {
+                    *o = T::default();
+                    continue;
+                }
+                let div = match divisor {
+                    Some(d) => d,
+                    None if count_include_pad => pool_size as i64,
+                    None => ((he - hs) * (we - ws)) as i64,
+                };
+                if float {
+                    let mut s = 0f64;
+                    for y in hs..he {
+                        let row = &xp[y as usize * g.w..];
+                        for xx in ws..we {
+                            s += row[xx as usize].to_f64();
+                        }
+                    }
+                    *o = T::from_f64(s / div as f64);
+                } else {
+                    let mut s = 0i64;
+                    for y in hs..he {
+                        let row = &xp[y as usize * g.w..];
+                        for xx in ws..we {
+                            s = s.wrapping_add(row[xx as usize].to_i64());
+                        }
+                    }
+                    *o = T::from_i64(s / div);
+                }
+            }
+        }
+    });
+    out
+}
+
+/// PyTorch's adaptive pooling window: `[floor(o*in/out), ceil((o+1)*in/out))`.
+#[inline]
+fn adaptive_range(o: usize, out: usize, input: usize) -> (usize, usize) {
+    let s = (o * input) / out;
+    let e = ((o + 1) * input).div_ceil(out);
+    (s, e)
+}
+
+fn adaptive_impl<T: Element>(
+    planes: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    x: &[T],
+    max: bool,
+) -> (Vec<T>, Vec<i64>) {
+    let plane_out = oh * ow;
+    let mut out = vec![T::default(); planes * plane_out];
+    let mut idx = if max { vec![0i64; out.len()] } else { Vec::new() };
+    let work = planes * h * w;
+    for_planes(x, h * w, &mut out, &mut idx, plane_out, work, |xp, op, ip| {
+        for oy in 0..oh {
+            let (hs, he) = adaptive_range(oy, oh, h);
+            for ox in 0..ow {
+                let (ws, we) = adaptive_range(ox, ow, w);
+                let k = oy * ow + ox;
+                if max {
+                    let mut best: Option<(T, usize)> = None;
+                    for y in hs..he {
+                        for xx in ws..we {
+                            let i = y * w + xx;
+                            let v = xp[i];
+                            match best {
+                                Some((b, _)) if !(v > b || is_nan(v)) => {}
+                                _ => best = Some((v, i)),
+                            }
+                        }
+                    }
+                    let (v, i) = best.unwrap_or((T::default(), hs * w + ws));
+                    op[k] = v;
+                    ip[k] = i as i64;
+                } else {
+                    let mut s = 0f64;
+                    for y in hs..he {
+                        for xx in ws..we {
+                            s += xp[y * w + xx].to_f64();
+                        }
+                    }
+                    op[k] = T::from_f64(s / ((he - hs) * (we - ws)) as f64);
+                }
+            }
+        }
+    });
+    (out, idx)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op plumbing
+// ---------------------------------------------------------------------------------------------
+
+fn pool_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
+    let mut bytes = 0u64;
+    for a in args {
+        a.for_each_tensor(|t| bytes += t.meta_nbytes() as u64);
+    }
+    bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
+    let k: u64 = match args.get(1) {
+        Some(Value::Ints(v)) => {
+            v.iter().map(|&x| x.max(1) as u64).product::<u64>().pow(if v.len() == 1 { 2 } else { 1 })
+        }
+        _ => 1,
+    };
+    Cost { flops: outs.first().map(|o| o.numel() as u64).unwrap_or(0) * k, bytes }
+}
+
+struct MaxArgs {
+    g: PoolGeom,
+    shape: Shape,
+}
+
+fn max_args(op: &str, nd: usize, args: &[Value], allow_int: bool) -> Result<MaxArgs> {
+    let x = tensor(op, args, 0)?;
+    check_dtype(op, x.dtype(), allow_int)?;
+    let (g, shape) = pool_geom(
+        op,
+        nd,
+        x,
+        &ints(op, args, 1)?,
+        &ints(op, args, 2)?,
+        &ints(op, args, 3)?,
+        &ints(op, args, 4)?,
+        bool_(op, args, 5)?,
+    )?;
+    Ok(MaxArgs { g, shape })
+}
+
+fn run_max(op: &str, x: &Tensor, a: &MaxArgs, want_idx: bool) -> Result<Outputs> {
+    let dt = x.dtype();
+    crate::match_dtype!(dt, E => {
+        let (v, i) = x.with_contiguous::<E, _>(op, |xs| max_pool_impl(&a.g, xs, want_idx))?;
+        let mut outs: Outputs = smallvec![Tensor::from_vec(v, &a.shape)?];
+        if want_idx {
+            outs.push(Tensor::from_vec(i, &a.shape)?);
+        }
+        Ok(outs)
+    })
+}
+
+const MAX1D_SCHEMA: &[ArgSpec] = &[
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("kernel_size", T::IntList),
+    ArgSpec::opt("stride", T::IntList, D::Ints(&[])),
+    ArgSpec::opt("padding", T::IntList, D::Ints(&[0])),
+    ArgSpec::opt("dilation", T::IntList, D::Ints(&[1])),
+    ArgSpec::opt("ceil_mode", T::Bool, D::Bool(false)),
+];
+const MAX2D_SCHEMA: &[ArgSpec] = &[
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("kernel_size", T::IntList),
+    ArgSpec::opt("stride", T::IntList, D::Ints(&[])),
+    ArgSpec::opt("padding", T::IntList, D::Ints(&[0, 0])),
+    ArgSpec::opt("dilation", T::IntList, D::Ints(&[1, 1])),
+    ArgSpec::opt("ceil_mode", T::Bool, D::Bool(false)),
+];
+
+macro_rules! max_pool_op {
+    ($static:ident, $name:literal, $nd:expr, $schema:expr, $idx:expr, $ints:expr, $doc:literal) => {
+        #[doc = $doc]
+        pub static $static: OpDef = OpDef {
+            name: $name,
+            schema: $schema,
+            meta: |args| {
+                let a = max_args($name, $nd, args, $ints)?;
+                let dt = tensor($name, args, 0)?.dtype();
+                let mut m: MetaOutputs = smallvec![TensorMeta::contiguous(&a.shape, dt)];
+                if $idx {
+                    m.push(TensorMeta::contiguous(&a.shape, DType::I64));
+                }
+                Ok(m)
+            },
+            kernel: |args| {
+                let a = max_args($name, $nd, args, $ints)?;
+                run_max($name, tensor($name, args, 0)?, &a, $idx)
+            },
+            cost: pool_cost,
+            effect: Effect::Pure,
+            category: Category::Pooling,
+            backward: None,
+            saves: Saves::NOTHING,
+            doc: $doc,
+        };
+    };
+}
+
+max_pool_op!(MAX_POOL1D, "max_pool1d", 1, MAX1D_SCHEMA, false, false, "1-D max pooling over `[N, C, L]` or `[C, L]`.");
+max_pool_op!(
+    MAX_POOL1D_WITH_INDICES,
+    "max_pool1d_with_indices",
+    1,
+    MAX1D_SCHEMA,
+    true,
+    true,
+    "1-D max pooling returning (values, int64 indices into each input row)."
+);
+max_pool_op!(
+    MAX_POOL2D,
+    "max_pool2d",
+    2,
+    MAX2D_SCHEMA,
+    false,
+    true,
+    "2-D max pooling over `[N, C, H, W]` or `[C, H, W]`."
+);
+max_pool_op!(
+    MAX_POOL2D_WITH_INDICES,
+    "max_pool2d_with_indices",
+    2,
+    MAX2D_SCHEMA,
+    true,
+    true,
+    "2-D max pooling returning (values, int64 flat indices into each input plane)."
+);
+
+fn avg_args(op: &str, nd: usize, args: &[Value]) -> Result<(PoolGeom, Shape, bool, Option<i64>)> {
+    let x = tensor(op, args, 0)?;
+    check_dtype(op, x.dtype(), true)?;
+    let ceil = bool_(op, args, 4)?;
+    let cip = bool_(op, args, 5)?;
+    let div = if nd == 2 { opt_int(op, args, 6)? } else { None };
+    if div == Some(0) {
+        return Err(Error::argument(op, "divisor must be not zero"));
+    }
+    let (g, shape) = pool_geom(op, nd, x, &ints(op, args, 1)?, &ints(op, args, 2)?, &ints(op, args, 3)?, &[1], ceil)?;
+    Ok((g, shape, cip, div))
+}
+
+fn run_avg(op: &str, nd: usize, args: &[Value]) -> Result<Outputs> {
+    let (g, shape, cip, div) = avg_args(op, nd, args)?;
+    let x = tensor(op, args, 0)?;
+    let dt = x.dtype();
+    crate::match_dtype!(dt, E => {
+        let v = x.with_contiguous::<E, _>(op, |xs| avg_pool_impl(&g, xs, cip, div))?;
+        Ok(smallvec![Tensor::from_vec(v, &shape)?])
+    })
+}
+
+/// `avg_pool1d(input, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True)`.
+pub static AVG_POOL1D: OpDef = OpDef {
+    name: "avg_pool1d",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("kernel_size", T::IntList),
+        ArgSpec::opt("stride", T::IntList, D::Ints(&[])),
+        ArgSpec::opt("padding", T::IntList, D::Ints(&[0])),
+        ArgSpec::opt("ceil_mode", T::Bool, D::Bool(false)),
+        ArgSpec::opt("count_include_pad", T::Bool, D::Bool(true)),
+    ],
+    meta: |args| {
+        let (_, shape, _, _) = avg_args("avg_pool1d", 1, args)?;
+        Ok(smallvec![TensorMeta::contiguous(&shape, tensor("avg_pool1d", args, 0)?.dtype())])
+    },
+    kernel: |args| run_avg("avg_pool1d", 1, args),
+    cost: pool_cost,
+    effect: Effect::Pure,
+    category: Category::Pooling,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "1-D average pooling.",
+};
+
+/// `avg_pool2d(input, kernel_size, stride=[], padding=0, ceil_mode=False,
+/// count_include_pad=True, divisor_override=None)`.
+pub static AVG_POOL2D: OpDef = OpDef {
+    name: "avg_pool2d",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("kernel_size", T::IntList),
+        ArgSpec::opt("stride", T::IntList, D::Ints(&[])),
+        ArgSpec::opt("padding", T::IntList, D::Ints(&[0, 0])),
+        ArgSpec::opt("ceil_mode", T::Bool, D::Bool(false)),
+        ArgSpec::opt("count_include_pad", T::Bool, D::Bool(true)),
+        ArgSpec::opt("divisor_override", T::OptInt, D::None),
+    ],
+    meta: |args| {
+        let (_, shape, _, _) = avg_args("avg_pool2d", 2, args)?;
+        Ok(smallvec![TensorMeta::contiguous(&shape, tensor("avg_pool2d", args, 0)?.dtype())])
+    },
+    kernel: |args| run_avg("avg_pool2d", 2, args),
+    cost: pool_cost,
+    effect: Effect::Pure,
+    category: Category::Pooling,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "2-D average pooling.",
+};
+
+fn adaptive_args(op: &str, args: &[Value]) -> Result<(usize, usize, usize, usize, usize, Shape)> {
+    let x = tensor(op, args, 0)?;
+    check_dtype(op, x.dtype(), false)?;
+    let os = ints(op, args, 1)?;
+    let os = match os.len() {
+        1 => [os[0], os[0]],
+        2 => [os[0], os[1]],
+        n => return Err(Error::argument(op, format!("{op}: output_size must be 2, got {n} values {:?}", os.as_ref()))),
+    };
+    if os.iter().any(|&v| v < 0) {
+        return Err(Error::argument(
+            op,
+            format!(
+                "{op}: elements of output_size must be greater than or equal to 0 but received {{{}, {}}}",
+                os[0], os[1]
+            ),
+        ));
+    }
+    let s = x.shape();
+    if s.len() != 3 && s.len() != 4 {
+        return Err(Error::shape(op, format!("{op}(): Expected 3D or 4D tensor, but got {s:?}")));
+    }
+    for (i, &d) in s.iter().enumerate().skip(s.len() - 3) {
+        if d == 0 && (s.len() == 3 || i > 0) {
+            return Err(Error::shape(
+                op,
+                format!("{op}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes {s:?} with dimension {i} being empty"),
+            ));
+        }
+    }
+    let (h, w) = (s[s.len() - 2], s[s.len() - 1]);
+    let planes: usize = s[..s.len() - 2].iter().product();
+    let mut shape: Shape = s[..s.len() - 2].into();
+    shape.push(os[0] as usize);
+    shape.push(os[1] as usize);
+    Ok((planes, h, w, os[0] as usize, os[1] as usize, shape))
+}
+
+fn run_adaptive(op: &str, args: &[Value], max: bool) -> Result<Outputs> {
+    let (planes, h, w, oh, ow, shape) = adaptive_args(op, args)?;
+    let x = tensor(op, args, 0)?;
+    let dt = x.dtype();
+    crate::match_dtype!(dt, E => {
+        let (v, i) = x.with_contiguous::<E, _>(op, |xs| adaptive_impl(planes, h, w, oh, ow, xs, max))?;
+        let mut outs: Outputs = smallvec![Tensor::from_vec(v, &shape)?];
+        if max {
+            outs.push(Tensor::from_vec(i, &shape)?);
+        }
+        Ok(outs)
+    })
+}
+
+const ADAPTIVE_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor), ArgSpec::req("output_size", T::IntList)];
+
+/// `adaptive_avg_pool2d(input, output_size)`.
+pub static ADAPTIVE_AVG_POOL2D: OpDef = OpDef {
+    name: "adaptive_avg_pool2d",
+    schema: ADAPTIVE_SCHEMA,
+    meta: |args| {
+        let (.., shape) = adaptive_args("adaptive_avg_pool2d", args)?;
+        Ok(smallvec![TensorMeta::contiguous(&shape, tensor("adaptive_avg_pool2d", args, 0)?.dtype())])
+    },
+    kernel: |args| run_adaptive("adaptive_avg_pool2d", args, false),
+    cost: pool_cost,
+    effect: Effect::Pure,
+    category: Category::Pooling,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "2-D adaptive average pooling to a fixed output size.",
+};
+
+/// `adaptive_max_pool2d(input, output_size) -> (values, indices)`, as ATen.
+pub static ADAPTIVE_MAX_POOL2D: OpDef = OpDef {
+    name: "adaptive_max_pool2d",
+    schema: ADAPTIVE_SCHEMA,
+    meta: |args| {
+        let (.., shape) = adaptive_args("adaptive_max_pool2d", args)?;
+        let dt = tensor("adaptive_max_pool2d", args, 0)?.dtype();
+        Ok(smallvec![TensorMeta::contiguous(&shape, dt), TensorMeta::contiguous(&shape, DType::I64)])
+    },
+    kernel: |args| run_adaptive("adaptive_max_pool2d", args, true),
+    cost: pool_cost,
+    effect: Effect::Pure,
+    category: Category::Pooling,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "2-D adaptive max pooling; returns (values, int64 flat indices into each input plane).",
+};
+
+/// The ops of this family.
+pub(crate) static OPS: &[&OpDef] = &[
+    &MAX_POOL1D,
+    &MAX_POOL1D_WITH_INDICES,
+    &MAX_POOL2D,
+    &MAX_POOL2D_WITH_INDICES,
+    &AVG_POOL1D,
+    &AVG_POOL2D,
+    &ADAPTIVE_AVG_POOL2D,
+    &ADAPTIVE_MAX_POOL2D,
+];
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------------
+
+fn call(op: &'static OpDef, args: &[Value]) -> Result<Outputs> {
+    dispatch(op, CallKind::Function, args)
+}
+
+fn first(op: &'static OpDef, mut o: Outputs) -> Result<Tensor> {
+    if o.is_empty() {
+        return Err(Error::schema(op.name, "op returned no output"));
+    }
+    Ok(o.swap_remove(0))
+}
+
+fn pair(op: &'static OpDef, o: Outputs) -> Result<(Tensor, Tensor)> {
+    let mut it = o.into_iter();
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(Error::schema(op.name, "op returned fewer than two outputs")),
+    }
+}
+
+fn max_values(kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil: bool) -> [Value; 5] {
+    [kernel.into(), stride.into(), padding.into(), dilation.into(), Value::Bool(ceil)]
+}
+
+/// `max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)`; an empty `stride`
+/// means `kernel_size`.
+pub fn max_pool1d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil_mode: bool,
+) -> Result<Tensor> {
+    let [a, b, c, d, e] = max_values(kernel, stride, padding, dilation, ceil_mode);
+    first(&MAX_POOL1D, call(&MAX_POOL1D, &[input.into(), a, b, c, d, e])?)
+}
+/// `max_pool1d_with_indices(...) -> (values, indices)`.
+pub fn max_pool1d_with_indices(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil_mode: bool,
+) -> Result<(Tensor, Tensor)> {
+    let [a, b, c, d, e] = max_values(kernel, stride, padding, dilation, ceil_mode);
+    pair(&MAX_POOL1D_WITH_INDICES, call(&MAX_POOL1D_WITH_INDICES, &[input.into(), a, b, c, d, e])?)
+}
+/// `max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)`; an empty `stride`
+/// means `kernel_size`.
+pub fn max_pool2d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil_mode: bool,
+) -> Result<Tensor> {
+    let [a, b, c, d, e] = max_values(kernel, stride, padding, dilation, ceil_mode);
+    first(&MAX_POOL2D, call(&MAX_POOL2D, &[input.into(), a, b, c, d, e])?)
+}
+/// `max_pool2d_with_indices(...) -> (values, indices)`.
+pub fn max_pool2d_with_indices(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil_mode: bool,
+) -> Result<(Tensor, Tensor)> {
+    let [a, b, c, d, e] = max_values(kernel, stride, padding, dilation, ceil_mode);
+    pair(&MAX_POOL2D_WITH_INDICES, call(&MAX_POOL2D_WITH_INDICES, &[input.into(), a, b, c, d, e])?)
+}
+/// `avg_pool1d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)`.
+pub fn avg_pool1d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    ceil_mode: bool,
+    count_include_pad: bool,
+) -> Result<Tensor> {
+    first(
+        &AVG_POOL1D,
+        call(
+            &AVG_POOL1D,
+            &[input.into(), kernel.into(), stride.into(), padding.into(), ceil_mode.into(), count_include_pad.into()],
+        )?,
+    )
+}
+/// `avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+/// divisor_override)`.
+#[allow(clippy::too_many_arguments)]
+pub fn avg_pool2d(
+    input: &Tensor,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Option<i64>,
+) -> Result<Tensor> {
+    first(
+        &AVG_POOL2D,
+        call(
+            &AVG_POOL2D,
+            &[
+                input.into(),
+                kernel.into(),
+                stride.into(),
+                padding.into(),
+                ceil_mode.into(),
+                count_include_pad.into(),
+                divisor_override.into(),
+            ],
+        )?,
+    )
+}
+/// `adaptive_avg_pool2d(input, output_size)`.
+pub fn adaptive_avg_pool2d(input: &Tensor, output_size: &[i64]) -> Result<Tensor> {
+    first(&ADAPTIVE_AVG_POOL2D, call(&ADAPTIVE_AVG_POOL2D, &[input.into(), output_size.into()])?)
+}
+/// `adaptive_max_pool2d(input, output_size) -> (values, indices)`.
+pub fn adaptive_max_pool2d(input: &Tensor, output_size: &[i64]) -> Result<(Tensor, Tensor)> {
+    pair(&ADAPTIVE_MAX_POOL2D, call(&ADAPTIVE_MAX_POOL2D, &[input.into(), output_size.into()])?)
+}

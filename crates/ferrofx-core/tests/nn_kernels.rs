@@ -1,0 +1,565 @@
+//! Linear algebra and neural-network kernels: behaviour the PyTorch goldens cannot show
+//! (in-place running statistics, version counters, meta inference on symbolic tensors, large
+//! parallel paths against naive references) and the exact error text of every op family.
+
+use ferrofx_core::op::{self, CallKind};
+use ferrofx_core::ops::{conv, embedding, linalg, norm, pool};
+use ferrofx_core::trace::Symbolic;
+use ferrofx_core::{DType, Tensor, TensorMeta, Value};
+use std::sync::Arc;
+
+fn t(v: Vec<f32>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v, shape).unwrap()
+}
+
+/// Deterministic pseudo-random values in [-1, 1).
+fn rnd(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn err(r: ferrofx_core::Result<Tensor>) -> String {
+    r.unwrap_err().to_string()
+}
+
+fn close(a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "element {i}: {x} vs {y}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// matmul family
+// ------------------------------------------------------------------------------------------
+
+fn naive_mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            for j in 0..n {
+                c[i * n + j] += a[i * k + p] * b[p * n + j];
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_large_and_batched_paths_match_naive() {
+    // one big GEMM (parallel), a folded batch (linear on 3-D input) and a batch-parallel path
+    for &(batch, m, k, n, share_b) in &[(1, 150, 170, 130, true), (6, 20, 33, 17, true), (64, 12, 9, 10, false)] {
+        let a = rnd(batch * m * k, 1);
+        let b = rnd(if share_b { k * n } else { batch * k * n }, 2);
+        let ta = Tensor::from_vec(a.clone(), &[batch, m, k]).unwrap();
+        let tb = if share_b {
+            Tensor::from_vec(b.clone(), &[k, n]).unwrap()
+        } else {
+            Tensor::from_vec(b.clone(), &[batch, k, n]).unwrap()
+        };
+        let c = linalg::matmul(&ta, &tb).unwrap();
+        assert_eq!(c.shape(), &[batch, m, n]);
+        let got = c.to_vec::<f64>().unwrap();
+        for bi in 0..batch {
+            let bb = if share_b { &b[..] } else { &b[bi * k * n..(bi + 1) * k * n] };
+            let want = naive_mm(&a[bi * m * k..(bi + 1) * m * k], bb, m, k, n);
+            close(&got[bi * m * n..(bi + 1) * m * n], &want, 1e-12);
+        }
+    }
+}
+
+#[test]
+fn matmul_f32_transposed_views_need_no_copy_and_are_right() {
+    let a = rnd(64 * 48, 3);
+    let b = rnd(48 * 40, 4);
+    let ta = Tensor::from_vec(a.iter().map(|&x| x as f32).collect(), &[48, 64]).unwrap().t().unwrap();
+    let tb = Tensor::from_vec(b.iter().map(|&x| x as f32).collect(), &[40, 48]).unwrap().t().unwrap();
+    let c = ta.matmul(&tb).unwrap().to_vec::<f32>().unwrap();
+    // reference on the transposed data
+    let at: Vec<f64> = (0..64 * 48).map(|i| a[(i % 48) * 64 + i / 48]).collect();
+    let bt: Vec<f64> = (0..48 * 40).map(|i| b[(i % 40) * 48 + i / 40]).collect();
+    let want = naive_mm(&at, &bt, 64, 48, 40);
+    close(&c.iter().map(|&x| x as f64).collect::<Vec<_>>(), &want, 1e-5);
+}
+
+#[test]
+fn linear_addmm_and_api() {
+    let x = t(vec![1., 2., 3., 4., 5., 6.], &[2, 3]);
+    let w = t(vec![1., 0., -1., 2., 1., 0.], &[2, 3]);
+    let b = t(vec![10., 20.], &[2]);
+    let y = linalg::linear(&x, &w, Some(&b)).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![8., 24., 8., 33.]);
+    let z = linalg::addmm(&b, &x, &w.t().unwrap(), 0.5, 2.0).unwrap();
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![1., 18., 1., 36.]);
+    let i = Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2]).unwrap();
+    assert_eq!(i.mm(&i).unwrap().to_vec::<i64>().unwrap(), vec![7, 10, 15, 22]);
+    let d = linalg::matmul(&t(vec![1., 2.], &[2]), &t(vec![3., 4.], &[2])).unwrap();
+    assert_eq!(d.shape(), &[] as &[usize]);
+    assert_eq!(d.item().unwrap(), 11.0);
+    // kwargs by PyTorch's names through the registry
+    let r =
+        op::call("addmm", vec![(&b).into(), (&x).into(), w.t().unwrap().into()], vec![("beta".into(), Value::Int(0))])
+            .unwrap();
+    assert_eq!(r[0].to_vec::<f32>().unwrap(), vec![-2., 4., -2., 13.]);
+}
+
+#[test]
+fn matmul_errors() {
+    let a = t(vec![0.; 6], &[2, 3]);
+    let b = t(vec![0.; 20], &[4, 5]);
+    assert_eq!(err(linalg::mm(&a, &b)), "mm: shape error: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
+    assert_eq!(
+        err(linalg::matmul(&a, &b)),
+        "matmul: shape error: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"
+    );
+    assert_eq!(
+        err(linalg::matmul(&t(vec![0.; 3], &[3]), &t(vec![0.; 4], &[4]))),
+        "matmul: shape error: inconsistent tensor size, expected tensor [3] and src [4] to have the same number of elements, but got 3 and 4 elements respectively"
+    );
+    assert_eq!(
+        err(linalg::matmul(&Tensor::scalar(1f32), &t(vec![0.; 4], &[4]))),
+        "matmul: shape error: both arguments to matmul need to be at least 1D, but they are 0D and 1D"
+    );
+    assert_eq!(
+        err(linalg::matmul(&t(vec![0.; 24], &[2, 3, 4]), &t(vec![0.; 72], &[3, 4, 6]))),
+        "matmul: shape error: shapes [2] and [3] are not broadcastable: the size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"
+    );
+    let d = Tensor::from_vec(vec![0f64; 6], &[3, 2]).unwrap();
+    assert_eq!(
+        err(linalg::mm(&a, &d)),
+        "mm: dtype error: expected m1 and m2 to have the same dtype, but got: float != double"
+    );
+    let bo = Tensor::from_vec(vec![true; 4], &[2, 2]).unwrap();
+    assert_eq!(err(linalg::mm(&bo, &bo)), "mm: dtype error: \"addmm_impl_cpu_\" not implemented for 'Bool'");
+    assert_eq!(err(linalg::mm(&t(vec![0.; 3], &[3]), &b)), "mm: shape error: self must be a matrix, got 1-D tensor");
+    assert_eq!(err(linalg::bmm(&a, &a)), "bmm: shape error: batch1 must be a 3D tensor, got shape [2, 3]");
+    assert_eq!(
+        err(linalg::bmm(&t(vec![0.; 24], &[2, 3, 4]), &t(vec![0.; 60], &[3, 4, 5]))),
+        "bmm: shape error: Expected size for first two dimensions of batch2 tensor to be: [2, 4] but got: [3, 4]."
+    );
+    assert_eq!(
+        err(linalg::linear(&a, &t(vec![0.; 20], &[4, 5]), None)),
+        "linear: shape error: mat1 and mat2 shapes cannot be multiplied (2x3 and 5x4)"
+    );
+    assert_eq!(
+        err(linalg::linear(&a, &t(vec![0.; 12], &[4, 3]), Some(&t(vec![0.; 5], &[5])))),
+        "linear: shape error: The expanded size of the tensor (4) must match the existing size (5) at non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [5]"
+    );
+    assert_eq!(
+        err(linalg::addmm(&t(vec![0.; 3], &[3]), &a, &t(vec![0.; 12], &[3, 4]), 1, 1)),
+        "addmm: shape error: The expanded size of the tensor (4) must match the existing size (3) at non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [3]"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// convolution
+// ------------------------------------------------------------------------------------------
+
+#[allow(clippy::too_many_arguments)]
+fn naive_conv2d(
+    x: &[f64],
+    w: &[f64],
+    (n, c, h, wd): (usize, usize, usize, usize),
+    (o, kh, kw): (usize, usize, usize),
+    s: (usize, usize),
+    p: (usize, usize),
+    d: (usize, usize),
+    g: usize,
+) -> (Vec<f64>, usize, usize) {
+    let oh = (h + 2 * p.0 - d.0 * (kh - 1) - 1) / s.0 + 1;
+    let ow = (wd + 2 * p.1 - d.1 * (kw - 1) - 1) / s.1 + 1;
+    let (cg, og) = (c / g, o / g);
+    let mut out = vec![0.0; n * o * oh * ow];
+    for ni in 0..n {
+        for oc in 0..o {
+            let gi = oc / og;
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let mut acc = 0.0;
+                    for ci in 0..cg {
+                        for ki in 0..kh {
+                            for kj in 0..kw {
+                                let iy = (y * s.0 + ki * d.0) as isize - p.0 as isize;
+                                let ix = (xx * s.1 + kj * d.1) as isize - p.1 as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                    continue;
+                                }
+                                let cin = gi * cg + ci;
+                                acc += x[((ni * c + cin) * h + iy as usize) * wd + ix as usize]
+                                    * w[((oc * cg + ci) * kh + ki) * kw + kj];
+                            }
+                        }
+                    }
+                    out[((ni * o + oc) * oh + y) * ow + xx] = acc;
+                }
+            }
+        }
+    }
+    (out, oh, ow)
+}
+
+#[test]
+fn conv2d_all_algorithms_match_naive_reference() {
+    // (n, c, h, w), (o, kh, kw), stride, pad, dilation, groups: covers pointwise, shifted
+    // (stride 1), im2col (strided), grouped, batch-parallel and single-image paths.
+    let cases = [
+        ((3, 8, 17, 15), (6, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+        ((3, 8, 17, 15), (6, 3, 3), (1, 1), (1, 1), (1, 1), 2),
+        ((1, 6, 20, 19), (4, 3, 5), (1, 1), (2, 1), (2, 1), 1),
+        ((4, 4, 16, 16), (8, 3, 3), (2, 2), (1, 1), (1, 1), 1),
+        ((2, 6, 12, 13), (6, 3, 3), (1, 2), (1, 0), (1, 2), 6),
+        ((1, 3, 30, 30), (8, 7, 7), (2, 2), (3, 3), (1, 1), 1),
+    ];
+    for (i, &(ins, ws, s, p, d, g)) in cases.iter().enumerate() {
+        let x = rnd(ins.0 * ins.1 * ins.2 * ins.3, 10 + i as u64);
+        let w = rnd(ws.0 * (ins.1 / g) * ws.1 * ws.2, 20 + i as u64);
+        let (want, oh, ow) = naive_conv2d(&x, &w, ins, ws, s, p, d, g);
+        let tx = Tensor::from_vec(x, &[ins.0, ins.1, ins.2, ins.3]).unwrap();
+        let tw = Tensor::from_vec(w, &[ws.0, ins.1 / g, ws.1, ws.2]).unwrap();
+        let y = conv::conv2d(
+            &tx,
+            &tw,
+            None,
+            &[s.0 as i64, s.1 as i64],
+            &[p.0 as i64, p.1 as i64][..],
+            &[d.0 as i64, d.1 as i64],
+            g as i64,
+        )
+        .unwrap();
+        assert_eq!(y.shape(), &[ins.0, ws.0, oh, ow], "case {i}");
+        close(&y.to_vec::<f64>().unwrap(), &want, 1e-12);
+    }
+}
+
+#[test]
+fn conv_errors() {
+    let x = t(vec![0.; 256], &[1, 4, 8, 8]);
+    let w = t(vec![0.; 216], &[6, 4, 3, 3]);
+    let c2 = |w: &Tensor, s: &[i64], p: conv::Padding, g: i64| conv::conv2d(&x, w, None, s, p, &[1], g);
+    assert_eq!(
+        err(c2(&t(vec![0.; 162], &[6, 3, 3, 3]), &[1], 0.into(), 1)),
+        "conv2d: shape error: Given groups=1, weight of size [6, 3, 3, 3], expected input[1, 4, 8, 8] to have 3 channels, but got 4 channels instead"
+    );
+    assert_eq!(
+        err(c2(&t(vec![0.; 90], &[5, 2, 3, 3]), &[1], 0.into(), 2)),
+        "conv2d: shape error: Given groups=2, expected weight to be divisible by 2 at dimension 0, but got weight of size [[5, 2, 3, 3]] instead"
+    );
+    assert_eq!(
+        err(c2(&w, &[2], "same".into(), 1)),
+        "conv2d: invalid argument: padding='same' is not supported for strided convolutions"
+    );
+    assert_eq!(
+        err(c2(&w, &[1], "foo".into(), 1)),
+        "conv2d: invalid argument: Invalid padding string: 'foo' (expected 'valid' or 'same')"
+    );
+    assert_eq!(
+        err(c2(&t(vec![0.; 6 * 4 * 81], &[6, 4, 9, 9]), &[1], 0.into(), 1)),
+        "conv2d: shape error: Calculated padded input size per channel: (8 x 8). Kernel size: (9 x 9). Kernel size can't be greater than actual input size"
+    );
+    assert_eq!(
+        err(c2(&w, &[1, 1, 1], 0.into(), 1)),
+        "conv2d: invalid argument: expected stride to be a single integer value or a list of 2 values to match the convolution dimensions, but got stride=[1, 1, 1]"
+    );
+    assert_eq!(
+        err(c2(&w, &[0], 0.into(), 1)),
+        "conv2d: invalid argument: non-positive stride is not supported, got stride=[0, 0]"
+    );
+    assert_eq!(
+        err(c2(&w, &[1], (-1).into(), 1)),
+        "conv2d: invalid argument: negative padding is not supported, got padding=[-1, -1]"
+    );
+    assert_eq!(
+        err(conv::conv2d(&t(vec![0.; 64], &[8, 8]), &w, None, &[1], 0, &[1], 1)),
+        "conv2d: shape error: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [8, 8]"
+    );
+    assert_eq!(
+        err(conv::conv2d(&x, &w, Some(&t(vec![0.; 5], &[5])), &[1], 0, &[1], 1)),
+        "conv2d: shape error: Given weight of size [6, 4, 3, 3], expected bias to be 1-dimensional with 6 elements, but got bias of size [5] instead"
+    );
+    let wd = Tensor::from_vec(vec![0f64; 216], &[6, 4, 3, 3]).unwrap();
+    assert_eq!(
+        err(c2(&wd, &[1], 0.into(), 1)),
+        "conv2d: dtype error: expected scalar type Float but found Double (input is float32, weight is float64)"
+    );
+    assert_eq!(
+        err(conv::conv1d(&t(vec![0.; 100], &[2, 5, 10]), &t(vec![0.; 72], &[6, 4, 3]), None, &[1], 0, &[1], 1)),
+        "conv1d: shape error: Given groups=1, weight of size [6, 4, 3], expected input[2, 5, 10] to have 4 channels, but got 5 channels instead"
+    );
+    assert_eq!(
+        err(conv::conv_transpose2d(&x, &t(vec![0.; 216], &[4, 6, 3, 3]), None, &[2], &[0], &[2], 1, &[1])),
+        "conv_transpose2d: invalid argument: output padding must be smaller than either stride or dilation, but got output_padding=[2, 2], stride=[2, 2], dilation=[1, 1]"
+    );
+    assert_eq!(
+        err(conv::conv_transpose2d(&x, &t(vec![0.; 108], &[4, 3, 3, 3]), None, &[1], &[5], &[0], 1, &[1])),
+        "conv_transpose2d: shape error: Given input size per channel: (8 x 8). Calculated output size per channel: (0 x 0). Output size is too small"
+    );
+    assert_eq!(
+        err(conv::conv_transpose2d(&x, &t(vec![0.; 162], &[3, 6, 3, 3]), None, &[1], &[0], &[0], 1, &[1])),
+        "conv_transpose2d: shape error: Given transposed=1, weight of size [3, 6, 3, 3], expected input[1, 4, 8, 8] to have 3 channels, but got 4 channels instead"
+    );
+}
+
+#[test]
+fn conv_same_padding_keeps_size_and_schema_accepts_strings() {
+    let x = t(rnd(2 * 3 * 9 * 8, 5).iter().map(|&v| v as f32).collect(), &[2, 3, 9, 8]);
+    let w = t(rnd(4 * 3 * 4 * 3, 6).iter().map(|&v| v as f32).collect(), &[4, 3, 4, 3]);
+    let y = op::call("conv2d", vec![(&x).into(), (&w).into()], vec![("padding".into(), Value::Str("same".into()))])
+        .unwrap();
+    assert_eq!(y[0].shape(), &[2, 4, 9, 8]);
+    let y = op::call("conv2d", vec![(&x).into(), (&w).into()], vec![("padding".into(), Value::Int(1))]).unwrap();
+    assert_eq!(y[0].shape(), &[2, 4, 8, 8]);
+}
+
+// ------------------------------------------------------------------------------------------
+// meta inference on symbolic tensors (no data touched)
+// ------------------------------------------------------------------------------------------
+
+fn sym(shape: &[usize], dtype: DType) -> Tensor {
+    Tensor::symbolic(Symbolic { meta: Some(TensorMeta::contiguous(shape, dtype)), proxy: Arc::new(()) })
+}
+
+#[test]
+fn meta_functions_work_on_symbolic_tensors() {
+    let check = |name: &str, args: Vec<Value>, want: &[&[usize]]| {
+        let opdef = op::require(name).unwrap();
+        let bound = op::bind(name, opdef.schema, args, vec![]).unwrap();
+        let metas = (opdef.meta)(&bound).unwrap();
+        let shapes: Vec<Vec<usize>> = metas.iter().map(|m| m.shape.to_vec()).collect();
+        let want: Vec<Vec<usize>> = want.iter().map(|s| s.to_vec()).collect();
+        assert_eq!(shapes, want, "{name}");
+    };
+    let f = DType::F32;
+    check("matmul", vec![sym(&[2, 1, 5, 7], f).into(), sym(&[3, 7, 4], f).into()], &[&[2, 3, 5, 4]]);
+    check("linear", vec![sym(&[8, 3, 6], f).into(), sym(&[5, 6], f).into()], &[&[8, 3, 5]]);
+    check(
+        "conv2d",
+        vec![
+            sym(&[8, 64, 56, 56], f).into(),
+            sym(&[128, 64, 3, 3], f).into(),
+            Value::None,
+            Value::Int(2),
+            Value::Int(1),
+        ],
+        &[&[8, 128, 28, 28]],
+    );
+    check(
+        "conv_transpose2d",
+        vec![sym(&[1, 4, 5, 5], f).into(), sym(&[4, 3, 3, 3], f).into(), Value::None, Value::Int(2)],
+        &[&[1, 3, 11, 11]],
+    );
+    check(
+        "max_pool2d_with_indices",
+        vec![
+            sym(&[1, 2, 7, 7], f).into(),
+            Value::Int(2),
+            Value::Ints(vec![]),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Bool(true),
+        ],
+        &[&[1, 2, 4, 4], &[1, 2, 4, 4]],
+    );
+    check(
+        "adaptive_max_pool2d",
+        vec![sym(&[2, 3, 9, 9], f).into(), Value::Ints(vec![4, 2])],
+        &[&[2, 3, 4, 2], &[2, 3, 4, 2]],
+    );
+    check("layer_norm", vec![sym(&[2, 3, 8], f).into(), Value::Int(8)], &[&[2, 3, 8]]);
+    check("embedding", vec![sym(&[4, 5], DType::I64).into(), sym(&[10, 3], f).into()], &[&[4, 5, 3]]);
+    let _ = CallKind::Function;
+}
+
+// ------------------------------------------------------------------------------------------
+// pooling
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn pool_values_indices_and_nan() {
+    let x = t(vec![1., 5., 2., 0., 3., f32::NAN, 4., 4., 9.], &[1, 1, 3, 3]);
+    let (v, i) = pool::max_pool2d_with_indices(&x, &[2], &[1], &[0], &[1], false).unwrap();
+    let v = v.to_vec::<f32>().unwrap();
+    assert_eq!(v[0], 5.0);
+    assert!(v[1].is_nan() && v[3].is_nan());
+    assert_eq!(v[2], 4.0);
+    // NaN propagates; ties keep the first index (PyTorch 2.15 gives the same)
+    assert_eq!(i.to_vec::<i64>().unwrap(), vec![1, 5, 6, 5]);
+    let a =
+        pool::avg_pool2d(&t((0..16).map(|v| v as f32).collect(), &[1, 1, 4, 4]), &[2], &[], &[0], false, true, None)
+            .unwrap();
+    assert_eq!(a.to_vec::<f32>().unwrap(), vec![2.5, 4.5, 10.5, 12.5]);
+    let (m, mi) = pool::adaptive_max_pool2d(&t((0..16).map(|v| v as f32).collect(), &[1, 4, 4]), &[1]).unwrap();
+    assert_eq!((m.to_vec::<f32>().unwrap(), mi.to_vec::<i64>().unwrap()), (vec![15.0], vec![15]));
+}
+
+#[test]
+fn pool_errors() {
+    let x = t(vec![0.; 98], &[1, 2, 7, 7]);
+    assert_eq!(
+        err(pool::max_pool2d(&x, &[2], &[], &[2], &[1], false)),
+        "max_pool2d: invalid argument: pad should be at most half of effective kernel size, but got pad=2, kernel_size=2 and dilation=1"
+    );
+    assert_eq!(
+        err(pool::max_pool2d(&t(vec![0.; 4], &[1, 1, 2, 2]), &[3], &[], &[0], &[1], false)),
+        "max_pool2d: shape error: Given input size: (1x2x2). Calculated output size: (1x0x0). Output size is too small"
+    );
+    assert_eq!(
+        err(pool::max_pool2d(&t(vec![0.; 49], &[7, 7]), &[2], &[], &[0], &[1], false)),
+        "max_pool2d: shape error: non-empty 3D or 4D (batch mode) tensor expected for input, but got input of size [7, 7]"
+    );
+    assert_eq!(
+        err(pool::max_pool2d(&x, &[2], &[0], &[0], &[1], false)),
+        "max_pool2d: invalid argument: stride should be greater than zero, but got stride=[0, 0]"
+    );
+    let b = Tensor::from_vec(vec![true; 98], &[1, 2, 7, 7]).unwrap();
+    assert_eq!(
+        err(pool::max_pool2d(&b, &[2], &[], &[0], &[1], false)),
+        "max_pool2d: dtype error: \"max_pool2d\" not implemented for 'Bool'"
+    );
+    let xi = Tensor::from_vec(vec![0i64; 30], &[1, 3, 10]).unwrap();
+    assert_eq!(
+        err(pool::max_pool1d(&xi, &[2], &[], &[0], &[1], false)),
+        "max_pool1d: dtype error: \"max_pool1d\" not implemented for 'Long'"
+    );
+    assert_eq!(
+        err(pool::avg_pool2d(&x, &[2], &[], &[0], false, true, Some(0))),
+        "avg_pool2d: invalid argument: divisor must be not zero"
+    );
+    assert_eq!(
+        err(pool::adaptive_avg_pool2d(&x, &[-1])),
+        "adaptive_avg_pool2d: invalid argument: adaptive_avg_pool2d: elements of output_size must be greater than or equal to 0 but received {-1, -1}"
+    );
+    assert_eq!(
+        pool::adaptive_max_pool2d(&t(vec![], &[1, 2, 0, 3]), &[3]).unwrap_err().to_string(),
+        "adaptive_max_pool2d: shape error: adaptive_max_pool2d(): Expected input to have non-zero size for non-batch dimensions, but input has sizes [1, 2, 0, 3] with dimension 2 being empty"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// normalisation
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn batch_norm_training_updates_running_stats_in_place_like_pytorch() {
+    // Values from PyTorch 2.15: x = arange(24).reshape(2,3,4).sin(), momentum 0.3.
+    let x = t((0..24).map(|i| (i as f32).sin()).collect(), &[2, 3, 4]);
+    let rm = t(vec![0.1, 0.2, 0.3], &[3]);
+    let rv = t(vec![1.0, 2.0, 0.5], &[3]);
+    let (v_m, v_v) = (rm.version(), rv.version());
+    let y = norm::batch_norm(&x, Some(&rm), Some(&rv), None, None, true, 0.3, 1e-5).unwrap();
+    close(
+        &rm.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        &[0.19811418652534485, 0.02042875438928604, 0.23819980025291443],
+        1e-6,
+    );
+    close(
+        &rv.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        &[0.7841921448707581, 1.499631643295288, 0.5481522679328918],
+        1e-6,
+    );
+    close(
+        &y.to_vec::<f32>().unwrap()[..6].iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        &[
+            -0.8617630004882812,
+            0.8362894058227539,
+            0.9731602668762207,
+            -0.5769888758659363,
+            -0.6645297408103943,
+            -1.0394712686538696,
+        ],
+        1e-5,
+    );
+    assert!(rm.version() > v_m && rv.version() > v_v, "running stats' version counters must be bumped");
+    assert_eq!(op::require("batch_norm").unwrap().mutated_arg(), Some(1));
+    // evaluation mode reads the running stats and leaves them alone
+    let before = rm.to_vec::<f32>().unwrap();
+    let e = norm::batch_norm(&x, Some(&rm), Some(&rv), None, None, false, 0.3, 1e-5).unwrap();
+    assert_eq!(rm.to_vec::<f32>().unwrap(), before);
+    let xv = x.to_vec::<f32>().unwrap();
+    let want0 = (xv[0] - before[0]) / (rv.to_vec::<f32>().unwrap()[0] + 1e-5).sqrt();
+    assert!((e.to_vec::<f32>().unwrap()[0] - want0).abs() < 1e-6);
+}
+
+#[test]
+fn norm_errors() {
+    let x = t(vec![0.; 98], &[1, 2, 7, 7]);
+    let z3 = t(vec![0.; 3], &[3]);
+    let z2 = t(vec![1.; 2], &[2]);
+    assert_eq!(
+        err(norm::batch_norm(&x, Some(&z3), Some(&z3), None, None, false, 0.1, 1e-5)),
+        "batch_norm: shape error: running_mean should contain 2 elements not 3 (input of size [1, 2, 7, 7])"
+    );
+    assert_eq!(
+        err(norm::batch_norm(&x, None, None, None, None, false, 0.1, 1e-5)),
+        "batch_norm: invalid argument: running_mean must be defined in evaluation mode"
+    );
+    assert_eq!(
+        err(norm::batch_norm(&t(vec![0.; 2], &[1, 2]), None, None, None, None, true, 0.1, 1e-5)),
+        "batch_norm: invalid argument: Expected more than 1 value per channel when training, got input size [1, 2]"
+    );
+    let xd = Tensor::from_vec(vec![0f64; 98], &[1, 2, 7, 7]).unwrap();
+    assert_eq!(
+        err(norm::batch_norm(&xd, Some(&z2), Some(&z2), None, None, false, 0.1, 1e-5)),
+        "batch_norm: dtype error: mixed dtype (CPU): all inputs must share same datatype. input is float64, running_mean is float32"
+    );
+    let xi = Tensor::from_vec(vec![0i64; 98], &[1, 2, 7, 7]).unwrap();
+    assert_eq!(
+        err(norm::layer_norm(&xi, &[7], None, None, 1e-5)),
+        "layer_norm: dtype error: \"layer_norm\" not implemented for 'Long' (normalisation needs a floating point input)"
+    );
+    assert_eq!(
+        err(norm::layer_norm(&x, &[6], None, None, 1e-5)),
+        "layer_norm: shape error: Given normalized_shape=[6], expected input with shape [*, 6], but got input of size[1, 2, 7, 7]"
+    );
+    assert_eq!(
+        err(norm::layer_norm(&x, &[7], Some(&t(vec![1.; 6], &[6])), None, 1e-5)),
+        "layer_norm: shape error: Expected weight to be of same shape as normalized_shape, but got weight of shape [6] and normalized_shape = [7]"
+    );
+    assert_eq!(
+        err(norm::group_norm(&x, 3, None, None, 1e-5)),
+        "group_norm: shape error: Expected number of channels in input to be divisible by num_groups, but got input of shape [1, 2, 7, 7] and num_groups=3"
+    );
+    assert_eq!(
+        err(norm::group_norm(&x, 2, Some(&z3), None, 1e-5)),
+        "group_norm: shape error: Expected weight to be a vector of size equal to the number of channels in input, but got weight of shape [3] and input of shape [1, 2, 7, 7]"
+    );
+    assert_eq!(
+        err(norm::group_norm(&t(vec![0.; 4], &[4]), 1, None, None, 1e-5)),
+        "group_norm: shape error: Expected at least 2 dimensions for input tensor but received 1"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// embedding
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn embedding_lookup_and_errors() {
+    let w = t((0..12).map(|v| v as f32).collect(), &[4, 3]);
+    let idx = Tensor::from_vec(vec![3i64, 0, 3], &[3]).unwrap();
+    let y = embedding::embedding(&idx, &w, None).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![9., 10., 11., 0., 1., 2., 9., 10., 11.]);
+    let bad = Tensor::from_vec(vec![1i64, 5], &[2]).unwrap();
+    assert_eq!(
+        err(embedding::embedding(&bad, &w, None)),
+        "embedding: index error: index 5 (at position 1 of input of shape [2]) is out of range for an embedding table of 4 rows (valid indices are 0..4)"
+    );
+    let neg = Tensor::from_vec(vec![-1i64], &[1]).unwrap();
+    assert!(err(embedding::embedding(&neg, &w, None)).contains("index -1 (at position 0"));
+    assert_eq!(
+        err(embedding::embedding(&t(vec![1.0], &[1]), &w, None)),
+        "embedding: dtype error: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got float32 (Float) instead"
+    );
+    assert_eq!(
+        err(embedding::embedding(&idx, &t(vec![0.; 4], &[4]), None)),
+        "embedding: shape error: 'weight' must be 2-D (num_embeddings, embedding_dim), but got weight of shape [4]"
+    );
+    assert_eq!(
+        err(embedding::embedding(&idx, &w, Some(5))),
+        "embedding: invalid argument: Padding_idx must be within num_embeddings: got padding_idx=5 for a table of 4 rows"
+    );
+}

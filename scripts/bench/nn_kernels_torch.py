@@ -1,0 +1,56 @@
+"""PyTorch side of `cargo run --release -p ferrofx-core --example bench_kernels`.
+
+Prints the same case names and units (ms per call, GFLOP/s for matmul) so the two outputs can
+be compared line by line. Usage: python scripts/bench/nn_kernels_torch.py [--quick]
+"""
+import sys
+import time
+
+import torch
+
+torch.set_num_threads(2)
+QUICK = "--quick" in sys.argv
+
+# (name, cin, cout, k, stride, pad, hw)
+CONVS = [
+    ("conv1 7x7/2 3->64 @224", 3, 64, 7, 2, 3, 224),
+    ("3x3 64->64 @56", 64, 64, 3, 1, 1, 56),
+    ("3x3/2 64->128 @56", 64, 128, 3, 2, 1, 56),
+    ("1x1/2 64->128 @56", 64, 128, 1, 2, 0, 56),
+    ("3x3 128->128 @28", 128, 128, 3, 1, 1, 28),
+    ("3x3/2 128->256 @28", 128, 256, 3, 2, 1, 28),
+    ("1x1/2 128->256 @28", 128, 256, 1, 2, 0, 28),
+    ("3x3 256->256 @14", 256, 256, 3, 1, 1, 14),
+    ("3x3/2 256->512 @14", 256, 512, 3, 2, 1, 14),
+    ("1x1/2 256->512 @14", 256, 512, 1, 2, 0, 14),
+    ("3x3 512->512 @7", 512, 512, 3, 1, 1, 7),
+]
+
+
+def bench(f, min_time=0.3 if not QUICK else 0.1):
+    for _ in range(3):
+        f()
+    n, t0 = 0, time.perf_counter()
+    best = float("inf")
+    while True:
+        s = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - s)
+        n += 1
+        if time.perf_counter() - t0 > min_time and n >= 3:
+            break
+    return best
+
+
+with torch.no_grad():
+    a = torch.randn(1024, 1024)
+    b = torch.randn(1024, 1024)
+    out = torch.empty(1024, 1024)
+    dt = bench(lambda: torch.matmul(a, b, out=out))
+    print(f"matmul 1024^3 f32: {dt * 1e3:.3f} ms  {2 * 1024**3 / dt / 1e9:.1f} GFLOP/s")
+    for batch in (1, 8):
+        for name, cin, cout, k, s, p, hw in CONVS:
+            x = torch.randn(batch, cin, hw, hw)
+            w = torch.randn(cout, cin, k, k)
+            dt = bench(lambda: torch.nn.functional.conv2d(x, w, None, s, p))
+            print(f"conv2d b{batch} {name}: {dt * 1e3:.3f} ms")
