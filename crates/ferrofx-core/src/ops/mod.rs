@@ -38,6 +38,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         pool::OPS,
         norm::OPS,
         embedding::OPS,
+        crate::autograd::formulas::OPS,
     ]
     .into_iter()
     .flatten()
