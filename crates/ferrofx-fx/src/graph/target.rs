@@ -283,24 +283,6 @@ impl From<Arc<UserFunction>> for Target {
     }
 }
 
-/// Identity of a target for hashing in the lookup table.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub(crate) enum TargetKey {
-    Op(usize),
-    Function(usize),
-    Str(String),
-}
-
-impl TargetKey {
-    pub(crate) fn of(target: &Target) -> TargetKey {
-        match target {
-            Target::Op(def) => TargetKey::Op(*def as *const OpDef as usize),
-            Target::Function(f) => TargetKey::Function(Arc::as_ptr(f) as *const () as usize),
-            Target::Str(s) => TargetKey::Str(s.clone()),
-        }
-    }
-}
-
 /// Enforces the opcode/target rule of seed 000 §4.3.
 pub(crate) fn check_target(op: Opcode, target: &Target, node: &str) -> Result<()> {
     match (op, target.is_callable()) {
