@@ -75,7 +75,7 @@ fn build_chain(n: usize, ops: &Ops) -> Graph {
     let mut cur = x;
     for i in 0..n - 2 {
         let t = if i % 2 == 0 { &ops.add } else { &ops.mul };
-        cur = g.call_function(t.clone(), vec![cur.into(), x.into()]).expect("call_function");
+        cur = g.call_function(t.clone(), [cur.into(), x.into()]).expect("call_function");
     }
     g.output(cur.into()).expect("output");
     g
@@ -86,8 +86,8 @@ fn build_half_dead(n: usize, ops: &Ops) -> Graph {
     let x = g.placeholder("x").expect("placeholder");
     let mut cur = x;
     for _ in 0..(n - 2) / 2 {
-        cur = g.call_function(ops.add.clone(), vec![cur.into(), x.into()]).expect("add");
-        g.call_function(ops.relu.clone(), vec![cur.into()]).expect("relu");
+        cur = g.call_function(ops.add.clone(), [cur.into(), x.into()]).expect("add");
+        g.call_function(ops.relu.clone(), [cur.into()]).expect("relu");
     }
     g.output(cur.into()).expect("output");
     g
@@ -119,7 +119,7 @@ fn w_insert_relu(g: &mut Graph, ops: &Ops) {
         if node.op() == Opcode::CallFunction && *node.target() == ops.add {
             let relu = {
                 let mut g = g.inserting_after(Some(id)).expect("anchor");
-                g.call_function(ops.relu.clone(), vec![id.into()]).expect("relu")
+                g.call_function(ops.relu.clone(), [id.into()]).expect("relu")
             };
             g.replace_all_uses_with_where(id, relu, |u| u.id() != relu, false).expect("rauw");
         }

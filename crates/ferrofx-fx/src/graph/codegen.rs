@@ -74,7 +74,8 @@ impl Graph {
             if !functions.contains(name) {
                 continue;
             }
-            for k in 1u64.. {
+            // Start after the namespace's counter for this base: usually the first try is free.
+            for k in self.namespace.next_suffix(name).. {
                 let candidate = format!("{name}_{k}");
                 if !self.namespace.is_used(&candidate)
                     && !functions.contains(candidate.as_str())
@@ -118,11 +119,18 @@ impl Graph {
     /// whose last use it was are set to `None` (values never used are dropped right away).
     pub fn python_code(&self) -> String {
         let renamed = self.codegen_renames();
+        // Slot bitset of the renamed nodes: the common lookup is one bit test, not a hash.
+        let mut is_renamed = vec![0u64; self.links.len().div_ceil(64)];
+        for &i in renamed.keys() {
+            is_renamed[i as usize / 64] |= 1 << (i % 64);
+        }
         let var = |idx: u32| -> &str {
-            match renamed.get(&idx) {
-                Some(v) => v,
-                None => self.name_of(idx),
+            if is_renamed[idx as usize / 64] & (1 << (idx % 64)) != 0 {
+                if let Some(v) = renamed.get(&idx) {
+                    return v;
+                }
             }
+            self.name_of(idx)
         };
         let name_fn = |n: NodeId, o: &mut String| match self.check(n) {
             Ok(i) => o.push_str(var(i)),

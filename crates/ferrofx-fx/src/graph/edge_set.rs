@@ -21,19 +21,21 @@ const TOMB: u32 = u32::MAX;
 #[derive(Clone, Default)]
 pub(crate) struct EdgeSet {
     entries: SmallVec<[u32; 4]>,
-    live: u32,
     index: Option<Box<FxHashMap<u32, u32>>>,
 }
 
 impl EdgeSet {
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.live as usize
+        match &self.index {
+            Some(ix) => ix.len(),
+            None => self.entries.len(),
+        }
     }
 
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.live == 0
+        self.len() == 0
     }
 
     #[inline]
@@ -65,7 +67,6 @@ impl EdgeSet {
     pub(crate) fn push_new(&mut self, idx: u32) {
         let pos = self.entries.len();
         self.entries.push(idx);
-        self.live += 1;
         match &mut self.index {
             Some(ix) => {
                 ix.insert(idx, pos as u32);
@@ -81,7 +82,6 @@ impl EdgeSet {
             None => match self.entries.iter().position(|&e| e == idx) {
                 Some(pos) => {
                     self.entries.remove(pos);
-                    self.live -= 1;
                     true
                 }
                 None => false,
@@ -89,7 +89,6 @@ impl EdgeSet {
             Some(ix) => {
                 let Some(pos) = ix.remove(&idx) else { return false };
                 self.entries[pos as usize] = TOMB;
-                self.live -= 1;
                 self.after_tomb();
                 true
             }
@@ -125,8 +124,9 @@ impl EdgeSet {
         while self.entries.last() == Some(&TOMB) {
             self.entries.pop();
         }
-        let dead = self.entries.len() - self.live as usize;
-        if dead > (self.live as usize).max(SMALL) {
+        let live = self.len();
+        let dead = self.entries.len() - live;
+        if dead > live.max(SMALL) {
             self.entries.retain(|e| *e != TOMB);
             if self.entries.len() > SMALL {
                 self.rebuild_index();

@@ -19,7 +19,7 @@ pub(crate) type LookupKey = (Opcode, u8, usize);
 pub(crate) fn key(op: Opcode, target: &Target) -> LookupKey {
     match (op, target) {
         (Opcode::CallFunction, Target::Op(def)) => (op, 1, *def as *const _ as usize),
-        (Opcode::CallFunction, Target::Function(f)) => (op, 2, std::sync::Arc::as_ptr(f) as *const () as usize),
+        (Opcode::CallFunction, Target::Function(f)) => (op, 2, *f as *const _ as usize),
         _ => (op, 0, 0),
     }
 }

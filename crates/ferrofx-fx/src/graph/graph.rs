@@ -632,9 +632,14 @@ impl Graph {
         self.create_node_raw(Opcode::GetAttr, Target::Str(path.to_string()), Args::new(), None, None, None)
     }
 
-    /// A `call_function` of a registry op or user function with positional args.
-    pub fn call_function(&mut self, target: impl Into<Target>, args: Vec<Argument>) -> Result<NodeId> {
-        self.create_node_raw(Opcode::CallFunction, target.into(), Args::from_vec(args), None, None, None)
+    /// A `call_function` of a registry op or user function with positional args (a `Vec`, or
+    /// an array such as `[x.into(), y.into()]`, which needs no heap allocation).
+    pub fn call_function(
+        &mut self,
+        target: impl Into<Target>,
+        args: impl IntoIterator<Item = Argument>,
+    ) -> Result<NodeId> {
+        self.create_node_raw(Opcode::CallFunction, target.into(), args.into_iter().collect(), None, None, None)
     }
 
     /// A `call_function` with positional and keyword args.
@@ -703,6 +708,26 @@ impl Graph {
         }
         self.erase_unused(idx);
         Ok(())
+    }
+
+    /// Appends a copy of `src`'s slot `s` (opcode, target, name id, type, meta; no args yet)
+    /// at the end of this graph, which shares `src`'s name arena (whole-graph copy).
+    pub(crate) fn append_copied_slot(&mut self, src: &Graph, s: u32) -> u32 {
+        let si = s as usize;
+        let op = src.ops[si];
+        let target = src.targets[si].clone();
+        let lookup_key = key(op, &target);
+        let name = src.names[si];
+        self.namespace.mark(name);
+        let tail = self.links[ROOT as usize].prev;
+        let idx = self.push_slot(op, target, name, src.type_exprs[si].clone());
+        self.metas[idx as usize] = src.metas[si].clone();
+        self.dense = self.dense && idx as usize == self.len + 1;
+        self.links[idx as usize].alive = true;
+        self.lookup.insert(lookup_key, idx);
+        self.link_after(tail, idx);
+        self.len += 1;
+        idx
     }
 
     /// Erases live slot `idx`, which has no users.

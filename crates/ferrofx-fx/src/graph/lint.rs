@@ -156,16 +156,17 @@ impl Graph {
     /// - `input_nodes` is compared with the nodes of args/kwargs in first-appearance order
     ///   (duplicates within one node found with a generation-stamped array);
     /// - users/input_nodes agreement is exact without set lookups in large sets: every user
-    ///   `u` of `n` must list `n` among its (small) inputs, and the number of nodes listing `n`
-    ///   as an input must equal `n`'s user count; together these make the two relations equal.
+    ///   `u` of `n` must list `n` among its (small) inputs, so the (user, input) pairs are a
+    ///   subset of the (input, user) pairs; both sets of pairs are duplicate-free, so equal
+    ///   totals make them equal.
     pub fn lint_with(&self, resolver: Option<&dyn TargetResolver>) -> Vec<LintFinding> {
         let mut findings = Vec::new();
         let slots = self.links.len();
         let mut seen_name = vec![0u64; self.namespace.count().div_ceil(64)];
-        // stamp[i] == node + 1: `i` was already met in the args of `node`.
-        let mut stamp = vec![0u32; slots];
-        // How many nodes list each slot as an input.
-        let mut listed = vec![0u32; slots];
+        // For nodes with many references: stamp[i] == node + 1 when `i` was already met in the
+        // args of `node` (allocated on first need; small nodes dedupe by scanning).
+        let mut stamp: Vec<u32> = Vec::new();
+        let (mut input_pairs, mut user_pairs) = (0usize, 0usize);
         let mut expected: SmallVec<[u32; 8]> = SmallVec::new();
         let mut outputs = Vec::new();
         let mut order_violation = false;
@@ -224,8 +225,20 @@ impl Graph {
                     });
                 }
                 Ok(ri) => {
-                    if stamp[ri as usize] != mark {
-                        stamp[ri as usize] = mark;
+                    let new = if expected.len() < 16 {
+                        !expected.contains(&ri)
+                    } else {
+                        if stamp.is_empty() {
+                            stamp = vec![0u32; slots];
+                        }
+                        if expected.len() == 16 {
+                            for &e in &expected {
+                                stamp[e as usize] = mark;
+                            }
+                        }
+                        std::mem::replace(&mut stamp[ri as usize], mark) != mark
+                    };
+                    if new {
                         expected.push(ri);
                         if self.links[ri as usize].seq >= l.seq {
                             order_violation = true;
@@ -270,15 +283,7 @@ impl Graph {
                     ),
                 });
             }
-            for i in inputs.iter() {
-                match listed.get_mut(i as usize) {
-                    Some(n) => *n += 1,
-                    None => findings.push(LintFinding::UseDefMismatch {
-                        node: self.name_of(cur).to_string(),
-                        message: format!("input slot {i} is out of range"),
-                    }),
-                }
-            }
+            input_pairs += inputs.len();
             let users = &self.users[c];
             if users.len() != self.nusers[c] as usize {
                 findings.push(LintFinding::UseDefMismatch {
@@ -286,6 +291,7 @@ impl Graph {
                     message: format!("user count {} but {} users", self.nusers[c], users.len()),
                 });
             }
+            user_pairs += users.len();
             for u in users.iter() {
                 let ok = self.links.get(u as usize).is_some_and(|l| l.alive && u != ROOT);
                 if !ok {
@@ -314,19 +320,18 @@ impl Graph {
                 message: format!("{count} nodes linked but len() is {}", self.len()),
             });
         }
-        // Every node listing `n` as an input is a user of `n` (checked above from the users'
-        // side); equal counts make the relations equal.
-        for idx in self.slots() {
-            let i = idx as usize;
-            if listed[i] != self.users[i].len() as u32 {
-                findings.push(LintFinding::UseDefMismatch {
-                    node: self.name_of(idx).to_string(),
-                    message: format!(
-                        "{} nodes list it as an input but it has {} users",
-                        listed[i],
-                        self.users[i].len()
-                    ),
-                });
+        // Every (node, user) pair is an (input, node) pair (checked above); equal totals make
+        // the two relations equal. On a mismatch, name the nodes whose inputs are not users.
+        if input_pairs != user_pairs {
+            for idx in self.slots() {
+                for i in self.inputs[idx as usize].iter() {
+                    if !self.users.get(i as usize).is_some_and(|u| u.contains(idx)) {
+                        findings.push(LintFinding::UseDefMismatch {
+                            node: self.name_of(idx).to_string(),
+                            message: format!("input '{}' does not list it as a user", self.slot_name(i)),
+                        });
+                    }
+                }
             }
         }
         if outputs.len() > 1 {

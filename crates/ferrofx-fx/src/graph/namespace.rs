@@ -215,6 +215,8 @@ pub struct Namespace {
     text: String,
     /// Name id → span in `text`.
     spans: Vec<(u32, u32)>,
+    /// Name id → (base id, suffix or NO_NUM).
+    keys: Vec<(u32, u64)>,
     /// Base string → base id.
     base_ids: FxHashMap<Box<str>, u32>,
     /// Per base id: FX's `_base_count` and whether the bare base is a reserved word.
@@ -232,6 +234,8 @@ struct BaseInfo {
     names: u64,
     reserved: bool,
     bare_used: bool,
+    /// Some suffix of this base is in the sparse set.
+    has_sparse: bool,
     bits: Vec<u64>,
 }
 
@@ -326,6 +330,7 @@ impl Namespace {
         Namespace {
             text: String::new(),
             spans: Vec::new(),
+            keys: Vec::new(),
             base_ids: FxHashMap::default(),
             bases: Vec::new(),
             sparse: FxHashSet::default(),
@@ -351,30 +356,56 @@ impl Namespace {
         if key == NO_NUM {
             return info.bare_used;
         }
-        if info.in_bits(key) {
-            let (w, bit) = ((key / 64) as usize, key % 64);
-            return info.bits.get(w).is_some_and(|x| x & (1 << bit) != 0);
-        }
-        self.sparse.contains(&(b, key))
+        let (w, bit) = ((key / 64) as usize, key % 64);
+        info.bits.get(w).is_some_and(|x| x & (1 << bit) != 0)
+            || (info.has_sparse && self.sparse.contains(&(b, key)))
     }
 
     /// Marks a key used; returns whether it was free.
     fn use_key(&mut self, b: u32, key: u64) -> bool {
+        if self.is_key_used(b, key) {
+            return false;
+        }
         let info = &mut self.bases[b as usize];
         if key == NO_NUM {
-            return !std::mem::replace(&mut info.bare_used, true);
-        }
-        if info.in_bits(key) {
+            info.bare_used = true;
+        } else if info.in_bits(key) {
             let (w, bit) = ((key / 64) as usize, key % 64);
             if info.bits.len() <= w {
                 info.bits.resize((w + 1).next_power_of_two(), 0);
             }
-            let word = &mut info.bits[w];
-            let free = *word & (1 << bit) == 0;
-            *word |= 1 << bit;
-            return free;
+            info.bits[w] |= 1 << bit;
+        } else {
+            info.has_sparse = true;
+            self.sparse.insert((b, key));
         }
-        self.sparse.insert((b, key))
+        true
+    }
+
+    /// A namespace sharing `src`'s name arena (so name ids stay valid) but with no name marked
+    /// used: the start of a whole-graph copy, which then [`marks`](Namespace::mark) the names
+    /// of the nodes it copies, reaching the state node-by-node creation would.
+    pub(crate) fn arena_copy(src: &Namespace) -> Namespace {
+        Namespace {
+            text: src.text.clone(),
+            spans: src.spans.clone(),
+            keys: src.keys.clone(),
+            base_ids: src.base_ids.clone(),
+            bases: src.bases.iter().map(|b| BaseInfo { reserved: b.reserved, ..BaseInfo::default() }).collect(),
+            sparse: FxHashSet::default(),
+        }
+    }
+
+    /// Marks an arena name used as [`Namespace::create`] would when asked for exactly this
+    /// (free) name.
+    pub(crate) fn mark(&mut self, id: NameId) {
+        let (b, key) = self.keys[id.0 as usize];
+        self.use_key(b, key);
+        let info = &mut self.bases[b as usize];
+        if key != NO_NUM {
+            info.count = key;
+        }
+        info.names += 1;
     }
 
     fn base_id(&mut self, base: &str) -> u32 {
@@ -391,6 +422,14 @@ impl Namespace {
     pub fn create_name(&mut self, candidate: &str) -> String {
         let id = self.create(candidate);
         self.get(id).to_string()
+    }
+
+    /// The first suffix worth trying for a fresh `base_N` name (after FX's base counter).
+    pub(crate) fn next_suffix(&self, base: &str) -> u64 {
+        match self.base_ids.get(base) {
+            Some(&b) => self.bases[b as usize].count.saturating_add(1),
+            None => 1,
+        }
     }
 
     /// [`Namespace::create_name`], returning the interned id.
@@ -419,6 +458,7 @@ impl Namespace {
         }
         let id = NameId(self.spans.len() as u32);
         self.spans.push((start as u32, self.text.len() as u32));
+        self.keys.push((b, key));
         id
     }
 
