@@ -186,7 +186,7 @@ fn thread_cpu_seconds() -> Option<f64> {
     // SAFETY: `clock_gettime` (glibc/musl, 64-bit Linux: `struct timespec` is two 64-bit
     // integers, matching `Timespec`) writes one timespec through the valid, exclusive pointer.
     let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]

@@ -11,7 +11,6 @@ use crate::graph::target::{Opcode, Target};
 use smallvec::SmallVec;
 use std::fmt::Write;
 
-
 /// FX's `_format_target`: `self.a.b`, with `getattr(x, "0")` for non-identifier parts.
 fn format_target(base: &str, path: &str, out: &mut String) {
     let mut expr = base.to_string();
@@ -204,7 +203,12 @@ impl Graph {
                             body.push('.');
                             body.push_str(node.target().name());
                             body.push('(');
-                            self.write_call_args(node.args().get(1..).unwrap_or(&[]), node.kwargs(), &name_fn, &mut body);
+                            self.write_call_args(
+                                node.args().get(1..).unwrap_or(&[]),
+                                node.kwargs(),
+                                &name_fn,
+                                &mut body,
+                            );
                         }
                         Opcode::CallModule => {
                             format_target("self", node.target().name(), &mut body);

@@ -2,8 +2,8 @@
 
 use crate::graph::argument::{Argument, Kwargs};
 use crate::graph::error::{GraphError, Result};
-use crate::graph::graph::Graph;
 use crate::graph::graph::Args;
+use crate::graph::graph::Graph;
 use crate::graph::node::Node;
 use crate::graph::node_id::NodeId;
 use crate::graph::target::Opcode;
@@ -127,9 +127,9 @@ impl Graph {
         for &s in &order {
             let si = s as usize;
             let args: Args = src.args[si].iter().map(|a| a.map_nodes(&mut { remap })).collect();
-            let kwargs = src.kwargs[si].as_ref().map(|k| {
-                Box::new(k.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut { remap }))).collect::<Kwargs>())
-            });
+            let kwargs = src.kwargs[si]
+                .as_ref()
+                .map(|k| Box::new(k.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut { remap }))).collect::<Kwargs>()));
             let d = self.append_copied_slot(src, s);
             self.apply_args_kwargs(d, Some(args), Some(kwargs));
             val_map.insert(src.id_of(s), self.id_of(d));

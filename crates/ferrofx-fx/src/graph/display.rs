@@ -206,7 +206,8 @@ impl Graph {
             out.push_str(t);
             out.push(' ');
         }
-        let _ = write!(out, "[num_users={}] = {}[target={}]", node.num_users(), node.op().as_str(), node.target().name());
+        let _ =
+            write!(out, "[num_users={}] = {}[target={}]", node.num_users(), node.op().as_str(), node.target().name());
         match node.op() {
             Opcode::Placeholder => {
                 if let Some(default) = node.args().first() {

@@ -202,7 +202,8 @@ impl Graph {
             let target = &self.targets[c];
             if target.is_callable() != (op == Opcode::CallFunction) {
                 if let Err(e) = check_target(op, target, self.name_of(cur)) {
-                    findings.push(LintFinding::BadTarget { node: self.name_of(cur).to_string(), message: e.to_string() });
+                    findings
+                        .push(LintFinding::BadTarget { node: self.name_of(cur).to_string(), message: e.to_string() });
                 }
             }
             // 2. ownership and 3. topological order of every reference.

@@ -27,8 +27,8 @@ mod argument;
 mod codegen;
 mod copy;
 mod dce;
-mod edge_set;
 mod display;
+mod edge_set;
 mod error;
 mod find_nodes;
 #[allow(clippy::module_inception)]
@@ -47,10 +47,10 @@ mod topo;
 mod use_def;
 
 pub use argument::{Argument, Device, Kwargs, Slice};
+pub use edge_set::NodeSetRef;
 pub use error::{GraphError, Result};
 pub use graph::Graph;
 pub use insert_point::{InsertGuard, InsertPoint};
-pub use edge_set::NodeSetRef;
 pub use iter::{Cursor, Direction, Iter, Nodes};
 pub use lint::{LintFinding, TargetResolver};
 pub use meta::{Meta, ModuleStackEntry, TensorMetadata};

@@ -357,8 +357,7 @@ impl Namespace {
             return info.bare_used;
         }
         let (w, bit) = ((key / 64) as usize, key % 64);
-        info.bits.get(w).is_some_and(|x| x & (1 << bit) != 0)
-            || (info.has_sparse && self.sparse.contains(&(b, key)))
+        info.bits.get(w).is_some_and(|x| x & (1 << bit) != 0) || (info.has_sparse && self.sparse.contains(&(b, key)))
     }
 
     /// Marks a key used; returns whether it was free.
