@@ -63,14 +63,21 @@ impl Graph {
                 functions.insert(f.name());
             }
         }
+        // Only functions whose name some node took can collide (names are unique, so one node
+        // each); filter the scan by name length before comparing strings.
+        functions.retain(|f| self.namespace.is_used(f));
         let mut renamed = FxHashMap::default();
         if functions.is_empty() {
             return renamed;
         }
+        let mut lengths = 0u64;
+        for f in &functions {
+            lengths |= 1 << f.len().min(63);
+        }
         let mut taken: FxHashSet<String> = FxHashSet::default();
         for n in self.iter() {
             let name = n.name();
-            if !functions.contains(name) {
+            if lengths & (1 << name.len().min(63)) == 0 || !functions.contains(name) {
                 continue;
             }
             // Start after the namespace's counter for this base: usually the first try is free.
