@@ -98,7 +98,7 @@ fn prints_devices_slices_floats() {
     let x = g.placeholder("x").unwrap();
     let args = vec![
         x.into(),
-        Argument::Device(Device::new("cuda", Some(1))),
+        Argument::Device(Box::new(Device::new("cuda", Some(1)))),
         Device::cpu().into(),
         Argument::slice(1.into(), Argument::None, 2.into()),
         Argument::tuple([Argument::Ellipsis, Argument::slice(Argument::None, x.into(), Argument::None)]),

@@ -79,8 +79,8 @@ pub enum Argument {
     Str(String),
     /// A dtype (`torch.float32`).
     DType(DType),
-    /// A device.
-    Device(Device),
+    /// A device (boxed: rare, and it would make every argument larger).
+    Device(Box<Device>),
     /// A slice.
     Slice(Box<Slice>),
     /// Python's `...`.
@@ -273,7 +273,7 @@ impl From<DType> for Argument {
 }
 impl From<Device> for Argument {
     fn from(v: Device) -> Argument {
-        Argument::Device(v)
+        Argument::Device(Box::new(v))
     }
 }
 impl From<Vec<Argument>> for Argument {

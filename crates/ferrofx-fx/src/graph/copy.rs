@@ -40,7 +40,9 @@ impl Graph {
         };
         let type_expr = node.type_expr().map(str::to_string);
         let id = self.create_node_raw(node.op(), node.target().clone(), args, kwargs, Some(node.name()), type_expr)?;
-        self.metas[id.index as usize] = node.g.metas[node.idx as usize].clone();
+        if let Some(c) = &node.g.cold[node.idx as usize] {
+            self.cold[id.index as usize] = Some(c.clone());
+        }
         Ok(id)
     }
 
