@@ -128,7 +128,17 @@ impl Graph {
         let remap = |n: NodeId| Argument::Node(NodeId { index: new_index[n.index as usize], generation: 0, graph });
         for &s in &order {
             let si = s as usize;
-            let args: Args = src.args[si].iter().map(|a| a.map_nodes(&mut { remap })).collect();
+            // Common case: every argument is a node or a scalar; clone and renumber in place.
+            let mut args: Args = src.args[si].clone();
+            for a in args.iter_mut() {
+                match a {
+                    Argument::Node(n) => *n = NodeId { index: new_index[n.index as usize], generation: 0, graph },
+                    Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => {
+                        *a = a.map_nodes(&mut { remap })
+                    }
+                    _ => {}
+                }
+            }
             let kwargs = src.kwargs[si]
                 .as_ref()
                 .map(|k| Box::new(k.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut { remap }))).collect::<Kwargs>()));

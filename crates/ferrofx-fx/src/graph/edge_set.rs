@@ -124,12 +124,7 @@ impl<'g> NodeSetRef<'g> {
             SetKind::Users { list, .. } => (&list.entries, &[]),
             SetKind::Inputs(set) => (&[], &set.entries),
         };
-        users
-            .iter()
-            .copied()
-            .filter(|&e| e != TOMB)
-            .chain(inputs.iter().map(|e| e.node))
-            .map(move |i| g.id_of(i))
+        users.iter().copied().filter(|&e| e != TOMB).chain(inputs.iter().map(|e| e.node)).map(move |i| g.id_of(i))
     }
 
     /// The first node in insertion order.
