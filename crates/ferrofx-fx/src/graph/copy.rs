@@ -77,7 +77,7 @@ impl Graph {
             }
         }
         val_map.reserve(src.len());
-        self.reserve(src.len());
+        self.reserve(src.len() + 1);
         let mut result = None;
         for node in src.iter() {
             if fast[node.idx as usize].is_some() {
@@ -122,7 +122,9 @@ impl Graph {
             new_index[s as usize] = order.len() as u32;
         }
         self.namespace = crate::graph::namespace::Namespace::arena_copy(&src.namespace);
-        self.reserve(order.len());
+        // Room for the output the caller adds next (FX: `g.output(g.graph_copy(src, {}))`), so
+        // that the arrays do not grow (and get copied) right after the copy.
+        self.reserve(order.len() + 1);
         val_map.reserve(order.len());
         let graph = self.id;
         let remap = |n: NodeId| Argument::Node(NodeId { index: new_index[n.index as usize], generation: 0, graph });
