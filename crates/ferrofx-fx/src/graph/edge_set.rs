@@ -107,7 +107,7 @@ impl<'g> NodeSetRef<'g> {
 
     /// Whether `id` (a live node of the same graph) is in the set.
     pub fn contains(&self, id: NodeId) -> bool {
-        if self.graph.check(id).is_err() {
+        if !self.graph.contains(id) {
             return false;
         }
         match self.kind {

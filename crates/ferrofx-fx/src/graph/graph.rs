@@ -267,9 +267,15 @@ impl Graph {
         GraphError::Erased { id, name }
     }
 
-    /// Whether `id` is a live node of this graph.
+    /// Whether `id` is a live node of this graph (no error is built: editing loops ask this
+    /// of erased nodes all the time).
+    #[inline]
     pub fn contains(&self, id: NodeId) -> bool {
-        self.check(id).is_ok()
+        id.graph == self.id
+            && self
+                .links
+                .get(id.index as usize)
+                .is_some_and(|l| l.alive && l.generation == id.generation && id.index != ROOT)
     }
 
     /// The node behind a handle, or an error naming the stale/foreign handle.
