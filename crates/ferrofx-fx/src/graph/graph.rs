@@ -601,24 +601,19 @@ impl Graph {
         name: Option<&str>,
         type_expr: Option<String>,
     ) -> Result<NodeId> {
-        {
+        let (name, after) = {
             let candidate = match name {
                 Some(n) => std::borrow::Cow::Borrowed(n),
                 None => target_to_str(&target),
             };
             check_target(op, &target, &candidate)?;
-        }
-        self.validate_inputs(None, &args, kwargs.as_deref())?;
-        let after = self.resolve_insert_point()?;
-        if self.links.len() >= u32::MAX as usize && self.free.is_empty() {
-            return Err(GraphError::InvalidMove("the graph is full (2^32 - 1 slots)".to_string()));
-        }
-        let name = {
-            let candidate = match name {
-                Some(n) => std::borrow::Cow::Borrowed(n),
-                None => target_to_str(&target),
-            };
-            self.namespace.create(&candidate)
+            self.validate_inputs(None, &args, kwargs.as_deref())?;
+            if self.links.len() >= u32::MAX as usize && self.free.is_empty() {
+                return Err(GraphError::InvalidMove("the graph is full (2^32 - 1 slots)".to_string()));
+            }
+            let after = self.resolve_insert_point()?;
+            // Naming is the first mutation: every check above comes before it.
+            (self.namespace.create(&candidate), after)
         };
         let lookup_key = key(op, &target);
         let tail = self.links[ROOT as usize].prev;
