@@ -18,7 +18,10 @@ fn writes_through_views_are_seen_by_the_base() {
     // column view (strided)
     let col = base.select(1, 2).unwrap();
     col.add_(100.0).unwrap();
-    assert_eq!(base.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 102.0, 3.0, -1.0, -1.0, 99.0, -1.0, 8.0, 9.0, 110.0, 11.0]);
+    assert_eq!(
+        base.to_vec::<f32>().unwrap(),
+        vec![0.0, 1.0, 102.0, 3.0, -1.0, -1.0, 99.0, -1.0, 8.0, 9.0, 110.0, 11.0]
+    );
     // transposed view
     let t = base.t().unwrap();
     t.zero_().unwrap();
