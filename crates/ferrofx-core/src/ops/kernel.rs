@@ -1,3 +1,4 @@
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments, clippy::redundant_closure)] // index-heavy kernel loops; TODO tidy
 //! Shared kernel building blocks: dtype matching, element maps with broadcasting, casts and
 //! contiguous copies. Every kernel family builds on these so fast paths live in one place.
 

@@ -1,3 +1,4 @@
+#![allow(clippy::excessive_precision, clippy::bool_comparison)] // erf/gelu constants copied from the reference formulas
 //! Unary elementwise ops: `neg abs exp expm1 log log1p log2 log10 sqrt rsqrt sin cos tan atan
 //! tanh sigmoid relu relu6 gelu silu leaky_relu elu selu softplus softsign hardswish hardsigmoid
 //! hardtanh clamp reciprocal sign floor ceil round trunc erf`.
