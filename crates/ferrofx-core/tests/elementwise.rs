@@ -239,7 +239,7 @@ fn binary_non_contiguous_inputs() {
     assert_eq!(r.shape(), &[4, 3]);
     assert_eq!(r.to_vec::<f32>().unwrap(), vec![1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0, 7.0, 11.0, 4.0, 8.0, 12.0]);
     // stepped slice + expanded operand
-    let s = base.slice(1, Some(0), None, Some(2)).unwrap().slice(1, None, None, 1).unwrap(); // [3, 2]
+    let s = base.slice(1, Some(0), None, 2).unwrap().slice(1, None, None, 1).unwrap(); // [3, 2]
     let col = f32s(&[100.0, 200.0, 300.0], &[3, 1]).expand(&[3, 2]).unwrap();
     assert_eq!(s.add(&col).unwrap().to_vec::<f32>().unwrap(), vec![100.0, 102.0, 204.0, 206.0, 308.0, 310.0]);
     // unary on a transposed view
@@ -546,7 +546,7 @@ fn operator_overloads() {
     let b = f32s(&[10.0, 20.0], &[2]);
     assert_eq!((&a + &b).unwrap().to_vec::<f32>().unwrap(), vec![11.0, 22.0]);
     assert_eq!((&b - &a).unwrap().to_vec::<f32>().unwrap(), vec![9.0, 18.0]);
-    assert_eq!((&a * 3.0).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
+    assert_eq!((&a * 3.0f64).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
     assert_eq!((&b / 2i64).unwrap().to_vec::<f32>().unwrap(), vec![5.0, 10.0]);
     assert_eq!((&b % 3.0).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
     assert_eq!((-&a).unwrap().to_vec::<f32>().unwrap(), vec![-1.0, -2.0]);

@@ -2,6 +2,8 @@
 //! by other views; the version counter is shared by every view of a storage and bumped once by
 //! each successful in-place op (and never by a failed one or by an out-of-place op).
 
+#![allow(clippy::needless_borrows_for_generic_args)]
+
 use ferrofx_core::{op, Tensor, Value};
 
 fn arange(n: usize, shape: &[usize]) -> Tensor {
