@@ -1,6 +1,8 @@
 //! Elementwise family: values, dtype promotion, broadcasting, non-contiguous inputs, in-place
 //! forms, operator overloads and bad-input messages (checked against PyTorch 2.x by hand).
 
+#![allow(clippy::excessive_precision, clippy::approx_constant, clippy::needless_borrows_for_generic_args)] // reference values from PyTorch
+
 use ferrofx_core::ops::{binary, compare, unary};
 use ferrofx_core::{op, DType, Scalar, Tensor, Value};
 
@@ -548,18 +550,18 @@ fn operator_overloads() {
     assert_eq!((&b - &a).unwrap().to_vec::<f32>().unwrap(), vec![9.0, 18.0]);
     assert_eq!((&a * 3.0f64).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
     assert_eq!((&b / 2i64).unwrap().to_vec::<f32>().unwrap(), vec![5.0, 10.0]);
-    assert_eq!((&b % 3.0).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    assert_eq!((&b % 3.0f64).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
     assert_eq!((-&a).unwrap().to_vec::<f32>().unwrap(), vec![-1.0, -2.0]);
-    assert_eq!((2.0 * &a).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
-    assert_eq!((1.0 - &a).unwrap().to_vec::<f32>().unwrap(), vec![0.0, -1.0]);
-    assert_eq!((1.0 / &a).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.5]);
+    assert_eq!((2.0f64 * &a).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    assert_eq!((1.0f64 - &a).unwrap().to_vec::<f32>().unwrap(), vec![0.0, -1.0]);
+    assert_eq!((1.0f64 / &a).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.5]);
     assert_eq!((5i64 + &a).unwrap().to_vec::<f32>().unwrap(), vec![6.0, 7.0]);
     assert_eq!((Scalar::Float(0.5) * &a).unwrap().to_vec::<f32>().unwrap(), vec![0.5, 1.0]);
     assert_eq!((a.clone() + b.clone()).unwrap().to_vec::<f32>().unwrap(), vec![11.0, 22.0]);
     // chaining through Result
     let c = (&a + &b + &a).unwrap();
     assert_eq!(c.to_vec::<f32>().unwrap(), vec![12.0, 24.0]);
-    let d = (&a * (&b + 1.0)).unwrap();
+    let d = (&a * (&b + 1.0f64)).unwrap();
     assert_eq!(d.to_vec::<f32>().unwrap(), vec![11.0, 42.0]);
     // int tensor: number / tensor gives float, number % tensor stays int
     let i = i64s(&[1, 2, -3], &[3]);

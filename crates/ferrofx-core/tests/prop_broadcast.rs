@@ -3,6 +3,8 @@
 //! random view chains read the right elements; bad shapes and indices return errors, never
 //! panic.
 
+#![allow(clippy::manual_repeat_n, clippy::needless_borrows_for_generic_args)]
+
 use ferrofx_core::Tensor;
 use proptest::prelude::*;
 
