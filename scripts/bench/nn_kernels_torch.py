@@ -8,8 +8,15 @@ import time
 
 import torch
 
-torch.set_num_threads(2)
 QUICK = "--quick" in sys.argv
+CPU_TIME = "--cpu-time" in sys.argv
+# --cpu-time: one thread, mean CPU time per call of this thread (robust on a loaded machine)
+torch.set_num_threads(1 if CPU_TIME else 2)
+FILTER = [a for a in sys.argv[1:] if not a.startswith("--")]
+
+
+def wanted(name):
+    return not FILTER or any(f in name for f in FILTER)
 
 # (name, cin, cout, k, stride, pad, hw)
 CONVS = [
@@ -30,6 +37,12 @@ CONVS = [
 def bench(f, min_time=0.3 if not QUICK else 0.1):
     for _ in range(3):
         f()
+    if CPU_TIME:
+        c0, t0, n = time.thread_time(), time.perf_counter(), 0
+        while time.perf_counter() - t0 < min_time * 3 or n < 3:
+            f()
+            n += 1
+        return (time.thread_time() - c0) / n
     n, t0 = 0, time.perf_counter()
     best = float("inf")
     while True:
@@ -46,10 +59,13 @@ with torch.no_grad():
     a = torch.randn(1024, 1024)
     b = torch.randn(1024, 1024)
     out = torch.empty(1024, 1024)
-    dt = bench(lambda: torch.matmul(a, b, out=out))
-    print(f"matmul 1024^3 f32: {dt * 1e3:.3f} ms  {2 * 1024**3 / dt / 1e9:.1f} GFLOP/s")
+    if wanted("matmul 1024^3 f32"):
+        dt = bench(lambda: torch.matmul(a, b, out=out))
+        print(f"matmul 1024^3 f32: {dt * 1e3:.3f} ms  {2 * 1024**3 / dt / 1e9:.1f} GFLOP/s")
     for batch in (1, 8):
         for name, cin, cout, k, s, p, hw in CONVS:
+            if not wanted(f"conv2d b{batch} {name}"):
+                continue
             x = torch.randn(batch, cin, hw, hw)
             w = torch.randn(cout, cin, k, k)
             dt = bench(lambda: torch.nn.functional.conv2d(x, w, None, s, p))

@@ -118,10 +118,10 @@ def _encode(value, case_name, tensors, counter, gen):
         counter[0] += 1
         tensors[key] = t
         desc = {"tensor": key}
-        tv = t
+        tv = t.clone()  # in-place ops must not change the stored input
         if isinstance(value, V):
             desc["view"] = list(value.view)
-            tv = value.apply(t)
+            tv = value.apply(tv)
         return desc, tv
     if value is None:
         return {"none": None}, None
@@ -130,6 +130,8 @@ def _encode(value, case_name, tensors, counter, gen):
     if isinstance(value, int):
         return {"int": value}, value
     if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"float": repr(value)}, value  # JSON has no inf/nan: "inf", "-inf", "nan"
         return {"float": value}, value
     if isinstance(value, str):
         return {"str": value}, value

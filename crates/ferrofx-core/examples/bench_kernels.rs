@@ -3,15 +3,37 @@
 //!
 //! `cargo run --release -p ferrofx-core --example bench_kernels [-- --quick]`
 //! The PyTorch side: `python scripts/bench/nn_kernels_torch.py` (same case names). Set
-//! `RAYON_NUM_THREADS=2` to match `torch.set_num_threads(2)`.
+//! `RAYON_NUM_THREADS=2` to match `torch.set_num_threads(2)`. On a loaded machine, compare
+//! single-thread CPU time per call instead: `RAYON_NUM_THREADS=1 ... -- --cpu-time` and
+//! `python scripts/bench/nn_kernels_torch.py --cpu-time`.
 
 use ferrofx_core::ops::{conv, linalg};
 use ferrofx_core::Tensor;
 use std::time::Instant;
 
+/// CPU time of the calling thread in seconds (Linux), for `--cpu-time` runs on a loaded machine.
+fn thread_cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()))
+        .map(|ns| ns * 1e-9)
+        .unwrap_or(0.0)
+}
+
 fn bench(min_secs: f64, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
         f();
+    }
+    if std::env::args().any(|a| a == "--cpu-time") {
+        // Mean CPU time per call of this thread: with RAYON_NUM_THREADS=1 all work runs here, so
+        // this measures single-thread efficiency independent of other load on the machine.
+        let (c0, t0) = (thread_cpu_secs(), Instant::now());
+        let mut n = 0;
+        while t0.elapsed().as_secs_f64() < min_secs * 3.0 || n < 3 {
+            f();
+            n += 1;
+        }
+        return (thread_cpu_secs() - c0) / n as f64;
     }
     let start = Instant::now();
     let mut best = f64::INFINITY;

@@ -98,7 +98,12 @@ fn decode(st: &SafeTensors, j: &Json) -> Result<Value, String> {
         "none" => Value::None,
         "bool" => Value::Bool(v.as_bool().ok_or("bool")?),
         "int" => Value::Int(v.as_i64().ok_or("int")?),
-        "float" => Value::Float(v.as_f64().ok_or("float")?),
+        "float" => Value::Float(match v.as_str() {
+            Some("inf") => f64::INFINITY,
+            Some("-inf") => f64::NEG_INFINITY,
+            Some("nan") => f64::NAN,
+            _ => v.as_f64().ok_or("float")?,
+        }),
         "str" => Value::Str(v.as_str().ok_or("str")?.to_string()),
         "dtype" => Value::DType(DType::parse(v.as_str().ok_or("dtype")?).ok_or("dtype name")?),
         "ints" => {

@@ -214,6 +214,10 @@ fn conv2d_all_algorithms_match_naive_reference() {
         ((4, 4, 16, 16), (8, 3, 3), (2, 2), (1, 1), (1, 1), 1),
         ((2, 6, 12, 13), (6, 3, 3), (1, 2), (1, 0), (1, 2), 6),
         ((1, 3, 30, 30), (8, 7, 7), (2, 2), (3, 3), (1, 1), 1),
+        // >= 32x32 outputs with stride 1: the shifted-GEMM scheme (grouped, dilated, asymmetric)
+        ((2, 4, 34, 33), (6, 3, 3), (1, 1), (1, 1), (1, 2), 2),
+        ((1, 3, 40, 36), (4, 5, 3), (1, 1), (2, 0), (2, 1), 1),
+        ((1, 5, 36, 36), (7, 3, 3), (1, 1), (1, 1), (1, 1), 1),
     ];
     for (i, &(ins, ws, s, p, d, g)) in cases.iter().enumerate() {
         let x = rnd(ins.0 * ins.1 * ins.2 * ins.3, 10 + i as u64);

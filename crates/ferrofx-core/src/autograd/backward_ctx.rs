@@ -5,13 +5,34 @@ use crate::op::OpDef;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 
-/// The context of one backward formula call: the forward arguments (saved tensors unpacked,
-/// other tensor arguments replaced by their metadata), saved outputs, the gradients flowing in
-/// for each output and which inputs need a gradient.
+/// Metadata of the tensor(s) at one argument position.
+#[derive(Debug, Clone)]
+pub enum MetaSlot {
+    /// Not a tensor.
+    None,
+    /// A tensor.
+    One(TensorMeta),
+    /// A tensor list (`cat`, `stack`).
+    List(Vec<TensorMeta>),
+}
+
+/// The context of one backward formula call.
+///
+/// * `arg(i)`: forward argument `i`, with saved tensors unpacked (tensors the op's
+///   [`crate::op::Saves`] did not save read as `Value::None`);
+/// * `input_meta(i)`: shape/dtype/strides of tensor argument `i` (always recorded);
+/// * `output(i)`: saved output `i`;
+/// * `grad(i)`: the gradient flowing into output `i` (`None` means zero);
+/// * `needs_grad(i)`: whether argument `i` needs a gradient.
+///
+/// A formula returns one gradient per argument position (trailing positions may be left out,
+/// non-tensor positions must be `None`), except that a `Tensor[]` argument expands to one entry
+/// per list element. Formulas must be written with differentiable tensor ops (the public
+/// `Tensor` API), so `create_graph` yields higher-order gradients.
 pub struct BackwardCtx<'a> {
     op: &'static OpDef,
     args: &'a [Value],
-    input_metas: &'a [Option<TensorMeta>],
+    input_metas: &'a [MetaSlot],
     outputs: &'a [Option<Tensor>],
     grads: &'a [Option<Tensor>],
     needs_input_grad: &'a [bool],
@@ -22,7 +43,7 @@ impl<'a> BackwardCtx<'a> {
     pub fn new(
         op: &'static OpDef,
         args: &'a [Value],
-        input_metas: &'a [Option<TensorMeta>],
+        input_metas: &'a [MetaSlot],
         outputs: &'a [Option<Tensor>],
         grads: &'a [Option<Tensor>],
         needs_input_grad: &'a [bool],
@@ -32,6 +53,10 @@ impl<'a> BackwardCtx<'a> {
     /// The op being differentiated.
     pub fn op(&self) -> &'static OpDef {
         self.op
+    }
+    /// All forward arguments (see the type docs).
+    pub fn args(&self) -> &[Value] {
+        self.args
     }
     /// Forward argument `i` (non-tensor arguments are always available).
     pub fn arg(&self, i: usize) -> &Value {
@@ -47,12 +72,33 @@ impl<'a> BackwardCtx<'a> {
             )),
         }
     }
-    /// Metadata (shape, dtype) of tensor argument `i` (always recorded).
+    /// Saved tensor-list argument `i`.
+    pub fn input_list(&self, i: usize) -> Result<&[Tensor]> {
+        match self.args.get(i) {
+            Some(Value::Tensors(t)) => Ok(t),
+            _ => Err(Error::autograd(
+                self.op.name,
+                format!("backward formula needs tensor list {i}, which the op's Saves mask does not save"),
+            )),
+        }
+    }
+    /// Metadata (shape, dtype, strides) of tensor argument `i` (always recorded).
     pub fn input_meta(&self, i: usize) -> Result<&TensorMeta> {
-        self.input_metas
-            .get(i)
-            .and_then(|m| m.as_ref())
-            .ok_or_else(|| Error::autograd(self.op.name, format!("argument {i} is not a tensor, it has no metadata")))
+        match self.input_metas.get(i) {
+            Some(MetaSlot::One(m)) => Ok(m),
+            _ => Err(Error::autograd(self.op.name, format!("argument {i} is not a tensor, it has no metadata"))),
+        }
+    }
+    /// Metadata of the tensors of list argument `i`.
+    pub fn input_list_metas(&self, i: usize) -> Result<&[TensorMeta]> {
+        match self.input_metas.get(i) {
+            Some(MetaSlot::List(m)) => Ok(m),
+            _ => Err(Error::autograd(self.op.name, format!("argument {i} is not a tensor list"))),
+        }
+    }
+    /// `true` when argument `i` was a tensor.
+    pub fn is_tensor_arg(&self, i: usize) -> bool {
+        matches!(self.input_metas.get(i), Some(MetaSlot::One(_)))
     }
     /// Saved output `i`; an error if not saved.
     pub fn output(&self, i: usize) -> Result<&Tensor> {
@@ -67,7 +113,7 @@ impl<'a> BackwardCtx<'a> {
     pub fn grad(&self, i: usize) -> Option<&Tensor> {
         self.grads.get(i).and_then(|g| g.as_ref())
     }
-    /// `true` when input `i` needs a gradient (formulas may skip work otherwise).
+    /// `true` when argument `i` needs a gradient (formulas may skip work otherwise).
     pub fn needs_grad(&self, i: usize) -> bool {
         self.needs_input_grad.get(i).copied().unwrap_or(false)
     }

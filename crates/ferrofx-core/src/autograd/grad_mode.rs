@@ -43,3 +43,8 @@ pub fn set_grad_enabled(enabled: bool) -> GradModeGuard {
 pub fn no_grad() -> GradModeGuard {
     set_grad_enabled(false)
 }
+
+/// `torch.enable_grad()`: enables history recording until the guard drops (inside `no_grad`).
+pub fn enable_grad() -> GradModeGuard {
+    set_grad_enabled(true)
+}

@@ -4,7 +4,7 @@
 //! Every convolution is lowered to the 2-D case (conv1d is conv2d with height 1) and computed
 //! per (image, group) unit with GEMMs:
 //! - 1x1, stride 1, no padding: one GEMM straight on the input (no copy);
-//! - stride 1 (any kernel, dilation, padding): the "shifted GEMM" scheme: the zero-padded input
+//! - stride 1 on large planes (>= 32x32 outputs; any kernel, dilation, padding): the "shifted GEMM" scheme: the zero-padded input
 //!   plane is replicated `kW` times, each copy shifted by one kernel column, and `kH` GEMMs
 //!   (`K = C/groups * kW`) accumulate into a "wide" output of `OH x (W + pad)` columns whose
 //!   extra columns are dropped afterwards. This moves `kW`x the input instead of im2col's
@@ -382,7 +382,9 @@ enum Algo {
 fn choose(g: &Geom) -> Algo {
     if g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt + g.pb + g.pl + g.pr == 0 {
         Algo::Pointwise
-    } else if g.sh == 1 && g.sw == 1 && g.kw > 1 && g.oh * g.ow >= 64 {
+    } else if g.sh == 1 && g.sw == 1 && g.kw > 1 && g.oh * g.ow >= 1024 {
+        // Large planes: the shifted scheme moves 1/kh of im2col's data. On small planes the
+        // wide output's extra columns and the kh GEMM calls cost more than im2col saves.
         Algo::Shifted
     } else {
         Algo::Im2col
@@ -601,8 +603,10 @@ fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
                 let s0 = (lo as isize + off) as usize;
                 drow[lo..hi].copy_from_slice(&srow[s0..s0 + (hi - lo)]);
             } else {
-                for (ow, d) in drow[lo..hi].iter_mut().enumerate() {
-                    *d = srow[(((lo + ow) * g.sw) as isize + off) as usize];
+                // first source column: lo*sw + off >= 0 by the choice of lo
+                let s0 = ((lo * g.sw) as isize + off) as usize;
+                for (d, &v) in drow[lo..hi].iter_mut().zip(srow[s0.min(srow.len())..].iter().step_by(g.sw)) {
+                    *d = v;
                 }
             }
             drow[hi..].fill(zero);

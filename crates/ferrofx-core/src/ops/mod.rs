@@ -49,6 +49,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         binary::OPS,
         compare::OPS,
         inplace::OPS,
+        crate::autograd::formulas::OPS,
     ]
     .into_iter()
     .flatten()

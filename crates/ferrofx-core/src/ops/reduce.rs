@@ -53,6 +53,21 @@ macro_rules! opdef {
             doc: $doc,
         };
     };
+    ($s:ident, $name:literal, $schema:expr, meta: $meta:expr, kernel: $kernel:expr, cost: $cost:expr, effect: $effect:expr, category: $cat:expr, backward: $bw:expr, saves: $saves:expr, doc: $doc:literal) => {
+        #[doc = $doc]
+        pub static $s: $crate::op::OpDef = $crate::op::OpDef {
+            name: $name,
+            schema: $schema,
+            meta: $meta,
+            kernel: $kernel,
+            cost: $cost,
+            effect: $effect,
+            category: $cat,
+            backward: Some($bw),
+            saves: $saves,
+            doc: $doc,
+        };
+    };
 }
 pub(crate) use opdef;
 
@@ -491,6 +506,7 @@ opdef!(SUM, "sum", SUM_SCHEMA,
     meta: |a| sum_meta("sum", a, false),
     kernel: |a| sum_kernel("sum", a, false),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::sum_backward, saves: crate::op::Saves::NOTHING,
     doc: "Sum over dims (all when dim is None); ints and bools sum in int64.");
 
 opdef!(MEAN, "mean", SUM_SCHEMA,
@@ -584,6 +600,7 @@ opdef!(SUM_TO_SIZE, "sum_to_size", &[ArgSpec::req("input", T::Tensor), ArgSpec::
         Ok(smallvec![sum_impl("sum_to_size", t, &mask, &size, default_acc_dtype(t.dtype()), false)?])
     },
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::sum_to_size_backward, saves: crate::op::Saves::NOTHING,
     doc: "Sums broadcast dims so the result has the given size (reverses broadcasting).");
 
 // ------------------------------------------------------------------------------------------

@@ -45,19 +45,20 @@ fn pad_plan(a: &[Value]) -> Result<PadPlan> {
     let pad = ints(op, a, 1)?;
     let mode_s = str_(op, a, 2)?;
     let value = opt_float(op, a, 3)?;
-    let mode =
-        match mode_s {
-            "constant" => Mode::Constant,
-            "reflect" => Mode::Reflect,
-            "replicate" => Mode::Replicate,
-            "circular" => Mode::Circular,
-            m => return Err(Error::argument(
+    let mode = match mode_s {
+        "constant" => Mode::Constant,
+        "reflect" => Mode::Reflect,
+        "replicate" => Mode::Replicate,
+        "circular" => Mode::Circular,
+        m => {
+            return Err(Error::argument(
                 op,
                 format!(
                     "Unrecognised padding mode '{m}'; expected one of 'constant', 'reflect', 'replicate', 'circular'"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if mode != Mode::Constant && value.is_some_and(|v| v != 0.0) {
         return Err(Error::argument(op, format!("Padding mode \"{mode_s}\" doesn't take in value argument.")));
     }
@@ -168,7 +169,7 @@ fn pad_kernel(a: &[Value]) -> Result<Outputs> {
     let st = contiguous_strides(&shape);
     let n_out: usize = p.out_shape.iter().product();
     let last = p.out_shape[nd - 1];
-    let rows = if last == 0 { 0 } else { n_out / last };
+    let rows = n_out.checked_div(last).unwrap_or(0);
     let dt = t.dtype();
     let out = crate::match_dtype!(dt, E => t.with_contiguous::<E, _>(op, |x| -> Result<Tensor> {
         let fillv = E::from_f64(p.value);
@@ -276,7 +277,10 @@ opdef!(ONE_HOT, "one_hot", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("num
 // pixel_shuffle / pixel_unshuffle
 // ---------------------------------------------------------------------------------------------
 
-fn shuffle_shapes(a: &[Value], up: bool) -> Result<(Vec<usize>, Vec<usize>, Vec<i64>, Vec<usize>)> {
+/// (input shape, output shape, permutation, intermediate shape) of a pixel (un)shuffle.
+type ShuffleShapes = (Vec<usize>, Vec<usize>, Vec<i64>, Vec<usize>);
+
+fn shuffle_shapes(a: &[Value], up: bool) -> Result<ShuffleShapes> {
     let op = if up { "pixel_shuffle" } else { "pixel_unshuffle" };
     let t = tensor(op, a, 0)?;
     let r = int(op, a, 1)?;

@@ -3,6 +3,7 @@
 //! `to`. Views share storage (and so the version counter); `reshape` and `contiguous` copy only
 //! when the strides require it.
 
+use crate::autograd::formulas::view as fm;
 use crate::error::{Error, Result};
 use crate::layout::{infer_shape, Layout};
 use crate::op::args::{int, ints, opt_dtype, opt_int, tensor};
@@ -31,7 +32,7 @@ fn meta_of(l: &Layout, t: &Tensor) -> MetaOutputs {
 
 /// Defines a view op whose output layout is computed from the input layout by `$f`.
 macro_rules! view_op {
-    ($static:ident, $name:literal, $schema:expr, $doc:literal, |$op:ident, $args:ident, $l:ident| $f:expr) => {
+    ($static:ident, $name:literal, $schema:expr, $doc:literal, $bw:expr, |$op:ident, $args:ident, $l:ident| $f:expr) => {
         #[doc = $doc]
         pub static $static: OpDef = OpDef {
             name: $name,
@@ -53,7 +54,7 @@ macro_rules! view_op {
             cost: cost_free,
             effect: Effect::Pure,
             category: Category::View,
-            backward: None,
+            backward: Some($bw),
             saves: Saves::NOTHING,
             doc: $doc,
         };
@@ -67,6 +68,7 @@ view_op!(
     "view",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
     "A view with another shape; fails when the strides do not allow it (use reshape).",
+    fm::reshape_backward,
     |op, args, l| {
         let sizes = ints(op, args, 1)?;
         let shape = infer_shape(op, &sizes, l.numel(), l.shape())?;
@@ -81,10 +83,14 @@ view_op!(
     "transpose",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim0", T::Int), ArgSpec::req("dim1", T::Int)],
     "Swaps two dimensions (a view).",
+    fm::transpose_backward,
     |op, args, l| l.transpose(op, int(op, args, 1)?, int(op, args, 2)?)
 );
 
-view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).", |op, _args, l| if l.ndim() > 2 {
+view_op!(T_, "t", SELF_ONLY, "Transposes a tensor of at most 2 dims (a view).", fm::t_backward, |op, _args, l| if l
+    .ndim()
+    > 2
+{
     Err(Error::shape(
         op,
         format!(
@@ -104,6 +110,7 @@ view_op!(
     "permute",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dims", T::IntList)],
     "Reorders dimensions (a view).",
+    fm::permute_backward,
     |op, args, l| l.permute(op, &ints(op, args, 1)?)
 );
 
@@ -117,6 +124,7 @@ view_op!(
         ArgSpec::req("length", T::Int)
     ],
     "Elements start..start+length along dim (a view).",
+    fm::narrow_backward,
     |op, args, l| l.narrow(op, int(op, args, 1)?, int(op, args, 2)?, int(op, args, 3)?)
 );
 
@@ -125,6 +133,7 @@ view_op!(
     "select",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("index", T::Int)],
     "Element index along dim, removing dim (a view).",
+    fm::select_backward_formula,
     |op, args, l| l.select(op, int(op, args, 1)?, int(op, args, 2)?)
 );
 
@@ -139,6 +148,7 @@ view_op!(
         ArgSpec::opt("step", T::Int, D::Int(1))
     ],
     "Python slicing start:end:step along dim (a view).",
+    fm::slice_backward_formula,
     |op, args, l| l.slice(op, int(op, args, 1)?, opt_int(op, args, 2)?, opt_int(op, args, 3)?, int(op, args, 4)?)
 );
 
@@ -147,6 +157,7 @@ view_op!(
     "expand",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::req("size", T::IntList)],
     "Broadcasts size-1 dims to the given sizes without copying (a view).",
+    fm::expand_backward,
     |op, args, l| l.expand(op, &ints(op, args, 1)?)
 );
 
@@ -155,6 +166,7 @@ view_op!(
     "squeeze",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::OptIntList, D::None)],
     "Removes size-1 dims (all, or the listed ones) (a view).",
+    fm::reshape_backward,
     |op, args, l| l.squeeze(op, crate::op::args::opt_ints(op, args, 1)?.as_deref())
 );
 
@@ -163,6 +175,7 @@ view_op!(
     "unsqueeze",
     &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int)],
     "Inserts a size-1 dim (a view).",
+    fm::unsqueeze_backward,
     |op, args, l| l.unsqueeze(op, int(op, args, 1)?)
 );
 
@@ -219,7 +232,7 @@ pub static RESHAPE: OpDef = OpDef {
     cost: cost_free,
     effect: Effect::Pure,
     category: Category::View,
-    backward: None,
+    backward: Some(fm::reshape_backward),
     saves: Saves::NOTHING,
     doc: "Another shape with the same elements; copies only when a view is impossible.",
 };
@@ -247,7 +260,7 @@ pub static FLATTEN: OpDef = OpDef {
     cost: cost_free,
     effect: Effect::Pure,
     category: Category::View,
-    backward: None,
+    backward: Some(fm::reshape_backward),
     saves: Saves::NOTHING,
     doc: "Merges dims start_dim..=end_dim into one.",
 };
@@ -265,7 +278,7 @@ pub static CONTIGUOUS: OpDef = OpDef {
     cost: cost_memory,
     effect: Effect::Pure,
     category: Category::View,
-    backward: None,
+    backward: Some(fm::identity_backward),
     saves: Saves::NOTHING,
     doc: "A row-major copy, or the tensor itself when already contiguous.",
 };
@@ -287,7 +300,7 @@ pub static TO: OpDef = OpDef {
     cost: crate::op::cost_elementwise,
     effect: Effect::Pure,
     category: Category::Elementwise,
-    backward: None,
+    backward: Some(fm::to_backward),
     saves: Saves::NOTHING,
     doc: "Converts to another dtype.",
 };

@@ -1,0 +1,110 @@
+//! Anomaly mode (`torch.autograd.set_detect_anomaly`): nodes remember where they were created
+//! (a captured backtrace, plus the first frame outside ferrofx-core and std), errors raised in
+//! backward name that place, and a NaN produced by a backward node is reported as an error
+//! naming the node and its creation site.
+
+use super::node::{CreationInfo, Node};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static ANOMALY: AtomicBool = AtomicBool::new(false);
+
+/// Turns anomaly detection on or off (process-wide).
+pub fn set_detect_anomaly(enabled: bool) {
+    ANOMALY.store(enabled, Ordering::Relaxed)
+}
+
+/// `true` while anomaly detection is on.
+#[inline]
+pub fn is_anomaly_enabled() -> bool {
+    ANOMALY.load(Ordering::Relaxed)
+}
+
+/// Restores the previous anomaly mode when dropped.
+#[must_use = "anomaly mode is restored when the guard is dropped"]
+pub struct AnomalyGuard(bool);
+impl Drop for AnomalyGuard {
+    fn drop(&mut self) {
+        set_detect_anomaly(self.0)
+    }
+}
+
+/// `torch.autograd.detect_anomaly()`: anomaly mode until the guard drops.
+pub fn detect_anomaly() -> AnomalyGuard {
+    let prev = is_anomaly_enabled();
+    set_detect_anomaly(true);
+    AnomalyGuard(prev)
+}
+
+fn is_internal(sym: &str) -> bool {
+    let s = sym.trim();
+    s.starts_with("std::")
+        || s.starts_with("core::")
+        || s.starts_with("alloc::")
+        || s.starts_with("ferrofx_core::autograd")
+        || s.starts_with("ferrofx_core::op::")
+        || s.starts_with("<ferrofx_core::")
+        || s.starts_with("ferrofx_core::ops::")
+        || s.starts_with("ferrofx_core::tensor")
+        || s.starts_with("__rust")
+        || s.starts_with("rust_begin")
+        || s.contains("backtrace")
+}
+
+/// Captures the current backtrace and the first frame outside ferrofx-core internals.
+pub(crate) fn capture() -> CreationInfo {
+    let bt = std::backtrace::Backtrace::force_capture().to_string();
+    let mut location = String::from("<unknown location>");
+    let lines: Vec<&str> = bt.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i].trim_start();
+        if let Some((num, sym)) = l.split_once(": ") {
+            if num.chars().all(|c| c.is_ascii_digit()) && !is_internal(sym) {
+                let at = lines.get(i + 1).map(|n| n.trim_start()).filter(|n| n.starts_with("at "));
+                location = match at {
+                    Some(a) => format!("{} ({})", sym.trim(), &a[3..]),
+                    None => sym.trim().to_string(),
+                };
+                break;
+            }
+        }
+        i += 1;
+    }
+    CreationInfo { location, backtrace: bt }
+}
+
+pub(crate) fn decorate(e: Error, node: &dyn Node) -> Error {
+    match node.creation_info() {
+        Some(c) => Error::new(
+            e.kind(),
+            e.op().to_string(),
+            format!(
+                "{}\nError detected in {}. The forward call that created it was at {}\nTraceback of forward call:\n{}",
+                e.message(),
+                node.name(),
+                c.location,
+                c.backtrace
+            ),
+        ),
+        None => e,
+    }
+}
+
+pub(crate) fn check_nan(node: &dyn Node, outs: &[Option<Tensor>]) -> Result<()> {
+    for (i, g) in outs.iter().enumerate() {
+        let Some(g) = g else { continue };
+        if !g.dtype().is_floating_point() {
+            continue;
+        }
+        if g.to_vec_f64()?.iter().any(|v| v.is_nan()) {
+            let loc = node.creation_info().map(|c| c.location.clone()).unwrap_or_else(|| "<unknown location>".into());
+            return Err(Error::autograd(
+                node.name().to_string(),
+                format!("Function '{}' returned nan values in its {i}th output. The forward call that created it was at {loc}", node.name()),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,409 @@
+//! The backward engine (seed 004 §8): dependency counting over the reachable graph, a ready
+//! queue ordered by `sequence_nr` (higher first), one input buffer per node summing the
+//! gradients arriving on several edges. Entirely iterative: no recursion over the graph.
+
+use super::grad_mode::set_grad_enabled;
+use super::node::{ApplyContext, Edge, GraphRoot, Node, NodeRef};
+use super::op_node::gradient_edge;
+use super::raw;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use smallvec::SmallVec;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+#[derive(Default)]
+struct PtrHasher(u64);
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("PtrHasher hashes usize keys only")
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHasher>>;
+
+/// Node → state index: a linear scan for small graphs (the common case of a few ops), a hash
+/// map beyond that.
+#[derive(Default)]
+struct NodeIndex {
+    small: Vec<(usize, usize)>,
+    map: Option<PtrMap<usize>>,
+}
+
+const SMALL: usize = 16;
+
+impl NodeIndex {
+    #[inline]
+    fn get(&self, k: usize) -> Option<usize> {
+        match &self.map {
+            Some(m) => m.get(&k).copied(),
+            None => self.small.iter().find(|(a, _)| *a == k).map(|(_, v)| *v),
+        }
+    }
+    #[inline]
+    fn insert(&mut self, k: usize, v: usize) {
+        match &mut self.map {
+            Some(m) => {
+                m.insert(k, v);
+            }
+            None if self.small.len() < SMALL => self.small.push((k, v)),
+            None => {
+                let mut m: PtrMap<usize> = self.small.drain(..).collect();
+                m.insert(k, v);
+                self.map = Some(m);
+            }
+        }
+    }
+    #[inline]
+    fn at(&self, k: usize) -> usize {
+        self.get(k).expect("engine: node discovered during graph traversal")
+    }
+}
+
+#[inline]
+fn key(n: &NodeRef) -> usize {
+    Arc::as_ptr(n) as *const () as usize
+}
+
+struct NodeState {
+    node: NodeRef,
+    deps: u32,
+    buffer: SmallVec<[Option<Tensor>; 2]>,
+    needed: bool,
+    captures: SmallVec<[(u32, usize); 1]>,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Ready {
+    seq: u64,
+    // Ties (AccumulateGrad all share u64::MAX): later-discovered first is fine.
+    idx: usize,
+}
+
+/// `a + b` for gradient accumulation: differentiable (through the registry's `add`) when
+/// building a graph, raw otherwise.
+pub(crate) fn accumulate(a: Tensor, b: Tensor, create_graph: bool) -> Result<Tensor> {
+    if create_graph && (a.requires_grad() || b.requires_grad()) && crate::op::lookup("add").is_some() {
+        let mut out = crate::op::call("add", vec![a.into(), b.into()], vec![])?;
+        return out.pop().ok_or_else(|| Error::autograd("backward", "add returned no output"));
+    }
+    raw::add(&a, &b)
+}
+
+/// Accumulates `g` into `t.grad` (AccumulateGrad's and retain_grad's behaviour): the first
+/// gradient is stored as a fresh copy (or as is, with its graph, under `create_graph`); later
+/// ones are added in place (or out of place under `create_graph`).
+pub(crate) fn accumulate_into_grad(t: &Tensor, g: Tensor, create_graph: bool) -> Result<()> {
+    let g = if g.dtype() != t.dtype() { crate::ops::kernel::cast(&g, t.dtype())? } else { g };
+    let meta = t.autograd_meta();
+    let old = meta.lock().grad.clone();
+    let new = match old {
+        None => {
+            if create_graph && g.requires_grad() {
+                g
+            } else {
+                raw::copy(&g)?
+            }
+        }
+        Some(old) => {
+            if create_graph || old.requires_grad() {
+                accumulate(old, g, create_graph)?
+            } else {
+                raw::add_assign(&old, &g)?;
+                return Ok(());
+            }
+        }
+    };
+    meta.lock().grad = Some(new);
+    Ok(())
+}
+
+fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, input_nr: u32) -> Result<Option<Tensor>> {
+    let Some(m) = next.input_metadata().get(input_nr as usize) else { return Ok(None) };
+    if g.shape() != &m.shape[..] {
+        return Err(Error::autograd(
+            node.name().to_string(),
+            format!(
+                "Function {} returned an invalid gradient at index {k} - got {:?} but expected shape compatible with {:?}",
+                node.name(),
+                g.shape(),
+                &m.shape[..]
+            ),
+        ));
+    }
+    if g.dtype() != m.dtype {
+        return Ok(Some(g.to_dtype(m.dtype)?));
+    }
+    Ok(None)
+}
+
+fn call_node(node: &NodeRef, inputs: Vec<Option<Tensor>>, create_graph: bool) -> Result<Vec<Option<Tensor>>> {
+    let ctx = ApplyContext { this: node, create_graph };
+    let res = node.apply(inputs, &ctx);
+    let anomaly = super::anomaly::is_anomaly_enabled();
+    match res {
+        Err(e) if anomaly => Err(super::anomaly::decorate(e, &**node)),
+        Err(e) => Err(e),
+        Ok(outs) => {
+            if anomaly {
+                super::anomaly::check_nan(&**node, &outs)?;
+            }
+            Ok(outs)
+        }
+    }
+}
+
+/// Runs backward from `roots` with initial gradients `grads`. With `capture = Some(inputs)`,
+/// returns the gradients flowing into `inputs` instead of accumulating into leaves' `.grad`
+/// (only the part of the graph leading to them runs).
+pub(crate) fn run_backward(
+    roots: &[Tensor],
+    grads: Vec<Tensor>,
+    keep_graph: bool,
+    create_graph: bool,
+    capture: Option<&[Tensor]>,
+    allow_unused: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let mut root_edges: SmallVec<[Edge; 2]> = SmallVec::new();
+    for (i, r) in roots.iter().enumerate() {
+        let e = gradient_edge(r);
+        if !e.is_valid() {
+            return Err(Error::autograd(
+                "backward",
+                format!("element {i} of tensors does not require grad and does not have a grad_fn"),
+            ));
+        }
+        root_edges.push(e);
+    }
+    let root: NodeRef = Arc::new(GraphRoot::new(root_edges, grads));
+
+    // Discover the reachable graph (iterative DFS) and count dependencies.
+    let mut index = NodeIndex::default();
+    let mut states: Vec<NodeState> = Vec::new();
+    let mut stack: Vec<usize> = Vec::new();
+    index.insert(key(&root), 0);
+    states.push(NodeState {
+        node: root.clone(),
+        deps: 0,
+        buffer: SmallVec::new(),
+        needed: true,
+        captures: SmallVec::new(),
+    });
+    stack.push(0);
+    while let Some(i) = stack.pop() {
+        let node = states[i].node.clone();
+        for e in node.next_edges() {
+            let Some(f) = &e.function else { continue };
+            let k = key(f);
+            match index.get(k) {
+                Some(j) => states[j].deps += 1,
+                None => {
+                    let j = states.len();
+                    index.insert(k, j);
+                    let n_in = f.num_inputs().max(1);
+                    states.push(NodeState {
+                        node: f.clone(),
+                        deps: 1,
+                        buffer: smallvec::smallvec![None; n_in],
+                        needed: capture.is_none(),
+                        captures: SmallVec::new(),
+                    });
+                    stack.push(j);
+                }
+            }
+        }
+    }
+
+    // Captures for autograd.grad: mark targets, then find which nodes lead to one.
+    let mut captured: Vec<Option<Tensor>> = Vec::new();
+    let mut capture_found: Vec<bool> = Vec::new();
+    if let Some(inputs) = capture {
+        captured = vec![None; inputs.len()];
+        capture_found = vec![false; inputs.len()];
+        for (ci, t) in inputs.iter().enumerate() {
+            let e = gradient_edge(t);
+            let Some(f) = &e.function else {
+                return Err(Error::autograd(
+                    "grad",
+                    format!("One of the differentiated Tensors (index {ci}) does not require grad"),
+                ));
+            };
+            if let Some(j) = index.get(key(f)) {
+                states[j].captures.push((e.input_nr, ci));
+                capture_found[ci] = true;
+            }
+        }
+        // Post-order (children first) with an explicit stack, then propagate "needed".
+        let n = states.len();
+        let mut visited = vec![false; n];
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        let mut st: Vec<(usize, usize)> = vec![(0, 0)];
+        visited[0] = true;
+        while let Some(&mut (i, ref mut pos)) = st.last_mut() {
+            let node = &states[i].node;
+            let edges = node.next_edges();
+            let mut pushed = false;
+            while *pos < edges.len() {
+                let e = &edges[*pos];
+                *pos += 1;
+                if let Some(f) = &e.function {
+                    let j = index.at(key(f));
+                    if !visited[j] {
+                        visited[j] = true;
+                        st.push((j, 0));
+                        pushed = true;
+                        break;
+                    }
+                }
+            }
+            if !pushed {
+                order.push(i);
+                st.pop();
+            }
+        }
+        for &i in &order {
+            let mut need = false;
+            for e in states[i].node.next_edges() {
+                if let Some(f) = &e.function {
+                    let j = index.at(key(f));
+                    if states[j].needed || !states[j].captures.is_empty() {
+                        need = true;
+                        break;
+                    }
+                }
+            }
+            states[i].needed = need;
+        }
+        states[0].needed = true;
+        // Recount dependencies over edges that will actually carry gradients.
+        for s in states.iter_mut() {
+            s.deps = 0;
+        }
+        for i in 0..n {
+            if !states[i].needed {
+                continue;
+            }
+            let node = states[i].node.clone();
+            for e in node.next_edges() {
+                if let Some(f) = &e.function {
+                    let j = index.at(key(f));
+                    if states[j].needed || !states[j].captures.is_empty() {
+                        states[j].deps += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    let _mode = set_grad_enabled(create_graph);
+    let mut heap: BinaryHeap<Ready> = BinaryHeap::new();
+    heap.push(Ready { seq: u64::MAX, idx: 0 });
+    while let Some(Ready { idx, .. }) = heap.pop() {
+        let node = states[idx].node.clone();
+        let mut inputs: Vec<Option<Tensor>> = std::mem::take(&mut states[idx].buffer).into_vec();
+        if let Some(h) = node.base().pre_hooks.get() {
+            if !h.is_empty() {
+                for (nr, slot) in inputs.iter_mut().enumerate() {
+                    if let Some(g) = slot.take() {
+                        *slot = Some(h.run(nr as u32, g, create_graph)?);
+                    }
+                }
+            }
+        }
+        for &(nr, ci) in states[idx].captures.iter() {
+            captured[ci] = inputs.get(nr as usize).cloned().flatten();
+        }
+        if !states[idx].needed {
+            continue;
+        }
+        let outputs = call_node(&node, inputs, create_graph)?;
+        if !keep_graph {
+            node.release_variables();
+        }
+        let edges = node.next_edges();
+        if outputs.len() != edges.len() && !(outputs.is_empty() && node.as_accumulate_grad().is_some()) {
+            return Err(Error::autograd(
+                node.name().to_string(),
+                format!(
+                    "function {} returned an incorrect number of gradients (expected {}, got {})",
+                    node.name(),
+                    edges.len(),
+                    outputs.len()
+                ),
+            ));
+        }
+        for (k, (e, g)) in edges.iter().zip(outputs).enumerate() {
+            let Some(f) = &e.function else { continue };
+            let j = index.at(key(f));
+            let st = &mut states[j];
+            if !st.needed && st.captures.is_empty() {
+                continue;
+            }
+            if let Some(mut g) = g {
+                if let Some(c) = check_grad_shape(&*node, k, &g, &**f, e.input_nr)? {
+                    g = c;
+                }
+                let nr = e.input_nr as usize;
+                if st.buffer.len() <= nr {
+                    st.buffer.resize(nr + 1, None);
+                }
+                st.buffer[nr] = Some(match st.buffer[nr].take() {
+                    None => g,
+                    Some(old) => accumulate(old, g, create_graph)?,
+                });
+            }
+            st.deps -= 1;
+            if st.deps == 0 {
+                heap.push(Ready { seq: st.node.sequence_nr(), idx: j });
+            }
+        }
+    }
+
+    if capture.is_some() && !allow_unused {
+        for (ci, found) in capture_found.iter().enumerate() {
+            if !found {
+                return Err(Error::autograd(
+                    "grad",
+                    format!("The differentiated Tensor at index {ci} appears to not have been used in the graph. Set allow_unused=True if this is the desired behavior."),
+                ));
+            }
+        }
+    }
+    Ok(captured)
+}
+
+/// Initial gradients: explicit ones (checked against the outputs' shapes) or 1 for
+/// one-element outputs.
+pub(crate) fn make_grads(outputs: &[Tensor], grad_outputs: Option<&[Option<Tensor>]>) -> Result<Vec<Tensor>> {
+    let mut v = Vec::with_capacity(outputs.len());
+    for (i, o) in outputs.iter().enumerate() {
+        let g = grad_outputs.and_then(|g| g.get(i).cloned().flatten());
+        match g {
+            Some(g) => {
+                if g.shape() != o.shape() {
+                    return Err(Error::shape(
+                        "backward",
+                        format!("Mismatch in shape: grad_output[{i}] has a shape of {:?} and output[{i}] has a shape of {:?}.", g.shape(), o.shape()),
+                    ));
+                }
+                v.push(g);
+            }
+            None => {
+                if o.numel() != 1 {
+                    return Err(Error::autograd(
+                        "backward",
+                        format!("grad can be implicitly created only for scalar outputs (output {i} has shape {:?}; pass a gradient of that shape)", o.shape()),
+                    ));
+                }
+                v.push(raw::ones_like(o)?);
+            }
+        }
+    }
+    Ok(v)
+}

@@ -1,0 +1,434 @@
+//! The generic node of registry ops, and `dispatch_with_grad`: run the kernel, save what the
+//! op's [`crate::op::Saves`] asks for, and attach an `XxxBackward0` node to the outputs.
+
+use super::backward_ctx::{BackwardCtx, MetaSlot};
+use super::grad_mode::set_grad_enabled;
+use super::node::{next_sequence_nr, ApplyContext, Edge, InputMetadata, Node, NodeBase, NodeRef};
+use super::saved::SavedVariable;
+use crate::error::{Error, Result};
+use crate::op::{ArgType, Category, Effect, OpDef, Outputs};
+use crate::tensor::Tensor;
+use crate::value::Value;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+pub(crate) enum SavedArg {
+    Value(Value),
+    Tensor(SavedVariable),
+    Tensors(Vec<SavedVariable>),
+    Unsaved,
+}
+
+struct OpState {
+    args: Vec<SavedArg>,
+    outputs: SmallVec<[Option<SavedVariable>; 1]>,
+}
+
+/// The backward node of a registry op (`MulBackward0`, `ViewBackward0`, ...).
+pub struct OpNode {
+    base: NodeBase,
+    op: &'static OpDef,
+    state: Mutex<OpState>,
+    metas: Vec<MetaSlot>,
+    needs: SmallVec<[bool; 4]>,
+    /// For every gradient slot the formula returns: the next edge it feeds (`u32::MAX`: none).
+    slot_edge: SmallVec<[u32; 4]>,
+}
+
+const NO_EDGE: u32 = u32::MAX;
+
+impl OpNode {
+    /// The op this node differentiates.
+    pub fn op(&self) -> &'static OpDef {
+        self.op
+    }
+}
+
+fn tensor_like(t: Option<ArgType>) -> bool {
+    matches!(t, Some(ArgType::Tensor | ArgType::OptTensor | ArgType::TensorOrScalar | ArgType::TensorList))
+}
+
+impl Node for OpNode {
+    fn base(&self) -> &NodeBase {
+        &self.base
+    }
+    fn base_mut(&mut self) -> &mut NodeBase {
+        &mut self.base
+    }
+    fn name(&self) -> Cow<'static, str> {
+        backward_name(self.op, &self.metas, &self.state.lock().args)
+    }
+    fn apply(&self, grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+        let n_edges = self.base.next_edges.len();
+        if grads.iter().all(|g| g.is_none()) {
+            return Ok(vec![None; n_edges]);
+        }
+        let Some(backward) = self.op.backward else {
+            return Err(Error::autograd(
+                self.op.name,
+                format!("the derivative for '{}' is not implemented (node {})", self.op.name, self.name()),
+            ));
+        };
+        let (args, outputs) = {
+            let st = self.state.lock();
+            let mut args = Vec::with_capacity(st.args.len());
+            for a in &st.args {
+                args.push(match a {
+                    SavedArg::Value(v) => v.clone(),
+                    SavedArg::Unsaved => Value::None,
+                    SavedArg::Tensor(s) => Value::Tensor(s.unpack(Some(ctx.this), ctx.create_graph)?),
+                    SavedArg::Tensors(ss) => Value::Tensors(
+                        ss.iter().map(|s| s.unpack(Some(ctx.this), ctx.create_graph)).collect::<Result<Vec<_>>>()?,
+                    ),
+                });
+            }
+            let mut outs: SmallVec<[Option<Tensor>; 1]> = SmallVec::new();
+            for o in &st.outputs {
+                outs.push(match o {
+                    Some(s) => Some(s.unpack(Some(ctx.this), ctx.create_graph)?),
+                    None => None,
+                });
+            }
+            (args, outs)
+        };
+        let bctx = BackwardCtx::new(self.op, &args, &self.metas, &outputs, &grads, &self.needs);
+        let res = backward(&bctx)?;
+        if res.len() > self.slot_edge.len() {
+            return Err(Error::autograd(
+                self.op.name,
+                format!(
+                    "backward formula of '{}' returned {} gradients, but the op has {} gradient slots",
+                    self.op.name,
+                    res.len(),
+                    self.slot_edge.len()
+                ),
+            ));
+        }
+        let mut out = vec![None; n_edges];
+        for (slot, g) in res.into_iter().enumerate() {
+            let e = self.slot_edge[slot];
+            if e != NO_EDGE {
+                out[e as usize] = g;
+            }
+        }
+        Ok(out)
+    }
+    fn release_variables(&self) {
+        let mut st = self.state.lock();
+        for a in st.args.iter_mut() {
+            match a {
+                SavedArg::Tensor(s) => s.release(),
+                SavedArg::Tensors(ss) => ss.iter_mut().for_each(|s| s.release()),
+                _ => {}
+            }
+        }
+        for s in st.outputs.iter_mut().flatten() {
+            s.release();
+        }
+    }
+    fn take_saved_nodes(&mut self, out: &mut Vec<NodeRef>) {
+        let st = self.state.get_mut();
+        for a in st.args.iter_mut() {
+            match a {
+                SavedArg::Tensor(s) => s.take_nodes(out),
+                SavedArg::Tensors(ss) => ss.iter_mut().for_each(|s| s.take_nodes(out)),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The edge a gradient for `t` must follow: its grad_fn (with output_nr), its
+/// `AccumulateGrad` for a leaf requiring grad (created once, cached weakly), or invalid.
+pub(crate) fn gradient_edge(t: &Tensor) -> Edge {
+    let meta = t.autograd_meta();
+    if !meta.requires_grad() {
+        return Edge::invalid();
+    }
+    let mut m = meta.lock();
+    if let Some(f) = &m.grad_fn {
+        return Edge::new(f.clone(), m.output_nr);
+    }
+    if let Some(acc) = m.grad_accumulator.as_ref().and_then(|w| w.upgrade()) {
+        return Edge::new(acc, 0);
+    }
+    let acc: NodeRef = Arc::new(super::node::AccumulateGrad::new(t.clone()));
+    m.grad_accumulator = Some(Arc::downgrade(&acc));
+    Edge::new(acc, 0)
+}
+
+/// Makes `t` output `output_nr` of `node` (a non-leaf requiring grad).
+pub(crate) fn set_history(t: &Tensor, node: NodeRef, output_nr: u32) {
+    let meta = t.autograd_meta();
+    let old = {
+        let mut m = meta.lock();
+        m.output_nr = output_nr;
+        m.grad_fn.replace(node)
+    };
+    meta.set_requires_grad_flag(true);
+    if let Some(old) = old {
+        super::node::drop_node(old);
+    }
+}
+
+fn same_as_input(out: &Tensor, args: &[Value]) -> bool {
+    args.iter().any(|a| match a {
+        Value::Tensor(t) => t.same(out),
+        Value::Tensors(ts) => ts.iter().any(|t| t.same(out)),
+        _ => false,
+    })
+}
+
+/// Runs `op` with autograd recording (grad mode on and some input requires grad).
+pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<Outputs> {
+    let differentiable = op.backward.is_some() || op.category != Category::Creation;
+    if !differentiable {
+        let _g = set_grad_enabled(false);
+        return crate::op::run_kernel(op, args);
+    }
+    // In-place checks (before the kernel, as PyTorch does).
+    let mutated = match op.effect {
+        Effect::Mutates(i) => match args.get(i) {
+            Some(Value::Tensor(t)) => {
+                let meta = t.autograd_meta();
+                if meta.requires_grad() {
+                    let m = meta.lock();
+                    if m.grad_fn.is_none() {
+                        return Err(Error::autograd(
+                            op.name,
+                            "a leaf Variable that requires grad is being used in an in-place operation.",
+                        ));
+                    }
+                    if m.view_version.is_some() {
+                        return Err(Error::autograd(
+                            op.name,
+                            format!(
+                                "in-place operation '{}' on a view of a tensor that requires grad is not supported: ferrofx does not rebase the base's history (PyTorch's CopySlices). Apply the in-place op to the base tensor, or clone() the view first",
+                                op.name
+                            ),
+                        ));
+                    }
+                }
+                Some(t.clone())
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+
+    // Edges, metadata and saved inputs, captured before the kernel runs (in-place ops rebase
+    // the mutated tensor's history onto the new node, whose edge points at the old history).
+    let mut edges: SmallVec<[Edge; 2]> = SmallVec::new();
+    let mut slot_edge: SmallVec<[u32; 4]> = SmallVec::new();
+    let mut metas: Vec<MetaSlot> = Vec::with_capacity(args.len());
+    let mut needs: SmallVec<[bool; 4]> = SmallVec::new();
+    let mut saved_args: Vec<SavedArg> = Vec::with_capacity(args.len());
+    for (p, a) in args.iter().enumerate() {
+        let ty = op.schema.get(p).map(|s| s.ty);
+        let save = p < 32 && op.saves.inputs & (1 << p) != 0;
+        match a {
+            Value::Tensor(t) => {
+                let e = gradient_edge(t);
+                needs.push(e.is_valid());
+                slot_edge.push(edges.len() as u32);
+                edges.push(e);
+                metas.push(MetaSlot::One(
+                    t.meta().unwrap_or_else(|| crate::tensor::TensorMeta::contiguous(&[], t.dtype())),
+                ));
+                saved_args.push(if save { SavedArg::Tensor(SavedVariable::input(t)) } else { SavedArg::Unsaved });
+            }
+            Value::Tensors(ts) => {
+                let mut any = false;
+                let mut ms = Vec::with_capacity(ts.len());
+                for t in ts {
+                    let e = gradient_edge(t);
+                    any |= e.is_valid();
+                    slot_edge.push(edges.len() as u32);
+                    edges.push(e);
+                    ms.push(t.meta().unwrap_or_else(|| crate::tensor::TensorMeta::contiguous(&[], t.dtype())));
+                }
+                needs.push(any);
+                metas.push(MetaSlot::List(ms));
+                saved_args.push(if save {
+                    SavedArg::Tensors(ts.iter().map(SavedVariable::input).collect())
+                } else {
+                    SavedArg::Unsaved
+                });
+            }
+            other => {
+                needs.push(false);
+                if tensor_like(ty) {
+                    slot_edge.push(edges.len() as u32);
+                    edges.push(Edge::invalid());
+                } else {
+                    slot_edge.push(NO_EDGE);
+                }
+                metas.push(MetaSlot::None);
+                saved_args.push(SavedArg::Value(other.clone()));
+            }
+        }
+    }
+
+    let outs = {
+        let _g = set_grad_enabled(false);
+        crate::op::run_kernel(op, args)?
+    };
+
+    // Which outputs get history.
+    let mut input_meta: SmallVec<[InputMetadata; 1]> = SmallVec::with_capacity(outs.len());
+    let mut attach: SmallVec<[bool; 2]> = SmallVec::new();
+    for o in outs.iter() {
+        input_meta.push(InputMetadata::of(o));
+        let rebased = mutated.as_ref().map(|m| m.same(o)).unwrap_or(false);
+        attach.push(o.dtype().is_floating_point() && (rebased || !same_as_input(o, args)));
+    }
+    if !attach.iter().any(|&a| a) {
+        return Ok(outs);
+    }
+    let mut saved_outs: SmallVec<[Option<SavedVariable>; 1]> = SmallVec::new();
+    for (j, o) in outs.iter().enumerate() {
+        let save = j < 32 && op.saves.outputs & (1 << j) != 0;
+        saved_outs.push(if save { Some(SavedVariable::output(o, j as u32)) } else { None });
+    }
+    let node: NodeRef = Arc::new(OpNode {
+        base: NodeBase::new(next_sequence_nr(), edges, input_meta),
+        op,
+        state: Mutex::new(OpState { args: saved_args, outputs: saved_outs }),
+        metas,
+        needs,
+        slot_edge,
+    });
+    let is_view = op.category == Category::View;
+    for (j, o) in outs.iter().enumerate() {
+        if attach[j] {
+            set_history(o, node.clone(), j as u32);
+            if is_view {
+                if let Some(Value::Tensor(inp)) = args.first() {
+                    if inp.shares_storage(o) {
+                        o.autograd_meta().lock().view_version = Some(o.version());
+                    }
+                }
+            }
+        }
+    }
+    Ok(outs)
+}
+
+/// Exact PyTorch names where they differ from the CamelCase of the op name + `Backward0`.
+fn exact_name(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "view" | "reshape" | "flatten" | "view_as" | "reshape_as" => "ViewBackward0",
+        "narrow" | "slice" => "SliceBackward0",
+        "contiguous" | "clone" => "CloneBackward0",
+        "to" | "type_as" | "double" | "float" | "half" => "ToCopyBackward0",
+        "t" => "TBackward0",
+        "matmul" | "mm" => "MmBackward0",
+        "bmm" => "BmmBackward0",
+        "mv" => "MvBackward0",
+        "dot" => "DotBackward0",
+        "max_pool1d" => "MaxPool1DWithIndicesBackward0",
+        "max_pool2d" => "MaxPool2DWithIndicesBackward0",
+        "max_pool3d" => "MaxPool3DWithIndicesBackward0",
+        "conv1d" | "conv2d" | "conv3d" | "conv_transpose1d" | "conv_transpose2d" | "convolution" => {
+            "ConvolutionBackward0"
+        }
+        "layer_norm" => "NativeLayerNormBackward0",
+        "batch_norm" => "NativeBatchNormBackward0",
+        "group_norm" => "NativeGroupNormBackward0",
+        "dropout" => "NativeDropoutBackward0",
+        "linear" => "AddmmBackward0",
+        "clamp" | "clip" => "ClampBackward1",
+        "cross_entropy" => "NllLossBackward0",
+        "abs" => "AbsBackward0",
+        "where" => "WhereBackward0",
+        "neg" | "negative" => "NegBackward0",
+        "square" => "PowBackward0",
+        "relu6" => "HardtanhBackward0",
+        "hardtanh" => "HardtanhBackward0",
+        _ => return None,
+    })
+}
+
+/// `add` → `AddBackward0`, `max_pool2d` → `MaxPool2DBackward0`, `add_` → `AddBackward0`.
+pub fn camel_backward_name(op: &str) -> String {
+    let base = op.trim_end_matches('_');
+    let mut s = String::with_capacity(base.len() + 9);
+    let mut prev_digit = false;
+    for part in base.split(['_', '.']) {
+        let mut first = true;
+        for c in part.chars() {
+            if first {
+                s.extend(c.to_uppercase());
+                first = false;
+            } else if prev_digit && c == 'd' {
+                s.push('D');
+            } else {
+                s.push(c);
+            }
+            prev_digit = c.is_ascii_digit();
+        }
+    }
+    s.push_str("Backward0");
+    s
+}
+
+fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> Cow<'static, str> {
+    let base = op.name.trim_end_matches('_');
+    let arg_is_none = |i: usize| matches!(args.get(i), Some(SavedArg::Value(Value::None)) | None);
+    match base {
+        "sum" | "mean" | "nansum" => {
+            let n = if arg_is_none(1) { 0 } else { 1 };
+            let camel = if base == "sum" {
+                "Sum"
+            } else if base == "mean" {
+                "Mean"
+            } else {
+                "Nansum"
+            };
+            return Cow::Owned(format!("{camel}Backward{n}"));
+        }
+        "squeeze" => {
+            return Cow::Borrowed(match args.get(1) {
+                Some(SavedArg::Value(Value::Ints(v))) if v.len() > 1 => "SqueezeBackward2",
+                Some(SavedArg::Value(Value::Ints(_) | Value::Int(_))) => "SqueezeBackward1",
+                _ => "SqueezeBackward0",
+            })
+        }
+        "pow" => {
+            let tensor_exp = matches!(metas.get(1), Some(MetaSlot::One(_)));
+            let tensor_base = matches!(metas.first(), Some(MetaSlot::One(_)));
+            return Cow::Borrowed(match (tensor_base, tensor_exp) {
+                (true, false) => "PowBackward0",
+                (true, true) => "PowBackward1",
+                _ => "PowBackward2",
+            });
+        }
+        "matmul" => {
+            let nd = |i: usize| match metas.get(i) {
+                Some(MetaSlot::One(m)) => m.shape.len(),
+                _ => 2,
+            };
+            return Cow::Borrowed(match (nd(0), nd(1)) {
+                (1, 1) => "DotBackward0",
+                (2, 1) => "MvBackward0",
+                (2, 2) => "MmBackward0",
+                _ => "BmmBackward0",
+            });
+        }
+        "linear" => {
+            let has_bias = matches!(metas.get(2), Some(MetaSlot::One(_)));
+            let nd = match metas.first() {
+                Some(MetaSlot::One(m)) => m.shape.len(),
+                _ => 2,
+            };
+            return Cow::Borrowed(if has_bias && nd == 2 { "AddmmBackward0" } else { "MmBackward0" });
+        }
+        _ => {}
+    }
+    match exact_name(base) {
+        Some(n) => Cow::Borrowed(n),
+        None => Cow::Owned(camel_backward_name(base)),
+    }
+}

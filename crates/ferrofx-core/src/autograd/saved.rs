@@ -1,0 +1,142 @@
+//! [`SavedVariable`]: a tensor saved for backward, with the version counter value at save time.
+
+use super::node::NodeRef;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// PyTorch's message when saved tensors were already freed.
+pub const SECOND_BACKWARD_MSG: &str = "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.";
+
+/// A tensor saved by a node for its backward formula.
+///
+/// Inputs are saved as the original tensor (so higher-order graphs connect through their
+/// history). Outputs are saved as a storage alias *without* history, which avoids the cycle
+/// output → grad_fn → saved output; on unpack the alias is given the saving node as `grad_fn`.
+pub struct SavedVariable {
+    data: Option<Tensor>,
+    version: u64,
+    output_nr: u32,
+    is_output: bool,
+    requires_grad: bool,
+}
+
+impl SavedVariable {
+    /// Saves a forward input.
+    pub fn input(t: &Tensor) -> SavedVariable {
+        SavedVariable {
+            version: t.version(),
+            data: Some(t.clone()),
+            output_nr: 0,
+            is_output: false,
+            requires_grad: false,
+        }
+    }
+
+    /// Saves output `output_nr` of the node that will own this saved variable.
+    pub fn output(t: &Tensor, output_nr: u32) -> SavedVariable {
+        let alias = detached_alias(t);
+        SavedVariable {
+            version: t.version(),
+            data: Some(alias),
+            output_nr,
+            is_output: true,
+            requires_grad: t.requires_grad(),
+        }
+    }
+
+    /// Saves `t`, as an output of `owner` when `t`'s grad_fn is `owner` (custom functions).
+    pub(crate) fn auto(t: &Tensor, is_output_of_owner: Option<u32>) -> SavedVariable {
+        match is_output_of_owner {
+            Some(nr) => SavedVariable::output(t, nr),
+            None => SavedVariable::input(t),
+        }
+    }
+
+    /// `true` once freed by `release`.
+    pub fn is_released(&self) -> bool {
+        self.data.is_none()
+    }
+
+    /// Frees the tensor.
+    pub fn release(&mut self) {
+        self.data = None;
+    }
+
+    /// The saved tensor, checking it was not freed nor modified in place since it was saved.
+    /// `owner` is the node that saved it (saved outputs get it back as grad_fn when
+    /// `create_graph`).
+    pub fn unpack(&self, owner: Option<&NodeRef>, create_graph: bool) -> Result<Tensor> {
+        let Some(t) = &self.data else {
+            return Err(Error::autograd("backward", SECOND_BACKWARD_MSG));
+        };
+        let now = t.version();
+        if now != self.version {
+            let mut what = format!("[torch.{} {:?}]", legacy_type_name(t.dtype()), t.shape());
+            let gf = if self.is_output {
+                owner.cloned().map(|o| (o, self.output_nr))
+            } else {
+                t.grad_fn().map(|g| (g, t.output_nr()))
+            };
+            if let Some((g, nr)) = gf {
+                let name = g.name();
+                let short = name.split("Backward").next().unwrap_or(&name).to_string();
+                what = format!("{what}, which is output {nr} of {short},");
+            }
+            return Err(Error::autograd(
+                "backward",
+                format!(
+                    "one of the variables needed for gradient computation has been modified by an inplace operation: {what} is at version {now}; expected version {} instead. Hint: enable anomaly detection to find the operation that failed to compute its gradient, with ferrofx_core::autograd::set_detect_anomaly(true).",
+                    self.version
+                ),
+            ));
+        }
+        if self.is_output && create_graph && self.requires_grad {
+            if let Some(owner) = owner {
+                let alias = detached_alias(t);
+                super::set_history(&alias, owner.clone(), self.output_nr);
+                return Ok(alias);
+            }
+        }
+        Ok(t.clone())
+    }
+
+    /// Moves out node handles reachable through the saved tensor (iterative teardown).
+    pub(crate) fn take_nodes(&mut self, out: &mut Vec<NodeRef>) {
+        if let Some(t) = self.data.take() {
+            if let Ok(imp) = std::sync::Arc::try_unwrap(t.0) {
+                let mut imp = imp;
+                if let Some(f) = imp.autograd.inner_mut().grad_fn.take() {
+                    out.push(f);
+                }
+            }
+        }
+    }
+}
+
+/// A new tensor object sharing `t`'s storage and layout, without autograd history (PyTorch's
+/// `detach()`; the version counter is shared because it lives on the storage).
+pub(crate) fn detached_alias(t: &Tensor) -> Tensor {
+    match (t.storage(), t.layout()) {
+        (Some(s), Some(l)) => {
+            Tensor::from_impl(crate::tensor::Data::Concrete { storage: s.clone(), layout: l.clone(), dtype: t.dtype() })
+        }
+        _ => t.clone(),
+    }
+}
+
+/// `torch.FloatTensor`-style names used in PyTorch's version-counter message.
+pub fn legacy_type_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "FloatTensor",
+        DType::F64 => "DoubleTensor",
+        DType::F16 => "HalfTensor",
+        DType::BF16 => "BFloat16Tensor",
+        DType::I64 => "LongTensor",
+        DType::I32 => "IntTensor",
+        DType::I16 => "ShortTensor",
+        DType::I8 => "CharTensor",
+        DType::U8 => "ByteTensor",
+        DType::Bool => "BoolTensor",
+    }
+}

@@ -1,0 +1,186 @@
+//! The autograd methods of [`Tensor`].
+
+use super::hooks::{HookFn, HookHandle, HookKind};
+use super::node::NodeRef;
+use super::saved::detached_alias;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::sync::Arc;
+
+impl Tensor {
+    /// `true` for leaves created with `requires_grad_(true)` and for every tensor with a
+    /// `grad_fn`.
+    #[inline]
+    pub fn requires_grad(&self) -> bool {
+        self.autograd_meta().requires_grad()
+    }
+
+    /// Sets `requires_grad` on a leaf (returns the tensor for chaining). Only floating point
+    /// tensors can require gradients; non-leaves cannot change the flag (PyTorch's messages).
+    ///
+    /// ```
+    /// use ferrofx_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap().requires_grad_(true).unwrap();
+    /// assert!(x.requires_grad() && x.is_leaf());
+    /// let i = Tensor::from_vec(vec![1i64], &[1]).unwrap();
+    /// assert!(i.requires_grad_(true).unwrap_err().to_string().contains("only Tensors of floating point dtype can require gradients"));
+    /// ```
+    pub fn requires_grad_(&self, requires_grad: bool) -> Result<Tensor> {
+        let meta = self.autograd_meta();
+        if meta.lock().grad_fn.is_some() {
+            if !requires_grad {
+                return Err(Error::autograd(
+                    "requires_grad_",
+                    "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().",
+                ));
+            }
+            return Ok(self.clone());
+        }
+        if requires_grad && !self.dtype().is_floating_point() {
+            return Err(Error::autograd(
+                "requires_grad_",
+                format!("only Tensors of floating point dtype can require gradients (got {})", self.dtype()),
+            ));
+        }
+        meta.set_requires_grad_flag(requires_grad);
+        Ok(self.clone())
+    }
+
+    /// The accumulated gradient (`.grad`).
+    pub fn grad(&self) -> Option<Tensor> {
+        self.autograd_meta().lock().grad.clone()
+    }
+
+    /// Replaces `.grad` (`None` clears it). The gradient must have this tensor's shape.
+    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
+        if let Some(g) = &grad {
+            if g.shape() != self.shape() {
+                return Err(Error::shape(
+                    "set_grad",
+                    format!(
+                        "assigned grad has data of a different size: got {:?}, expected {:?}",
+                        g.shape(),
+                        self.shape()
+                    ),
+                ));
+            }
+        }
+        self.autograd_meta().lock().grad = grad;
+        Ok(())
+    }
+
+    /// Clears `.grad` (PyTorch's `zero_grad(set_to_none=True)`, the default).
+    pub fn zero_grad(&self) {
+        self.autograd_meta().lock().grad = None;
+    }
+
+    /// The node that produced this tensor (`None` for leaves).
+    pub fn grad_fn(&self) -> Option<NodeRef> {
+        self.autograd_meta().lock().grad_fn.clone()
+    }
+
+    /// `true` when the tensor has no `grad_fn` (created by the user, or not requiring grad).
+    pub fn is_leaf(&self) -> bool {
+        self.autograd_meta().lock().grad_fn.is_none()
+    }
+
+    /// Which output of its `grad_fn` this tensor is.
+    pub fn output_nr(&self) -> u32 {
+        self.autograd_meta().lock().output_nr
+    }
+
+    /// Keeps `.grad` for this non-leaf after backward (no-op on leaves).
+    pub fn retain_grad(&self) -> Result<()> {
+        if !self.requires_grad() {
+            return Err(Error::autograd("retain_grad", "can't retain_grad on Tensor that has requires_grad=False"));
+        }
+        let (gf, nr) = {
+            let mut m = self.autograd_meta().lock();
+            if m.grad_fn.is_none() || m.retains_grad {
+                return Ok(());
+            }
+            m.retains_grad = true;
+            (m.grad_fn.clone(), m.output_nr)
+        };
+        if let Some(gf) = gf {
+            let h = gf.base().hooks();
+            if !h.has_retain_grad_for(self) {
+                let _ = h.add(nr, HookKind::RetainGrad(Arc::downgrade(&self.0)));
+            }
+        }
+        Ok(())
+    }
+
+    /// `true` after `retain_grad()` on a non-leaf.
+    pub fn retains_grad(&self) -> bool {
+        self.autograd_meta().lock().retains_grad
+    }
+
+    /// A new tensor sharing storage (and so the version counter) without history.
+    pub fn detach(&self) -> Tensor {
+        detached_alias(self)
+    }
+
+    /// Detaches in place: drops the history, making this a leaf that does not require grad.
+    /// Views created with history cannot be detached in place (PyTorch's rule).
+    pub fn detach_(&self) -> Result<Tensor> {
+        let old = {
+            let mut m = self.autograd_meta().lock();
+            if m.view_version.is_some() {
+                return Err(Error::autograd("detach_", "Can't detach views in-place. Use detach() instead."));
+            }
+            m.output_nr = 0;
+            m.grad_fn.take()
+        };
+        self.autograd_meta().set_requires_grad_flag(false);
+        if let Some(o) = old {
+            super::node::drop_node(o);
+        }
+        Ok(self.clone())
+    }
+
+    /// Registers a hook called with this tensor's gradient during backward; returning
+    /// `Some(g)` replaces the gradient. The returned handle removes it.
+    pub fn register_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        if !self.requires_grad() {
+            return Err(Error::autograd(
+                "register_hook",
+                "cannot register a hook on a tensor that doesn't require gradient",
+            ));
+        }
+        let f: Arc<HookFn> = Arc::new(hook);
+        let mut m = self.autograd_meta().lock();
+        match &m.grad_fn {
+            Some(gf) => {
+                let nr = m.output_nr;
+                let gf = gf.clone();
+                drop(m);
+                Ok(gf.base().hooks().add(nr, HookKind::User(f)))
+            }
+            None => {
+                let list = m.leaf_hooks.get_or_insert_with(Default::default).clone();
+                drop(m);
+                Ok(list.add(0, HookKind::User(f)))
+            }
+        }
+    }
+
+    /// Computes gradients of this tensor w.r.t. the graph leaves, accumulating into their
+    /// `.grad`. `gradient` is required unless the tensor has one element. Without
+    /// `retain_graph` (or `create_graph`, which implies it) the graph's saved tensors are freed.
+    pub fn backward(&self, gradient: Option<&Tensor>, retain_graph: bool, create_graph: bool) -> Result<()> {
+        super::backward(std::slice::from_ref(self), &[gradient.cloned()], retain_graph, create_graph)
+    }
+}
+
+impl Tensor {
+    /// How many handles share this tensor object (for tests of graph memory: saved tensors
+    /// hold handles until backward releases them).
+    #[doc(hidden)]
+    pub fn use_count(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
