@@ -168,7 +168,7 @@ fn pad_kernel(a: &[Value]) -> Result<Outputs> {
     let st = contiguous_strides(&shape);
     let n_out: usize = p.out_shape.iter().product();
     let last = p.out_shape[nd - 1];
-    let rows = if last == 0 { 0 } else { n_out / last };
+    let rows = n_out.checked_div(last).unwrap_or(0);
     let dt = t.dtype();
     let out = crate::match_dtype!(dt, E => t.with_contiguous::<E, _>(op, |x| -> Result<Tensor> {
         let fillv = E::from_f64(p.value);
@@ -276,7 +276,10 @@ opdef!(ONE_HOT, "one_hot", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("num
 // pixel_shuffle / pixel_unshuffle
 // ---------------------------------------------------------------------------------------------
 
-fn shuffle_shapes(a: &[Value], up: bool) -> Result<(Vec<usize>, Vec<usize>, Vec<i64>, Vec<usize>)> {
+/// (input shape, split shape, permutation, output shape) of a pixel (un)shuffle.
+type ShufflePlan = (Vec<usize>, Vec<usize>, Vec<i64>, Vec<usize>);
+
+fn shuffle_shapes(a: &[Value], up: bool) -> Result<ShufflePlan> {
     let op = if up { "pixel_shuffle" } else { "pixel_unshuffle" };
     let t = tensor(op, a, 0)?;
     let r = int(op, a, 1)?;
