@@ -17,6 +17,7 @@ use smallvec::smallvec;
 trait Real: Copy + Send + Sync + PartialOrd + crate::dtype::Element {
     fn exp_(self) -> Self;
     fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
     fn f64_(self) -> f64;
     fn of(v: f64) -> Self;
     const NEG_INF: Self;
@@ -29,6 +30,10 @@ impl Real for f32 {
     #[inline(always)]
     fn sub(self, o: Self) -> Self {
         self - o
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self * o
     }
     #[inline(always)]
     fn f64_(self) -> f64 {
@@ -48,6 +53,10 @@ impl Real for f64 {
     #[inline(always)]
     fn sub(self, o: Self) -> Self {
         self - o
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self * o
     }
     #[inline(always)]
     fn f64_(self) -> f64 {
@@ -73,22 +82,29 @@ fn max_of<R: Real>(a: R, b: R) -> R {
 /// Softmax (or log-softmax) of each row of `r` adjacent elements.
 fn row_softmax<R: Real>(x: &[R], out: &mut [R], log: bool) {
     let m = x.iter().fold(R::NEG_INF, |m, &v| max_of(m, v));
-    // A row of -inf (or +inf) max: shift by 0 is wrong; PyTorch gives NaN for all -inf rows.
-    let mut s = 0f64;
+    // A row whose max is -inf gives NaN (as in PyTorch).
     for (o, &v) in out.iter_mut().zip(x) {
-        let e = v.sub(m).exp_();
-        *o = e;
-        s += e.f64_();
+        *o = v.sub(m).exp_();
     }
+    // eight independent f64 lanes: vectorisable and accurate
+    let mut acc = [0f64; 8];
+    let chunks = out.chunks_exact(8);
+    let mut s: f64 = chunks.remainder().iter().map(|v| v.f64_()).sum();
+    for c in chunks {
+        for j in 0..8 {
+            acc[j] += c[j].f64_();
+        }
+    }
+    s += acc.iter().sum::<f64>();
     if log {
         let ls = s.ln();
         for (o, &v) in out.iter_mut().zip(x) {
             *o = R::of(v.sub(m).f64_() - ls);
         }
     } else {
-        let inv = 1.0 / s;
+        let inv = R::of(1.0 / s);
         for o in out.iter_mut() {
-            *o = R::of(o.f64_() * inv);
+            *o = o.mul(inv);
         }
     }
 }
