@@ -15,10 +15,13 @@
 extern crate self as ferrofx_nn;
 
 pub mod containers;
+pub mod functional;
 pub mod datasets;
 pub mod init;
 pub mod layers;
+pub mod loss;
 pub mod module;
+pub mod optim;
 pub mod state_dict;
 
 pub use containers::{ModuleDict, ModuleList, Sequential};

@@ -100,3 +100,48 @@ impl Module for Flatten {
         format!("start_dim={}, end_dim={}", self.start_dim, self.end_dim)
     }
 }
+
+/// `nn.Bilinear(in1_features, in2_features, out_features, bias)`: weight `[out, in1, in2]` and
+/// bias initialised U(±1/sqrt(in1)).
+#[derive(crate::Module)]
+pub struct Bilinear {
+    /// `[out, in1, in2]`
+    pub weight: Tensor,
+    /// `[out]`
+    pub bias: Option<Tensor>,
+    in1: usize,
+    in2: usize,
+    out: usize,
+}
+
+impl Bilinear {
+    /// A new layer with PyTorch's init.
+    pub fn new(in1_features: usize, in2_features: usize, out_features: usize, bias: bool) -> Result<Bilinear> {
+        let b = 1.0 / (in1_features.max(1) as f64).sqrt();
+        let weight = init::parameter(&[out_features, in1_features, in2_features], |t| init::uniform_(t, -b, b))?;
+        let bias = if bias { Some(init::parameter(&[out_features], |t| init::uniform_(t, -b, b))?) } else { None };
+        Ok(Bilinear { weight, bias, in1: in1_features, in2: in2_features, out: out_features })
+    }
+    /// `forward(x1, x2)`.
+    pub fn forward2(&self, x1: &Tensor, x2: &Tensor) -> Result<Tensor> {
+        crate::functional::bilinear(x1, x2, &self.weight, self.bias.as_ref())
+    }
+}
+
+impl Module for Bilinear {
+    fn forward(&self, _x: &Tensor) -> Result<Tensor> {
+        Err(ferrofx_core::Error::argument("Bilinear", "Bilinear takes two inputs: use call_values(&[x1, x2]) or forward2"))
+    }
+    fn forward_values(&self, inputs: &[ferrofx_core::Value]) -> Result<Vec<ferrofx_core::Value>> {
+        match inputs {
+            [ferrofx_core::Value::Tensor(a), ferrofx_core::Value::Tensor(b)] => Ok(vec![self.forward2(a, b)?.into()]),
+            _ => Err(ferrofx_core::Error::argument("Bilinear", format!("expected two tensors, got {inputs:?}"))),
+        }
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
+    fn extra_repr(&self) -> String {
+        format!("in1_features={}, in2_features={}, out_features={}, bias={}", self.in1, self.in2, self.out, py_bool(self.bias.is_some()))
+    }
+}
