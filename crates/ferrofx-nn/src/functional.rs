@@ -66,7 +66,8 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
 }
 /// `F.gelu(x, approximate)` (`"none"` or `"tanh"`).
 pub fn gelu(x: &Tensor, approximate: &str) -> Result<Tensor> {
-    call("gelu", vec![x.into(), approximate.into()])
+    let mut out = op::call("gelu", vec![x.into()], vec![("approximate".into(), approximate.into())])?;
+    out.pop().ok_or_else(|| Error::schema("gelu", "op returned no output"))
 }
 /// `F.silu`.
 pub fn silu(x: &Tensor) -> Result<Tensor> {

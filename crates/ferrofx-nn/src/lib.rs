@@ -23,6 +23,7 @@ pub mod loss;
 pub mod module;
 pub mod optim;
 pub mod state_dict;
+pub mod train;
 pub mod zoo;
 
 pub use containers::{ModuleDict, ModuleList, Sequential};
