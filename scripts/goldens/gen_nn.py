@@ -328,13 +328,13 @@ def main():
 
 
 def export_full(out_dir):
-    """Full-size torchvision resnet18/resnet50 (random init, torch.manual_seed(0), eval mode):
+    """Full-size torchvision resnet18/resnet50/mobilenet_v2 (random init, torch.manual_seed(0), eval mode):
     `<model>.safetensors` (the state dict as PyTorch saves it) and `<model>_io.safetensors`
     (input [1, 3, 224, 224] and output), for the full-size check (not committed: ~150 MB)."""
-    from torchvision.models import resnet18, resnet50
+    from torchvision.models import mobilenet_v2, resnet18, resnet50
     from safetensors.torch import save_file as save
     os.makedirs(out_dir, exist_ok=True)
-    for name, ctor in [("resnet18", resnet18), ("resnet50", resnet50)]:
+    for name, ctor in [("resnet18", resnet18), ("resnet50", resnet50), ("mobilenet_v2", mobilenet_v2)]:
         torch.manual_seed(0)
         m = ctor().eval()
         x = torch.randn(1, 3, 224, 224, generator=gen(11))

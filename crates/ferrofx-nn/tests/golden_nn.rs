@@ -359,14 +359,19 @@ fn reduced_resnets_load_torchvision_state_dicts_and_match() {
     }
 }
 
-/// Acceptance 2 at full size: torchvision resnet18/resnet50 state dicts exported by
+/// Acceptance 2 at full size: torchvision resnet18/resnet50 (and mobilenet_v2) state dicts exported by
 /// `scripts/goldens/gen_nn.py --full DIR` load as is and give PyTorch's outputs within 1e-4.
 /// Run with `FERROFX_TORCHVISION_DIR=DIR cargo test -p ferrofx-nn --release --test golden_nn -- --ignored`.
 #[test]
 #[ignore = "needs FERROFX_TORCHVISION_DIR with the full-size torchvision export (~150 MB)"]
 fn full_size_torchvision_resnets_match() {
     let dir = std::env::var("FERROFX_TORCHVISION_DIR").expect("set FERROFX_TORCHVISION_DIR");
-    for (name, mut m) in [("resnet18", ResNet::resnet18(1000).unwrap()), ("resnet50", ResNet::resnet50(1000).unwrap())] {
+    let models: [(&str, Box<dyn Module>); 3] = [
+        ("resnet18", Box::new(ResNet::resnet18(1000).unwrap())),
+        ("resnet50", Box::new(ResNet::resnet50(1000).unwrap())),
+        ("mobilenet_v2", Box::new(ferrofx_nn::zoo::MobileNetV2::new(1000, 1.0).unwrap())),
+    ];
+    for (name, mut m) in models {
         m.eval();
         let sd = ferrofx_nn::load_state_dict_file(format!("{dir}/{name}.safetensors")).unwrap();
         m.load_state_dict(&sd, true).unwrap();
