@@ -53,15 +53,13 @@ fn field_attrs(attrs: &[syn::Attribute]) -> syn::Result<FieldAttrs> {
                 out.rename = Some(s.value());
                 Ok(())
             } else {
-                Err(meta.error("unknown #[module(...)] field attribute; expected `skip`, `buffer` or `rename = \"...\"`"))
+                Err(meta
+                    .error("unknown #[module(...)] field attribute; expected `skip`, `buffer` or `rename = \"...\"`"))
             }
         })?;
     }
     if out.skip && (out.buffer || out.rename.is_some()) {
-        return Err(syn::Error::new_spanned(
-            &attrs[0],
-            "#[module(skip)] cannot be combined with `buffer` or `rename`",
-        ));
+        return Err(syn::Error::new_spanned(&attrs[0], "#[module(skip)] cannot be combined with `buffer` or `rename`"));
     }
     Ok(out)
 }
@@ -122,7 +120,9 @@ fn expand(input: DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
             // (the parameter must then be bounded by `Module`/`ModuleField`, or the field skipped).
             let mf = quote!(#krate::ModuleField);
             tensors.push(quote! { #mf::visit_field_tensors(&self.#ident, #key, #krate::TensorKind::Parameter, f); });
-            tensors_mut.push(quote! { #mf::visit_field_tensors_mut(&mut self.#ident, #key, #krate::TensorKind::Parameter, f); });
+            tensors_mut.push(
+                quote! { #mf::visit_field_tensors_mut(&mut self.#ident, #key, #krate::TensorKind::Parameter, f); },
+            );
             children.push(quote! { #mf::visit_field_children(&self.#ident, #key, f); });
             children_mut.push(quote! { #mf::visit_field_children_mut(&mut self.#ident, #key, f); });
         } else {

@@ -2,9 +2,9 @@
 //! by key, as in PyTorch).
 
 use crate::module::{Module, ModuleStructure, TensorKind};
-use std::any::Any;
 use ferrofx_core::{Error, Result, Tensor, Value};
 use indexmap::IndexMap;
+use std::any::Any;
 
 /// `nn.Sequential`: calls its children in order (through [`Module::call`], so tracers see
 /// each one). Not a tracing leaf: tracers trace through it, as FX does.
@@ -198,7 +198,10 @@ impl ModuleDict {
     /// Inserts (or replaces) a module under `key`. Keys may not contain `.` (like PyTorch).
     pub fn insert<M: Module>(&mut self, key: &str, m: M) -> Result<()> {
         if key.contains('.') || key.is_empty() {
-            return Err(Error::argument("ModuleDict", format!("module name can't contain \".\" or be empty, got: \"{key}\"")));
+            return Err(Error::argument(
+                "ModuleDict",
+                format!("module name can't contain \".\" or be empty, got: \"{key}\""),
+            ));
         }
         self.modules.insert(key.to_string(), Box::new(m));
         Ok(())

@@ -134,13 +134,17 @@ pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>
     if s1.last() != Some(&(i1 as usize)) || x2.shape().last() != Some(&(i2 as usize)) {
         return Err(Error::shape(
             "bilinear",
-            format!("input1 {:?} and input2 {:?} do not match weight {ws:?} (last dims must be {i1} and {i2})", s1, x2.shape()),
+            format!(
+                "input1 {:?} and input2 {:?} do not match weight {ws:?} (last dims must be {i1} and {i2})",
+                s1,
+                x2.shape()
+            ),
         ));
     }
     let lead: Vec<i64> = s1[..s1.len() - 1].iter().map(|&d| d as i64).collect();
     let a = x1.reshape(&[-1, i1])?; // [N, i1]
     let b = x2.reshape(&[-1, i2])?; // [N, i2]
-    // t[n, o*i2] = a @ W' with W' = W.permute(1,0,2).reshape(i1, o*i2)
+                                    // t[n, o*i2] = a @ W' with W' = W.permute(1,0,2).reshape(i1, o*i2)
     let w2 = weight.permute(&[1, 0, 2])?.reshape(&[i1, o * i2])?;
     let t = a.matmul(&w2)?.reshape(&[-1, o, i2])?; // [N, o, i2]
     let y = t.matmul(&b.unsqueeze(2)?)?.squeeze_dim(2)?; // [N, o]
@@ -154,7 +158,15 @@ pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>
 }
 
 /// `F.conv1d`.
-pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, stride: i64, padding: i64, dilation: i64, groups: i64) -> Result<Tensor> {
+pub fn conv1d(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    stride: i64,
+    padding: i64,
+    dilation: i64,
+    groups: i64,
+) -> Result<Tensor> {
     conv::conv1d(x, w, b, &[stride], &[padding][..], &[dilation], groups)
 }
 
@@ -202,12 +214,24 @@ pub fn batch_norm(
 }
 
 /// `F.layer_norm`.
-pub fn layer_norm(x: &Tensor, normalized_shape: &[i64], weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+pub fn layer_norm(
+    x: &Tensor,
+    normalized_shape: &[i64],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
     norm::layer_norm(x, normalized_shape, weight, bias, eps)
 }
 
 /// `F.group_norm`.
-pub fn group_norm(x: &Tensor, num_groups: i64, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+pub fn group_norm(
+    x: &Tensor,
+    num_groups: i64,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
     norm::group_norm(x, num_groups, weight, bias, eps)
 }
 
@@ -217,13 +241,27 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
 }
 
 /// `F.max_pool2d` (stride defaults to the kernel size when `None`).
-pub fn max_pool2d(x: &Tensor, kernel: [i64; 2], stride: Option<[i64; 2]>, padding: [i64; 2], dilation: [i64; 2], ceil_mode: bool) -> Result<Tensor> {
+pub fn max_pool2d(
+    x: &Tensor,
+    kernel: [i64; 2],
+    stride: Option<[i64; 2]>,
+    padding: [i64; 2],
+    dilation: [i64; 2],
+    ceil_mode: bool,
+) -> Result<Tensor> {
     let s = stride.unwrap_or(kernel);
     pool::max_pool2d(x, &kernel, &s, &padding, &dilation, ceil_mode)
 }
 
 /// `F.avg_pool2d`.
-pub fn avg_pool2d(x: &Tensor, kernel: [i64; 2], stride: Option<[i64; 2]>, padding: [i64; 2], ceil_mode: bool, count_include_pad: bool) -> Result<Tensor> {
+pub fn avg_pool2d(
+    x: &Tensor,
+    kernel: [i64; 2],
+    stride: Option<[i64; 2]>,
+    padding: [i64; 2],
+    ceil_mode: bool,
+    count_include_pad: bool,
+) -> Result<Tensor> {
     let s = stride.unwrap_or(kernel);
     pool::avg_pool2d(x, &kernel, &s, &padding, ceil_mode, count_include_pad, None)
 }
@@ -236,8 +274,18 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [i64; 2]) -> Result<Tensor> 
 /// `F.scaled_dot_product_attention(q, k, v, attn_mask)`: `softmax(q k^T / sqrt(d) + mask) v`
 /// over the last two dims. A boolean mask marks positions that **may** attend (PyTorch's
 /// convention); a float mask is added.
-pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, attn_mask: Option<&Tensor>, dropout_p: f64, training: bool) -> Result<Tensor> {
-    let d = *q.shape().last().ok_or_else(|| Error::shape("scaled_dot_product_attention", "query must have at least 1 dimension"))?;
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    attn_mask: Option<&Tensor>,
+    dropout_p: f64,
+    training: bool,
+) -> Result<Tensor> {
+    let d = *q
+        .shape()
+        .last()
+        .ok_or_else(|| Error::shape("scaled_dot_product_attention", "query must have at least 1 dimension"))?;
     let nd = k.ndim() as i64;
     let scores = q.matmul(&k.transpose(nd - 2, nd - 1)?)?;
     let scores = mul(&scores, 1.0 / (d as f64).sqrt())?;

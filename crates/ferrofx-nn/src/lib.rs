@@ -15,8 +15,8 @@
 extern crate self as ferrofx_nn;
 
 pub mod containers;
-pub mod functional;
 pub mod datasets;
+pub mod functional;
 pub mod init;
 pub mod layers;
 pub mod loss;
@@ -33,10 +33,11 @@ pub use layers::*;
 #[doc(hidden)]
 pub use module::__private;
 pub use module::{
-    has_module_call_hook, with_module_call_hook, Module, ModuleCallHook, ModuleField, ModuleStructure,
-    TensorKind,
+    has_module_call_hook, with_module_call_hook, Module, ModuleCallHook, ModuleField, ModuleStructure, TensorKind,
 };
-pub use state_dict::{load_state_dict_file, save_state_dict, state_dict_from_bytes, state_dict_to_bytes, LoadReport, StateDict};
+pub use state_dict::{
+    load_state_dict_file, save_state_dict, state_dict_from_bytes, state_dict_to_bytes, LoadReport, StateDict,
+};
 
 /// `use ferrofx_nn::prelude::*;` brings the module traits (and the derive) into scope.
 pub mod prelude {

@@ -41,7 +41,11 @@ fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.shape() != b.shape() {
         return Err(Error::shape(
             op,
-            format!("Using a target size ({:?}) that is different to the input size ({:?}) is not supported", b.shape(), a.shape()),
+            format!(
+                "Using a target size ({:?}) that is different to the input size ({:?}) is not supported",
+                b.shape(),
+                a.shape()
+            ),
         ));
     }
     Ok(())
@@ -88,7 +92,10 @@ fn check_class_target(op: &str, input: &Tensor, target: &Tensor) -> Result<()> {
         ));
     }
     if !target.dtype().is_integral() || target.dtype() == DType::Bool {
-        return Err(Error::dtype(op, format!("expected target of dtype int64 (class indices), got {}", target.dtype())));
+        return Err(Error::dtype(
+            op,
+            format!("expected target of dtype int64 (class indices), got {}", target.dtype()),
+        ));
     }
     Ok(())
 }
@@ -98,7 +105,8 @@ fn check_class_target(op: &str, input: &Tensor, target: &Tensor) -> Result<()> {
 pub fn nll_loss(input: &Tensor, target: &Tensor, o: &CeOpts) -> Result<Tensor> {
     let op = "nll_loss";
     check_class_target(op, input, target)?;
-    let (input, target) = if input.ndim() == 1 { (input.unsqueeze(0)?, target.unsqueeze(0)?) } else { (input.clone(), target.clone()) };
+    let (input, target) =
+        if input.ndim() == 1 { (input.unsqueeze(0)?, target.unsqueeze(0)?) } else { (input.clone(), target.clone()) };
     let c = input.shape()[1] as i64;
     let target = target.to_dtype(DType::I64)?;
     let valid = call("ne", vec![(&target).into(), o.ignore_index.into()])?; // bool
@@ -114,7 +122,9 @@ pub fn nll_loss(input: &Tensor, target: &Tensor, o: &CeOpts) -> Result<Tensor> {
             if w.shape() != [c as usize] {
                 return Err(Error::shape(op, format!("weight tensor should be defined either for all {c} classes or no classes but got weight tensor of shape: {:?}", w.shape())));
             }
-            let flat = w.index_select(0, &safe.reshape(&[-1])?)?.reshape(&safe.shape().iter().map(|&d| d as i64).collect::<Vec<_>>())?;
+            let flat = w
+                .index_select(0, &safe.reshape(&[-1])?)?
+                .reshape(&safe.shape().iter().map(|&d| d as i64).collect::<Vec<_>>())?;
             F::mul(&flat, &valid)?
         }
         None => valid.to_dtype(input.dtype())?,
@@ -133,7 +143,10 @@ pub fn nll_loss(input: &Tensor, target: &Tensor, o: &CeOpts) -> Result<Tensor> {
 pub fn cross_entropy(input: &Tensor, target: &Tensor, o: &CeOpts) -> Result<Tensor> {
     let op = "cross_entropy";
     if !(0.0..=1.0).contains(&o.label_smoothing) {
-        return Err(Error::argument(op, format!("label_smoothing must be between 0.0 and 1.0. Got: {}", o.label_smoothing)));
+        return Err(Error::argument(
+            op,
+            format!("label_smoothing must be between 0.0 and 1.0. Got: {}", o.label_smoothing),
+        ));
     }
     let class_dim = if input.ndim() == 1 { 0 } else { 1 };
     let logp = F::log_softmax(input, class_dim)?;
@@ -221,7 +234,12 @@ pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, bet
 
 /// `F.binary_cross_entropy(input, target, weight, reduction)`: input are probabilities; the
 /// logs are clamped at -100 as in PyTorch.
-pub fn binary_cross_entropy(input: &Tensor, target: &Tensor, weight: Option<&Tensor>, reduction: Reduction) -> Result<Tensor> {
+pub fn binary_cross_entropy(
+    input: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    reduction: Reduction,
+) -> Result<Tensor> {
     same_shape("binary_cross_entropy", input, target)?;
     let lp = F::clamp(&F::log(input)?, Some(-100.0), None)?;
     let one_minus = call("rsub", vec![input.into(), 1.0.into()])?;
@@ -244,7 +262,8 @@ pub fn binary_cross_entropy_with_logits(
     pos_weight: Option<&Tensor>,
 ) -> Result<Tensor> {
     same_shape("binary_cross_entropy_with_logits", input, target)?;
-    let softplus_neg = F::add(&call("log1p", vec![F::exp(&F::neg(&F::abs(input)?)?)?.into()])?, &F::relu(&F::neg(input)?)?)?;
+    let softplus_neg =
+        F::add(&call("log1p", vec![F::exp(&F::neg(&F::abs(input)?)?)?.into()])?, &F::relu(&F::neg(input)?)?)?;
     let one_minus_t = call("rsub", vec![target.into(), 1.0.into()])?;
     let coef = match pos_weight {
         Some(pw) => F::add(&F::mul(&F::sub(pw, 1.0)?, target)?, 1.0)?,

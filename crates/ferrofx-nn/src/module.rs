@@ -100,11 +100,7 @@ fn single_tensor_input<'a>(inputs: &'a [Value], what: &str) -> Result<&'a Tensor
         [Value::Tensor(t)] => Ok(t),
         _ => Err(Error::argument(
             what,
-            format!(
-                "this module's forward takes exactly one tensor, got {} argument(s): {:?}",
-                inputs.len(),
-                inputs
-            ),
+            format!("this module's forward takes exactly one tensor, got {} argument(s): {:?}", inputs.len(), inputs),
         )),
     }
 }
@@ -257,7 +253,10 @@ pub trait Module: ModuleStructure + Send + Sync + Any {
             }
         });
         found.ok_or_else(|| {
-            Error::argument("get_tensor", format!("{} has no parameter or buffer '{leaf}' (looked up '{name}')", m.type_name()))
+            Error::argument(
+                "get_tensor",
+                format!("{} has no parameter or buffer '{leaf}' (looked up '{name}')", m.type_name()),
+            )
         })
     }
 
@@ -319,7 +318,10 @@ pub trait Module: ModuleStructure + Send + Sync + Any {
     /// replaced by new leaf tensors that keep `requires_grad`.
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
         if !dtype.is_floating_point() {
-            return Err(Error::dtype("Module.to", format!("nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")));
+            return Err(Error::dtype(
+                "Module.to",
+                format!("nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}"),
+            ));
         }
         let mut err = None;
         self.apply(&mut |m| {
@@ -413,7 +415,8 @@ pub(crate) fn named_tensors(root: &dyn Module, kind: Option<TensorKind>, dedup: 
                 TensorKind::Buffer => bufs.push((q, t.clone())),
             }
         });
-        let lists: [(TensorKind, Vec<(String, Tensor)>); 2] = [(TensorKind::Parameter, params), (TensorKind::Buffer, bufs)];
+        let lists: [(TensorKind, Vec<(String, Tensor)>); 2] =
+            [(TensorKind::Parameter, params), (TensorKind::Buffer, bufs)];
         for (k, list) in lists {
             if kind.is_some_and(|want| want != k) {
                 continue;
@@ -527,7 +530,12 @@ impl ModuleField for Tensor {
     fn visit_field_tensors(&self, name: &str, kind: TensorKind, f: &mut dyn FnMut(&str, TensorKind, &Tensor)) {
         f(name, kind, self)
     }
-    fn visit_field_tensors_mut(&mut self, name: &str, kind: TensorKind, f: &mut dyn FnMut(&str, TensorKind, &mut Tensor)) {
+    fn visit_field_tensors_mut(
+        &mut self,
+        name: &str,
+        kind: TensorKind,
+        f: &mut dyn FnMut(&str, TensorKind, &mut Tensor),
+    ) {
         f(name, kind, self)
     }
 }
@@ -556,7 +564,12 @@ impl<T: ModuleField> ModuleField for Option<T> {
             x.visit_field_tensors(name, kind, f)
         }
     }
-    fn visit_field_tensors_mut(&mut self, name: &str, kind: TensorKind, f: &mut dyn FnMut(&str, TensorKind, &mut Tensor)) {
+    fn visit_field_tensors_mut(
+        &mut self,
+        name: &str,
+        kind: TensorKind,
+        f: &mut dyn FnMut(&str, TensorKind, &mut Tensor),
+    ) {
         if let Some(x) = self {
             x.visit_field_tensors_mut(name, kind, f)
         }
@@ -579,7 +592,12 @@ impl<T: ModuleField> ModuleField for Vec<T> {
             x.visit_field_tensors(&format!("{name}.{i}"), kind, f)
         }
     }
-    fn visit_field_tensors_mut(&mut self, name: &str, kind: TensorKind, f: &mut dyn FnMut(&str, TensorKind, &mut Tensor)) {
+    fn visit_field_tensors_mut(
+        &mut self,
+        name: &str,
+        kind: TensorKind,
+        f: &mut dyn FnMut(&str, TensorKind, &mut Tensor),
+    ) {
         for (i, x) in self.iter_mut().enumerate() {
             x.visit_field_tensors_mut(&format!("{name}.{i}"), kind, f)
         }

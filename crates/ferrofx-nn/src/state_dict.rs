@@ -119,7 +119,10 @@ fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
 
 /// Serializes a state dict to safetensors bytes (keys in the state dict's order are sorted by
 /// the format; metadata may be attached).
-pub fn state_dict_to_bytes(sd: &StateDict, metadata: Option<std::collections::HashMap<String, String>>) -> Result<Vec<u8>> {
+pub fn state_dict_to_bytes(
+    sd: &StateDict,
+    metadata: Option<std::collections::HashMap<String, String>>,
+) -> Result<Vec<u8>> {
     let mut owned = Vec::with_capacity(sd.len());
     for (k, t) in sd {
         owned.push((k.clone(), to_st_dtype(t.dtype()), t.shape().to_vec(), tensor_bytes(t)?));
@@ -150,7 +153,8 @@ fn from_le<T, const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
 /// safetensors writer, or by offset for files from other writers). Every length and dtype is
 /// validated by the safetensors parser; unsupported dtypes are errors.
 pub fn state_dict_from_bytes(bytes: &[u8]) -> Result<StateDict> {
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| Error::io("load_state_dict", format!("invalid safetensors data: {e}")))?;
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::io("load_state_dict", format!("invalid safetensors data: {e}")))?;
     let mut entries: Vec<(String, TensorView)> = st.tensors();
     // keep the file's data order (what PyTorch's state_dict order usually becomes)
     entries.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
@@ -170,7 +174,10 @@ pub fn state_dict_from_bytes(bytes: &[u8]) -> Result<StateDict> {
             StDtype::F32 => CpuBuffer::F32(from_le(b, f32::from_le_bytes)),
             StDtype::F64 => CpuBuffer::F64(from_le(b, f64::from_le_bytes)),
             other => {
-                return Err(Error::io("load_state_dict", format!("tensor '{name}' has dtype {other:?}, which ferrofx does not support")))
+                return Err(Error::io(
+                    "load_state_dict",
+                    format!("tensor '{name}' has dtype {other:?}, which ferrofx does not support"),
+                ))
             }
         };
         sd.insert(name.clone(), Tensor::from_buffer(buf, &shape).map_err(|e| e.in_op("load_state_dict"))?);

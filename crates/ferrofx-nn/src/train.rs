@@ -85,7 +85,11 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
     let total = (steps_per_epoch * cfg.epochs) as u64;
     let mut opt = Adam::new(model.parameters(), cfg.lr, (0.9, 0.999), 1e-8, 0.0)?;
     let mut sched = OneCycleLR::new(&mut opt, cfg.lr, total.max(2), 0.25, 10.0, 100.0)?;
-    let pb = if cfg.progress { ProgressBar::new(total) } else { ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden()) };
+    let pb = if cfg.progress {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden())
+    };
     pb.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} batches, {elapsed_precise} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -122,14 +126,18 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
         let (test_loss, acc) = evaluate(&model, &test)?;
         let stats = EpochStats { epoch, train_loss: sum / n.max(1) as f64, test_loss, test_accuracy: acc };
         if cfg.progress {
-            pb.println(format!(
-                "epoch {:>2}/{}: train loss {:.4}, test loss {:.4}, test accuracy {:.2}%",
-                epoch,
-                cfg.epochs,
-                stats.train_loss,
-                stats.test_loss,
-                100.0 * acc
-            ));
+            // on stdout, above the bar (indicatif's own println is silent when stderr is not a
+            // terminal)
+            pb.suspend(|| {
+                println!(
+                    "epoch {:>2}/{}: train loss {:.4}, test loss {:.4}, test accuracy {:.2}%",
+                    epoch,
+                    cfg.epochs,
+                    stats.train_loss,
+                    stats.test_loss,
+                    100.0 * acc
+                )
+            });
         }
         epochs.push(stats);
     }

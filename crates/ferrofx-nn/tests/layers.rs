@@ -34,7 +34,10 @@ fn pytorch_default_inits() {
     assert_eq!(keys, ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]);
     let tel = TransformerEncoderLayer::new(8, 2, 16, 0.1, "relu", false, false).unwrap();
     let keys: Vec<String> = tel.state_dict().keys().cloned().collect();
-    assert_eq!(keys[..4], ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias"]);
+    assert_eq!(
+        keys[..4],
+        ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias"]
+    );
     assert_eq!(keys.len(), 12);
 }
 
@@ -66,7 +69,11 @@ fn dropout_train_and_eval() {
     assert!(y.iter().all(|&v| v == 0.0 || v == 2.0));
     d.eval();
     assert_eq!(d.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 1000]);
-    assert!(Dropout::new(1.5).err().unwrap().to_string().contains("dropout probability has to be between 0 and 1, but got 1.5"));
+    assert!(Dropout::new(1.5)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("dropout probability has to be between 0 and 1, but got 1.5"));
 }
 
 #[test]
@@ -106,8 +113,14 @@ fn attention_masks_zero_the_masked_keys() {
         assert!((w[9 + q * 3] - 1.0).abs() < 1e-6);
     }
     // causal float mask through forward_values
-    let causal = Tensor::from_vec(vec![0.0f32, f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, 0.0, f32::NEG_INFINITY, 0.0, 0.0, 0.0], &[3, 3]).unwrap();
-    let out = mha.call_values(&[x.clone().into(), Value::None, Value::None, Value::None, true.into(), causal.into()]).unwrap();
+    let causal = Tensor::from_vec(
+        vec![0.0f32, f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, 0.0, f32::NEG_INFINITY, 0.0, 0.0, 0.0],
+        &[3, 3],
+    )
+    .unwrap();
+    let out = mha
+        .call_values(&[x.clone().into(), Value::None, Value::None, Value::None, true.into(), causal.into()])
+        .unwrap();
     let w = out[1].as_tensor().unwrap().to_vec::<f32>().unwrap();
     assert_eq!(w[1], 0.0);
     assert_eq!(w[2], 0.0);
@@ -118,12 +131,25 @@ fn attention_masks_zero_the_masked_keys() {
 fn loss_bad_input_messages() {
     let x = t(vec![0.0; 6], &[2, 3]);
     let e = loss::mse_loss(&x, &t(vec![0.0; 3], &[3]), Reduction::Mean).unwrap_err().to_string();
-    assert!(e.contains("Using a target size ([3]) that is different to the input size ([2, 3]) is not supported"), "{e}");
-    let e = loss::cross_entropy(&x, &Tensor::from_vec(vec![0i64, 5], &[2]).unwrap(), &CeOpts::default()).unwrap_err().to_string();
+    assert!(
+        e.contains("Using a target size ([3]) that is different to the input size ([2, 3]) is not supported"),
+        "{e}"
+    );
+    let e = loss::cross_entropy(&x, &Tensor::from_vec(vec![0i64, 5], &[2]).unwrap(), &CeOpts::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Target 5 is out of bounds"), "{e}");
-    let e = loss::cross_entropy(&x, &Tensor::from_vec(vec![0i64, 1, 2], &[3]).unwrap(), &CeOpts::default()).unwrap_err().to_string();
+    let e = loss::cross_entropy(&x, &Tensor::from_vec(vec![0i64, 1, 2], &[3]).unwrap(), &CeOpts::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("expected target of shape [2]"), "{e}");
-    let e = loss::cross_entropy(&x, &Tensor::from_vec(vec![0i64, 1], &[2]).unwrap(), &CeOpts { label_smoothing: 2.0, ..Default::default() }).unwrap_err().to_string();
+    let e = loss::cross_entropy(
+        &x,
+        &Tensor::from_vec(vec![0i64, 1], &[2]).unwrap(),
+        &CeOpts { label_smoothing: 2.0, ..Default::default() },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("label_smoothing must be between 0.0 and 1.0"), "{e}");
     assert!(Reduction::parse("avg").unwrap_err().to_string().contains("avg is not a valid value for reduction"));
     let e = loss::smooth_l1_loss(&x, &x, Reduction::Mean, -1.0).unwrap_err().to_string();
@@ -136,11 +162,27 @@ fn loss_bad_input_messages() {
 #[test]
 fn optimizer_bad_arguments_and_clipping() {
     let p = t(vec![1.0, 2.0], &[2]).requires_grad_(true).unwrap();
-    assert!(optim::Sgd::new(vec![p.clone()], -1.0, 0.0, 0.0, 0.0, false).err().unwrap().to_string().contains("Invalid learning rate: -1"));
-    assert!(optim::Sgd::new(vec![p.clone()], 0.1, 0.0, 0.0, 0.0, true).err().unwrap().to_string().contains("Nesterov momentum requires a momentum and zero dampening"));
-    assert!(optim::Adam::new(vec![p.clone()], 0.1, (1.0, 0.9), 1e-8, 0.0).err().unwrap().to_string().contains("Invalid beta parameter at index 0: 1"));
+    assert!(optim::Sgd::new(vec![p.clone()], -1.0, 0.0, 0.0, 0.0, false)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("Invalid learning rate: -1"));
+    assert!(optim::Sgd::new(vec![p.clone()], 0.1, 0.0, 0.0, 0.0, true)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("Nesterov momentum requires a momentum and zero dampening"));
+    assert!(optim::Adam::new(vec![p.clone()], 0.1, (1.0, 0.9), 1e-8, 0.0)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("Invalid beta parameter at index 0: 1"));
     let ip = Tensor::from_vec(vec![1i64], &[1]).unwrap();
-    assert!(optim::Sgd::new(vec![ip], 0.1, 0.0, 0.0, 0.0, false).err().unwrap().to_string().contains("optimizers need floating-point parameters"));
+    assert!(optim::Sgd::new(vec![ip], 0.1, 0.0, 0.0, 0.0, false)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("optimizers need floating-point parameters"));
     // a parameter without gradient is skipped
     let mut sgd = optim::Sgd::new(vec![p.clone()], 0.1, 0.9, 0.0, 0.0, false).unwrap();
     sgd.step().unwrap();
@@ -188,7 +230,10 @@ fn zoo_models_run_and_have_torchvision_keys() {
     assert!(mb.state_dict().contains_key("features.1.conv.0.0.weight"));
     assert!(mb.state_dict().contains_key("features.2.conv.3.running_mean"));
     assert!(mb.state_dict().contains_key("classifier.1.weight"));
-    assert_eq!(mb.forward(&ferrofx_core::ops::random::randn(&[1, 3, 32, 32], None).unwrap()).unwrap().shape(), &[1, 10]);
+    assert_eq!(
+        mb.forward(&ferrofx_core::ops::random::randn(&[1, 3, 32, 32], None).unwrap()).unwrap().shape(),
+        &[1, 10]
+    );
     let full = MobileNetV2::new(1000, 1.0).unwrap();
     assert_eq!(full.state_dict().len(), 314);
     assert_eq!(full.parameters().iter().map(|p| p.numel()).sum::<usize>(), 3_504_872);

@@ -2,8 +2,8 @@
 
 use ferrofx_core::{DType, Tensor, Value};
 use ferrofx_nn::{
-    load_state_dict_file, save_state_dict, state_dict_from_bytes, state_dict_to_bytes, Linear, Module,
-    ModuleCallHook, ModuleDict, ModuleList, ModuleStructure, Result, Sequential, StateDict, TensorKind,
+    load_state_dict_file, save_state_dict, state_dict_from_bytes, state_dict_to_bytes, Linear, Module, ModuleCallHook,
+    ModuleDict, ModuleList, ModuleStructure, Result, Sequential, StateDict, TensorKind,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -263,7 +263,10 @@ fn state_dict_round_trip_through_safetensors() {
     let sd2 = load_state_dict_file(&path).unwrap();
     std::fs::remove_file(&path).ok();
     assert_eq!(sd2.len(), 14);
-    assert!(state_dict_from_bytes(&bytes[..bytes.len() - 3]).unwrap_err().to_string().contains("invalid safetensors data"));
+    assert!(state_dict_from_bytes(&bytes[..bytes.len() - 3])
+        .unwrap_err()
+        .to_string()
+        .contains("invalid safetensors data"));
     assert!(load_state_dict_file("/nonexistent/x.safetensors").unwrap_err().to_string().contains("cannot read"));
 }
 
@@ -310,11 +313,17 @@ fn load_state_dict_missing_only_and_non_strict_report() {
     sd.shift_remove("0.bias");
     sd.shift_remove("0.weight");
     let e = m.load_state_dict(&sd, true).unwrap_err();
-    assert_eq!(e.message(), "Error(s) in loading state_dict for Sequential:\n\tMissing key(s) in state_dict: \"0.weight\", \"0.bias\". ");
+    assert_eq!(
+        e.message(),
+        "Error(s) in loading state_dict for Sequential:\n\tMissing key(s) in state_dict: \"0.weight\", \"0.bias\". "
+    );
     let mut sd = m.state_dict();
     sd.insert("junk".into(), Tensor::scalar(1i64));
     let e = m.load_state_dict(&sd, true).unwrap_err();
-    assert_eq!(e.message(), "Error(s) in loading state_dict for Sequential:\n\tUnexpected key(s) in state_dict: \"junk\". ");
+    assert_eq!(
+        e.message(),
+        "Error(s) in loading state_dict for Sequential:\n\tUnexpected key(s) in state_dict: \"junk\". "
+    );
     let new_w = Tensor::from_vec(vec![2.0f64; 12], &[3, 4]).unwrap(); // f64 converts to f32
     let mut sd = StateDict::new();
     sd.insert("0.weight".into(), new_w);

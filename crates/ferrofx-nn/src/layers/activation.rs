@@ -197,7 +197,10 @@ impl Dropout {
     /// `Dropout(p)`; `p` must be in `[0, 1]`.
     pub fn new(p: f64) -> Result<Dropout> {
         if !(0.0..=1.0).contains(&p) {
-            return Err(Error::argument("Dropout", format!("dropout probability has to be between 0 and 1, but got {p}")));
+            return Err(Error::argument(
+                "Dropout",
+                format!("dropout probability has to be between 0 and 1, but got {p}"),
+            ));
         }
         Ok(Dropout { p, training: true })
     }

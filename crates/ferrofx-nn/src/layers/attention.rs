@@ -35,7 +35,10 @@ impl MultiheadAttention {
     /// `MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first)`.
     pub fn new(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool, batch_first: bool) -> Result<Self> {
         if num_heads == 0 || embed_dim % num_heads != 0 {
-            return Err(Error::argument("MultiheadAttention", format!("embed_dim must be divisible by num_heads (got {embed_dim} and {num_heads})")));
+            return Err(Error::argument(
+                "MultiheadAttention",
+                format!("embed_dim must be divisible by num_heads (got {embed_dim} and {num_heads})"),
+            ));
         }
         let e = embed_dim;
         let in_proj_weight = init::parameter(&[3 * e, e], |t| init::xavier_uniform_(t, 1.0))?;
@@ -44,7 +47,16 @@ impl MultiheadAttention {
         if let Some(b) = &out_proj.bias {
             init::zeros_(b)?;
         }
-        Ok(MultiheadAttention { in_proj_weight, in_proj_bias, out_proj, embed_dim, num_heads, dropout, batch_first, training: true })
+        Ok(MultiheadAttention {
+            in_proj_weight,
+            in_proj_bias,
+            out_proj,
+            embed_dim,
+            num_heads,
+            dropout,
+            batch_first,
+            training: true,
+        })
     }
 
     /// Attention of `query` over `key`/`value`; returns the output and (if `need_weights`) the
@@ -99,11 +111,15 @@ impl MultiheadAttention {
         let scores = F::mul(&q.matmul(&k.transpose(1, 2)?)?, 1.0 / (hd as f64).sqrt())?; // [N*H, L, S]
         let mut scores = scores;
         if let Some(m) = attn_mask {
-            scores = if m.dtype() == DType::Bool { scores.masked_fill(m, f64::NEG_INFINITY)? } else { F::add(&scores, m)? };
+            scores =
+                if m.dtype() == DType::Bool { scores.masked_fill(m, f64::NEG_INFINITY)? } else { F::add(&scores, m)? };
         }
         if let Some(kpm) = key_padding_mask {
             if kpm.shape() != [n as usize, s as usize] {
-                return Err(Error::shape(name, format!("key_padding_mask must be [N, S] = [{n}, {s}], got {:?}", kpm.shape())));
+                return Err(Error::shape(
+                    name,
+                    format!("key_padding_mask must be [N, S] = [{n}, {s}], got {:?}", kpm.shape()),
+                ));
             }
             let kpm = if kpm.dtype() == DType::Bool { kpm.clone() } else { kpm.to_dtype(DType::Bool)? };
             let m = kpm.reshape(&[n, 1, 1, s])?.expand(&[n, h, 1, s])?.reshape(&[n * h, 1, s])?;
@@ -129,7 +145,10 @@ impl Module for MultiheadAttention {
             match inputs.get(i) {
                 None | Some(Value::None) => Ok(None),
                 Some(Value::Tensor(t)) => Ok(Some(t)),
-                Some(v) => Err(Error::argument("MultiheadAttention", format!("argument {i} must be a tensor or None, got {v:?}"))),
+                Some(v) => Err(Error::argument(
+                    "MultiheadAttention",
+                    format!("argument {i} must be a tensor or None, got {v:?}"),
+                )),
             }
         };
         let q = t(0)?.ok_or_else(|| Error::argument("MultiheadAttention", "missing query"))?;
@@ -177,9 +196,20 @@ impl TransformerEncoderLayer {
     /// `TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation,
     /// layer_norm_eps=1e-5, batch_first, norm_first)`.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(d_model: usize, nhead: usize, dim_feedforward: usize, dropout: f64, activation: &str, batch_first: bool, norm_first: bool) -> Result<Self> {
+    pub fn new(
+        d_model: usize,
+        nhead: usize,
+        dim_feedforward: usize,
+        dropout: f64,
+        activation: &str,
+        batch_first: bool,
+        norm_first: bool,
+    ) -> Result<Self> {
         if activation != "relu" && activation != "gelu" {
-            return Err(Error::argument("TransformerEncoderLayer", format!("activation should be relu/gelu, not {activation}")));
+            return Err(Error::argument(
+                "TransformerEncoderLayer",
+                format!("activation should be relu/gelu, not {activation}"),
+            ));
         }
         Ok(TransformerEncoderLayer {
             self_attn: MultiheadAttention::new(d_model, nhead, dropout, true, batch_first)?,
@@ -199,8 +229,18 @@ impl TransformerEncoderLayer {
         let out = if mask.is_none() && kpm.is_none() {
             self.self_attn.call(x)?
         } else {
-            let v = self.self_attn.call_values(&[x.into(), x.into(), x.into(), kpm.cloned().into(), false.into(), mask.cloned().into()])?;
-            v.into_iter().next().and_then(|v| v.as_tensor().cloned()).ok_or_else(|| Error::argument("TransformerEncoderLayer", "attention returned no tensor"))?
+            let v = self.self_attn.call_values(&[
+                x.into(),
+                x.into(),
+                x.into(),
+                kpm.cloned().into(),
+                false.into(),
+                mask.cloned().into(),
+            ])?;
+            v.into_iter()
+                .next()
+                .and_then(|v| v.as_tensor().cloned())
+                .ok_or_else(|| Error::argument("TransformerEncoderLayer", "attention returned no tensor"))?
         };
         self.dropout1.call(&out)
     }

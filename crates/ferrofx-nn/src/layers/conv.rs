@@ -5,10 +5,16 @@ use ferrofx_core::{Error, Result, Tensor};
 
 fn check(name: &str, cin: usize, cout: usize, groups: usize) -> Result<()> {
     if groups == 0 || cin % groups != 0 {
-        return Err(Error::argument(name, format!("in_channels must be divisible by groups (in_channels={cin}, groups={groups})")));
+        return Err(Error::argument(
+            name,
+            format!("in_channels must be divisible by groups (in_channels={cin}, groups={groups})"),
+        ));
     }
     if cout % groups != 0 {
-        return Err(Error::argument(name, format!("out_channels must be divisible by groups (out_channels={cout}, groups={groups})")));
+        return Err(Error::argument(
+            name,
+            format!("out_channels must be divisible by groups (out_channels={cout}, groups={groups})"),
+        ));
     }
     Ok(())
 }
@@ -197,7 +203,13 @@ pub struct ConvTranspose2d {
 
 impl ConvTranspose2d {
     /// `ConvTranspose2d(in, out, k, stride, padding, output_padding, groups, bias, dilation)`.
-    pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize, o: Conv2dOpts, output_padding: usize) -> Result<ConvTranspose2d> {
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        o: Conv2dOpts,
+        output_padding: usize,
+    ) -> Result<ConvTranspose2d> {
         check("ConvTranspose2d", in_channels, out_channels, o.groups)?;
         let k = kernel_size;
         let weight = init::default_weight(&[in_channels, out_channels / o.groups, k, k])?;
@@ -222,7 +234,16 @@ impl ConvTranspose2d {
 
 impl Module for ConvTranspose2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        F::conv_transpose2d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.output_padding, self.groups, self.dilation)
+        F::conv_transpose2d(
+            x,
+            &self.weight,
+            self.bias.as_ref(),
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )
     }
     fn is_builtin_leaf(&self) -> bool {
         true

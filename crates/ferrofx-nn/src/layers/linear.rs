@@ -35,7 +35,12 @@ impl Module for Linear {
         true
     }
     fn extra_repr(&self) -> String {
-        format!("in_features={}, out_features={}, bias={}", self.in_features, self.out_features, py_bool(self.bias.is_some()))
+        format!(
+            "in_features={}, out_features={}, bias={}",
+            self.in_features,
+            self.out_features,
+            py_bool(self.bias.is_some())
+        )
     }
 }
 
@@ -130,7 +135,10 @@ impl Bilinear {
 
 impl Module for Bilinear {
     fn forward(&self, _x: &Tensor) -> Result<Tensor> {
-        Err(ferrofx_core::Error::argument("Bilinear", "Bilinear takes two inputs: use call_values(&[x1, x2]) or forward2"))
+        Err(ferrofx_core::Error::argument(
+            "Bilinear",
+            "Bilinear takes two inputs: use call_values(&[x1, x2]) or forward2",
+        ))
     }
     fn forward_values(&self, inputs: &[ferrofx_core::Value]) -> Result<Vec<ferrofx_core::Value>> {
         match inputs {
@@ -142,6 +150,12 @@ impl Module for Bilinear {
         true
     }
     fn extra_repr(&self) -> String {
-        format!("in1_features={}, in2_features={}, out_features={}, bias={}", self.in1, self.in2, self.out, py_bool(self.bias.is_some()))
+        format!(
+            "in1_features={}, in2_features={}, out_features={}, bias={}",
+            self.in1,
+            self.in2,
+            self.out,
+            py_bool(self.bias.is_some())
+        )
     }
 }

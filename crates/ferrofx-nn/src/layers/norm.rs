@@ -38,7 +38,14 @@ enum BnKind {
 }
 
 impl BatchNorm {
-    fn make(num_features: usize, kind: BnKind, eps: f64, momentum: Option<f64>, affine: bool, track: bool) -> Result<BatchNorm> {
+    fn make(
+        num_features: usize,
+        kind: BnKind,
+        eps: f64,
+        momentum: Option<f64>,
+        affine: bool,
+        track: bool,
+    ) -> Result<BatchNorm> {
         let c = num_features;
         let (weight, bias) = if affine {
             (Some(init::parameter(&[c], init::ones_)?), Some(init::parameter(&[c], init::zeros_)?))
@@ -78,11 +85,23 @@ impl BatchNorm {
         BatchNorm::make(num_features, BnKind::D2, 1e-5, Some(0.1), true, true)
     }
     /// `BatchNorm2d(num_features, eps, momentum, affine, track_running_stats)`.
-    pub fn with_2d(num_features: usize, eps: f64, momentum: Option<f64>, affine: bool, track_running_stats: bool) -> Result<BatchNorm> {
+    pub fn with_2d(
+        num_features: usize,
+        eps: f64,
+        momentum: Option<f64>,
+        affine: bool,
+        track_running_stats: bool,
+    ) -> Result<BatchNorm> {
         BatchNorm::make(num_features, BnKind::D2, eps, momentum, affine, track_running_stats)
     }
     /// `BatchNorm1d(num_features, eps, momentum, affine, track_running_stats)`.
-    pub fn with_1d(num_features: usize, eps: f64, momentum: Option<f64>, affine: bool, track_running_stats: bool) -> Result<BatchNorm> {
+    pub fn with_1d(
+        num_features: usize,
+        eps: f64,
+        momentum: Option<f64>,
+        affine: bool,
+        track_running_stats: bool,
+    ) -> Result<BatchNorm> {
         BatchNorm::make(num_features, BnKind::D1, eps, momentum, affine, track_running_stats)
     }
 }
@@ -147,8 +166,6 @@ impl Module for BatchNorm {
     }
 }
 
-
-
 /// `nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias)`: weight 1, bias 0.
 #[derive(crate::Module)]
 pub struct LayerNorm {
@@ -212,7 +229,10 @@ impl GroupNorm {
     /// `GroupNorm(num_groups, num_channels)` with defaults.
     pub fn new(num_groups: usize, num_channels: usize) -> Result<GroupNorm> {
         if num_groups == 0 || num_channels % num_groups != 0 {
-            return Err(Error::argument("GroupNorm", format!("num_channels must be divisible by num_groups (got {num_channels} and {num_groups})")));
+            return Err(Error::argument(
+                "GroupNorm",
+                format!("num_channels must be divisible by num_groups (got {num_channels} and {num_groups})"),
+            ));
         }
         Ok(GroupNorm {
             weight: Some(init::parameter(&[num_channels], init::ones_)?),
@@ -232,6 +252,11 @@ impl Module for GroupNorm {
         true
     }
     fn extra_repr(&self) -> String {
-        format!("{}, {}, eps=1e-05, affine={}", self.num_groups, self.num_channels, super::linear::py_bool(self.weight.is_some()))
+        format!(
+            "{}, {}, eps=1e-05, affine={}",
+            self.num_groups,
+            self.num_channels,
+            super::linear::py_bool(self.weight.is_some())
+        )
     }
 }

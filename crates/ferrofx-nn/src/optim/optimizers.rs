@@ -26,12 +26,26 @@ pub trait Optimizer {
 
 /// Runs `f(param, grad, states)` per element (in f64) for a parameter with a gradient and up to
 /// three state tensors of its dtype/shape.
-fn update<const K: usize>(op: &str, p: &Tensor, states: &[Tensor; K], f: impl Fn(&mut f64, f64, &mut [f64; K])) -> Result<()> {
+fn update<const K: usize>(
+    op: &str,
+    p: &Tensor,
+    states: &[Tensor; K],
+    f: impl Fn(&mut f64, f64, &mut [f64; K]),
+) -> Result<()> {
     let Some(g) = p.grad() else { return Ok(()) };
     if g.shape() != p.shape() {
-        return Err(Error::shape(op, format!("gradient shape {:?} differs from parameter shape {:?}", g.shape(), p.shape())));
+        return Err(Error::shape(
+            op,
+            format!("gradient shape {:?} differs from parameter shape {:?}", g.shape(), p.shape()),
+        ));
     }
-    fn run<T: Element, const K: usize>(op: &str, p: &Tensor, g: &Tensor, states: &[Tensor; K], f: &impl Fn(&mut f64, f64, &mut [f64; K])) -> Result<()> {
+    fn run<T: Element, const K: usize>(
+        op: &str,
+        p: &Tensor,
+        g: &Tensor,
+        states: &[Tensor; K],
+        f: &impl Fn(&mut f64, f64, &mut [f64; K]),
+    ) -> Result<()> {
         let g = g.to_dtype(T::DTYPE)?;
         let gv: Vec<T> = g.to_vec::<T>()?;
         let (ps, pl) = p.concrete(op)?;
@@ -80,7 +94,10 @@ fn zeros_like(p: &Tensor) -> Result<Tensor> {
 fn check_params(op: &str, params: &[Tensor]) -> Result<()> {
     for (i, p) in params.iter().enumerate() {
         if !p.dtype().is_floating_point() {
-            return Err(Error::dtype(op, format!("parameter {i} has dtype {}; optimizers need floating-point parameters", p.dtype())));
+            return Err(Error::dtype(
+                op,
+                format!("parameter {i} has dtype {}; optimizers need floating-point parameters", p.dtype()),
+            ));
         }
         if p.storage().is_none() {
             return Err(Error::argument(op, format!("parameter {i} is symbolic")));
@@ -94,11 +111,19 @@ fn scalar(v: f64) -> Tensor {
 }
 
 fn get_scalar(sd: &StateDict, key: &str) -> Result<f64> {
-    let t = sd.get(key).ok_or_else(|| Error::argument("Optimizer.load_state_dict", format!("missing key \"{key}\" in the optimizer state")))?;
+    let t = sd.get(key).ok_or_else(|| {
+        Error::argument("Optimizer.load_state_dict", format!("missing key \"{key}\" in the optimizer state"))
+    })?;
     Ok(t.to_vec_f64()?.first().copied().unwrap_or(0.0))
 }
 
-fn load_states(op: &str, sd: &StateDict, params: &[Tensor], names: &[&str], states: &mut [Vec<Option<Tensor>>]) -> Result<()> {
+fn load_states(
+    op: &str,
+    sd: &StateDict,
+    params: &[Tensor],
+    names: &[&str],
+    states: &mut [Vec<Option<Tensor>>],
+) -> Result<()> {
     let n = get_scalar(sd, "param_groups.0.num_params")? as usize;
     if n != params.len() {
         return Err(Error::argument(
@@ -112,7 +137,14 @@ fn load_states(op: &str, sd: &StateDict, params: &[Tensor], names: &[&str], stat
                 None => None,
                 Some(t) => {
                     if t.shape() != p.shape() {
-                        return Err(Error::shape(op, format!("state.{i}.{name} has shape {:?}, parameter {i} has shape {:?}", t.shape(), p.shape())));
+                        return Err(Error::shape(
+                            op,
+                            format!(
+                                "state.{i}.{name} has shape {:?}, parameter {i} has shape {:?}",
+                                t.shape(),
+                                p.shape()
+                            ),
+                        ));
                     }
                     Some(t.to_dtype(p.dtype())?.contiguous()?.detach())
                 }
@@ -150,7 +182,14 @@ pub struct Sgd {
 
 impl Sgd {
     /// A new SGD optimizer.
-    pub fn new(params: Vec<Tensor>, lr: f64, momentum: f64, dampening: f64, weight_decay: f64, nesterov: bool) -> Result<Sgd> {
+    pub fn new(
+        params: Vec<Tensor>,
+        lr: f64,
+        momentum: f64,
+        dampening: f64,
+        weight_decay: f64,
+        nesterov: bool,
+    ) -> Result<Sgd> {
         check_params("SGD", &params)?;
         if lr < 0.0 {
             return Err(Error::argument("SGD", format!("Invalid learning rate: {lr}")));
@@ -209,7 +248,14 @@ impl Optimizer for Sgd {
     fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::new();
         save_states(&mut sd, &["momentum_buffer"], std::slice::from_ref(&self.bufs));
-        for (k, v) in [("lr", self.lr), ("momentum", self.momentum), ("dampening", self.dampening), ("weight_decay", self.weight_decay), ("nesterov", self.nesterov as u8 as f64), ("num_params", self.params.len() as f64)] {
+        for (k, v) in [
+            ("lr", self.lr),
+            ("momentum", self.momentum),
+            ("dampening", self.dampening),
+            ("weight_decay", self.weight_decay),
+            ("nesterov", self.nesterov as u8 as f64),
+            ("num_params", self.params.len() as f64),
+        ] {
             sd.insert(format!("param_groups.0.{k}"), scalar(v));
         }
         sd
@@ -257,7 +303,15 @@ impl Adam {
     pub fn adamw(params: Vec<Tensor>, lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64) -> Result<Adam> {
         Adam::make("AdamW", params, lr, betas, eps, weight_decay, true)
     }
-    fn make(name: &str, params: Vec<Tensor>, lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64, decoupled: bool) -> Result<Adam> {
+    fn make(
+        name: &str,
+        params: Vec<Tensor>,
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+        decoupled: bool,
+    ) -> Result<Adam> {
         check_params(name, &params)?;
         if lr < 0.0 {
             return Err(Error::argument(name, format!("Invalid learning rate: {lr}")));
@@ -275,7 +329,17 @@ impl Adam {
             return Err(Error::argument(name, format!("Invalid weight_decay value: {weight_decay}")));
         }
         let n = params.len();
-        Ok(Adam { params, lr, betas, eps, weight_decay, decoupled, steps: vec![0; n], m: vec![None; n], v: vec![None; n] })
+        Ok(Adam {
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            decoupled,
+            steps: vec![0; n],
+            m: vec![None; n],
+            v: vec![None; n],
+        })
     }
 }
 
@@ -328,7 +392,14 @@ impl Optimizer for Adam {
                 sd.insert(format!("state.{i}.step"), scalar(*s as f64));
             }
         }
-        for (k, v) in [("lr", self.lr), ("beta1", self.betas.0), ("beta2", self.betas.1), ("eps", self.eps), ("weight_decay", self.weight_decay), ("num_params", self.params.len() as f64)] {
+        for (k, v) in [
+            ("lr", self.lr),
+            ("beta1", self.betas.0),
+            ("beta2", self.betas.1),
+            ("eps", self.eps),
+            ("weight_decay", self.weight_decay),
+            ("num_params", self.params.len() as f64),
+        ] {
             sd.insert(format!("param_groups.0.{k}"), scalar(v));
         }
         sd
@@ -376,7 +447,15 @@ pub struct RmsProp {
 
 impl RmsProp {
     /// A new RMSprop optimizer.
-    pub fn new(params: Vec<Tensor>, lr: f64, alpha: f64, eps: f64, weight_decay: f64, momentum: f64, centered: bool) -> Result<RmsProp> {
+    pub fn new(
+        params: Vec<Tensor>,
+        lr: f64,
+        alpha: f64,
+        eps: f64,
+        weight_decay: f64,
+        momentum: f64,
+        centered: bool,
+    ) -> Result<RmsProp> {
         check_params("RMSprop", &params)?;
         if lr < 0.0 {
             return Err(Error::argument("RMSprop", format!("Invalid learning rate: {lr}")));
@@ -388,13 +467,25 @@ impl RmsProp {
             return Err(Error::argument("RMSprop", format!("Invalid momentum value: {momentum}")));
         }
         let n = params.len();
-        Ok(RmsProp { params, lr, alpha, eps, weight_decay, momentum, centered, sq: vec![None; n], gavg: vec![None; n], buf: vec![None; n] })
+        Ok(RmsProp {
+            params,
+            lr,
+            alpha,
+            eps,
+            weight_decay,
+            momentum,
+            centered,
+            sq: vec![None; n],
+            gavg: vec![None; n],
+            buf: vec![None; n],
+        })
     }
 }
 
 impl Optimizer for RmsProp {
     fn step(&mut self) -> Result<()> {
-        let (lr, a, eps, wd, mom, cen) = (self.lr, self.alpha, self.eps, self.weight_decay, self.momentum, self.centered);
+        let (lr, a, eps, wd, mom, cen) =
+            (self.lr, self.alpha, self.eps, self.weight_decay, self.momentum, self.centered);
         for (i, p) in self.params.iter().enumerate() {
             if p.grad().is_none() {
                 continue;
@@ -404,7 +495,11 @@ impl Optimizer for RmsProp {
                 self.gavg[i] = Some(zeros_like(p)?);
                 self.buf[i] = Some(zeros_like(p)?);
             }
-            let st = [self.sq[i].clone().expect("set"), self.gavg[i].clone().expect("set"), self.buf[i].clone().expect("set")];
+            let st = [
+                self.sq[i].clone().expect("set"),
+                self.gavg[i].clone().expect("set"),
+                self.buf[i].clone().expect("set"),
+            ];
             update("RMSprop", p, &st, |x, g, s| {
                 let g = g + wd * *x;
                 s[0] = a * s[0] + (1.0 - a) * g * g;
@@ -435,8 +530,20 @@ impl Optimizer for RmsProp {
     }
     fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::new();
-        save_states(&mut sd, &["square_avg", "grad_avg", "momentum_buffer"], &[self.sq.clone(), self.gavg.clone(), self.buf.clone()]);
-        for (k, v) in [("lr", self.lr), ("alpha", self.alpha), ("eps", self.eps), ("weight_decay", self.weight_decay), ("momentum", self.momentum), ("centered", self.centered as u8 as f64), ("num_params", self.params.len() as f64)] {
+        save_states(
+            &mut sd,
+            &["square_avg", "grad_avg", "momentum_buffer"],
+            &[self.sq.clone(), self.gavg.clone(), self.buf.clone()],
+        );
+        for (k, v) in [
+            ("lr", self.lr),
+            ("alpha", self.alpha),
+            ("eps", self.eps),
+            ("weight_decay", self.weight_decay),
+            ("momentum", self.momentum),
+            ("centered", self.centered as u8 as f64),
+            ("num_params", self.params.len() as f64),
+        ] {
             sd.insert(format!("param_groups.0.{k}"), scalar(v));
         }
         sd
@@ -444,7 +551,13 @@ impl Optimizer for RmsProp {
     fn load_state_dict(&mut self, sd: &StateDict) -> Result<()> {
         let n = self.params.len();
         let mut st = vec![vec![None; n], vec![None; n], vec![None; n]];
-        load_states("RMSprop.load_state_dict", sd, &self.params, &["square_avg", "grad_avg", "momentum_buffer"], &mut st)?;
+        load_states(
+            "RMSprop.load_state_dict",
+            sd,
+            &self.params,
+            &["square_avg", "grad_avg", "momentum_buffer"],
+            &mut st,
+        )?;
         self.buf = st.pop().unwrap_or_default();
         self.gavg = st.pop().unwrap_or_default();
         self.sq = st.pop().unwrap_or_default();

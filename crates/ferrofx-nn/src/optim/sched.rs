@@ -90,16 +90,34 @@ pub struct OneCycleLR {
 
 impl OneCycleLR {
     /// Sets the optimizer's learning rate to the initial one.
-    pub fn new(opt: &mut dyn Optimizer, max_lr: f64, total_steps: u64, pct_start: f64, div_factor: f64, final_div_factor: f64) -> Result<OneCycleLR> {
+    pub fn new(
+        opt: &mut dyn Optimizer,
+        max_lr: f64,
+        total_steps: u64,
+        pct_start: f64,
+        div_factor: f64,
+        final_div_factor: f64,
+    ) -> Result<OneCycleLR> {
         if total_steps == 0 {
             return Err(Error::argument("OneCycleLR", "Expected positive integer total_steps, but got 0"));
         }
         if !(0.0..=1.0).contains(&pct_start) {
-            return Err(Error::argument("OneCycleLR", format!("Expected float between 0 and 1 pct_start, but got {pct_start}")));
+            return Err(Error::argument(
+                "OneCycleLR",
+                format!("Expected float between 0 and 1 pct_start, but got {pct_start}"),
+            ));
         }
         let initial = max_lr / div_factor;
         opt.set_lr(initial);
-        Ok(OneCycleLR { initial, max_lr, min_lr: initial / final_div_factor, total: total_steps, pct_start, step_num: 0, last: initial })
+        Ok(OneCycleLR {
+            initial,
+            max_lr,
+            min_lr: initial / final_div_factor,
+            total: total_steps,
+            pct_start,
+            step_num: 0,
+            last: initial,
+        })
     }
     fn lr_at(&self, step: u64) -> f64 {
         let cos = |start: f64, end: f64, pct: f64| end + (start - end) / 2.0 * ((PI * pct).cos() + 1.0);
@@ -120,7 +138,11 @@ impl LrScheduler for OneCycleLR {
         if self.step_num > self.total {
             return Err(Error::argument(
                 "OneCycleLR",
-                format!("Tried to step {} times. The specified number of total steps is {}", self.step_num + 1, self.total),
+                format!(
+                    "Tried to step {} times. The specified number of total steps is {}",
+                    self.step_num + 1,
+                    self.total
+                ),
             ));
         }
         self.last = self.lr_at(self.step_num);

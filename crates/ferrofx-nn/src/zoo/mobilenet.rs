@@ -55,7 +55,8 @@ pub struct MobileNetV2 {
 impl MobileNetV2 {
     /// `mobilenet_v2(num_classes, width_mult)` (torchvision defaults: 1000, 1.0).
     pub fn new(num_classes: usize, width_mult: f64) -> Result<MobileNetV2> {
-        let settings: [[usize; 4]; 7] = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]];
+        let settings: [[usize; 4]; 7] =
+            [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]];
         let mut input = make_divisible(32.0 * width_mult, 8);
         let last = make_divisible(1280.0 * width_mult.max(1.0), 8);
         let mut features = Sequential::new().add(conv_bn(3, input, 3, 2, 1, true)?);

@@ -135,11 +135,15 @@ impl ResNet {
     /// per stage.
     pub fn build(bottleneck: bool, layers: [usize; 4], widths: [usize; 4], num_classes: usize) -> Result<ResNet> {
         if widths.contains(&0) || layers.contains(&0) {
-            return Err(Error::argument("ResNet", format!("widths and layers must be positive, got {widths:?} and {layers:?}")));
+            return Err(Error::argument(
+                "ResNet",
+                format!("widths and layers must be positive, got {widths:?} and {layers:?}"),
+            ));
         }
         let expansion = if bottleneck { 4 } else { 1 };
         let mut inplanes = widths[0];
-        let conv1 = Conv2d::with(3, inplanes, 7, Conv2dOpts { stride: 2, padding: 3, bias: false, ..Default::default() })?;
+        let conv1 =
+            Conv2d::with(3, inplanes, 7, Conv2dOpts { stride: 2, padding: 3, bias: false, ..Default::default() })?;
         init::kaiming_normal_(&conv1.weight, 0.0, "fan_out", "relu")?;
         let mut stages = Vec::new();
         for (i, (&planes, &n)) in widths.iter().zip(layers.iter()).enumerate() {

@@ -20,7 +20,16 @@ pub struct TransformerClassifier {
 
 impl TransformerClassifier {
     /// A new model.
-    pub fn new(vocab: usize, d_model: usize, nhead: usize, dim_ff: usize, num_layers: usize, max_len: usize, num_classes: usize, dropout: f64) -> Result<Self> {
+    pub fn new(
+        vocab: usize,
+        d_model: usize,
+        nhead: usize,
+        dim_ff: usize,
+        num_layers: usize,
+        max_len: usize,
+        num_classes: usize,
+        dropout: f64,
+    ) -> Result<Self> {
         let mut layers = Vec::new();
         for _ in 0..num_layers {
             layers.push(TransformerEncoderLayer::new(d_model, nhead, dim_ff, dropout, "gelu", true, false)?);
@@ -38,7 +47,10 @@ impl TransformerClassifier {
 impl Module for TransformerClassifier {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.ndim() != 2 || x.shape()[1] > self.max_len {
-            return Err(Error::shape("TransformerClassifier", format!("expected token ids [N, L] with L <= {}, got {:?}", self.max_len, x.shape())));
+            return Err(Error::shape(
+                "TransformerClassifier",
+                format!("expected token ids [N, L] with L <= {}, got {:?}", self.max_len, x.shape()),
+            ));
         }
         let l = x.shape()[1] as i64;
         let mut h = crate::functional::add(&self.embed.call(x)?, &self.pos.narrow(0, 0, l)?)?;
