@@ -1,101 +1,90 @@
 //! `torch.nn.functional`: stateless functions over the op registry. Every function dispatches
-//! registry ops (by name through [`ferrofx_core::op::call`] or through the core's typed
-//! functions), so they trace, differentiate and count FLOPs like any op.
+//! registry ops through the core's public functions, so they trace, differentiate and count
+//! FLOPs like any op.
 
-use ferrofx_core::op;
-use ferrofx_core::ops::{conv, embedding as emb, linalg, norm, pool, random, softmax as sm};
+use ferrofx_core::ops::{binary, compare, conv, embedding as emb, linalg, norm, pool, random, softmax as sm, unary};
 use ferrofx_core::{DType, Error, Result, Tensor, Value};
 
-/// Calls a registry op by name with positional arguments and returns its first output.
-pub(crate) fn call(name: &str, args: Vec<Value>) -> Result<Tensor> {
-    let mut out = op::call(name, args, Vec::new())?;
-    if out.is_empty() {
-        return Err(Error::schema(name, "op returned no output"));
-    }
-    Ok(out.swap_remove(0))
-}
-
-// ----- elementwise building blocks (registry ops by name) -----
+// ----- elementwise building blocks -----
 
 /// `a + b`.
 pub fn add(a: &Tensor, b: impl Into<Value>) -> Result<Tensor> {
-    call("add", vec![a.into(), b.into()])
+    binary::add(a, b)
 }
 /// `a - b`.
 pub fn sub(a: &Tensor, b: impl Into<Value>) -> Result<Tensor> {
-    call("sub", vec![a.into(), b.into()])
+    binary::sub(a, b)
 }
 /// `a * b`.
 pub fn mul(a: &Tensor, b: impl Into<Value>) -> Result<Tensor> {
-    call("mul", vec![a.into(), b.into()])
+    binary::mul(a, b)
 }
 /// `a / b`.
 pub fn div(a: &Tensor, b: impl Into<Value>) -> Result<Tensor> {
-    call("div", vec![a.into(), b.into()])
+    binary::div(a, b)
 }
 /// `-a`.
 pub fn neg(a: &Tensor) -> Result<Tensor> {
-    call("neg", vec![a.into()])
+    unary::neg(a)
 }
 /// `|a|`.
 pub fn abs(a: &Tensor) -> Result<Tensor> {
-    call("abs", vec![a.into()])
+    unary::abs(a)
 }
 /// `exp(a)`.
 pub fn exp(a: &Tensor) -> Result<Tensor> {
-    call("exp", vec![a.into()])
+    unary::exp(a)
 }
 /// `log(a)`.
 pub fn log(a: &Tensor) -> Result<Tensor> {
-    call("log", vec![a.into()])
+    unary::log(a)
 }
 /// `where(cond, a, b)`.
 pub fn where_(cond: &Tensor, a: impl Into<Value>, b: impl Into<Value>) -> Result<Tensor> {
-    call("where", vec![cond.into(), a.into(), b.into()])
+    compare::where_cond(cond, a, b)
 }
 /// `clamp(a, min, max)`.
 pub fn clamp(a: &Tensor, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
-    call("clamp", vec![a.into(), min.into(), max.into()])
+    unary::clamp(a, min, max)
 }
 
 // ----- activations -----
 
 /// `F.relu`.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
-    call("relu", vec![x.into()])
+    unary::relu(x)
 }
 /// `F.gelu(x, approximate)` (`"none"` or `"tanh"`).
 pub fn gelu(x: &Tensor, approximate: &str) -> Result<Tensor> {
-    let mut out = op::call("gelu", vec![x.into()], vec![("approximate".into(), approximate.into())])?;
-    out.pop().ok_or_else(|| Error::schema("gelu", "op returned no output"))
+    unary::gelu(x, approximate)
 }
 /// `F.silu`.
 pub fn silu(x: &Tensor) -> Result<Tensor> {
-    call("silu", vec![x.into()])
+    unary::silu(x)
 }
 /// `torch.sigmoid`.
 pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    call("sigmoid", vec![x.into()])
+    unary::sigmoid(x)
 }
 /// `torch.tanh`.
 pub fn tanh(x: &Tensor) -> Result<Tensor> {
-    call("tanh", vec![x.into()])
+    unary::tanh(x)
 }
 /// `F.leaky_relu(x, negative_slope)`.
 pub fn leaky_relu(x: &Tensor, negative_slope: f64) -> Result<Tensor> {
-    call("leaky_relu", vec![x.into(), negative_slope.into()])
+    unary::leaky_relu(x, negative_slope)
 }
 /// `F.elu(x, alpha)`.
 pub fn elu(x: &Tensor, alpha: f64) -> Result<Tensor> {
-    call("elu", vec![x.into(), alpha.into()])
+    unary::elu(x, alpha)
 }
 /// `F.hardswish`.
 pub fn hardswish(x: &Tensor) -> Result<Tensor> {
-    call("hardswish", vec![x.into()])
+    unary::hardswish(x)
 }
-/// `F.relu6` (`hardtanh(x, 0, 6)`).
+/// `F.relu6`.
 pub fn relu6(x: &Tensor) -> Result<Tensor> {
-    call("hardtanh", vec![x.into(), 0.0.into(), 6.0.into()])
+    unary::relu6(x)
 }
 /// `F.softmax(x, dim)`.
 pub fn softmax(x: &Tensor, dim: i64) -> Result<Tensor> {

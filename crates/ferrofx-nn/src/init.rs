@@ -48,8 +48,7 @@ pub fn normal_(t: &Tensor, mean: f64, std: f64) -> Result<()> {
 /// `constant_(t, value)`.
 pub fn constant_(t: &Tensor, value: f64) -> Result<()> {
     let _g = ferrofx_core::autograd::no_grad();
-    let src = ferrofx_core::ops::creation::full(&[], value, Some(t.dtype()))?;
-    ferrofx_core::ops::kernel::copy_into("constant_", t, &src)
+    t.fill_(value).map(|_| ())
 }
 
 /// `zeros_(t)`.

@@ -3,7 +3,8 @@
 //! binary_cross_entropy(_with_logits), kl_div. Built from registry ops, so they differentiate
 //! and trace.
 
-use crate::functional::{self as F, call};
+use crate::functional as F;
+use ferrofx_core::ops::{binary, compare, unary};
 use ferrofx_core::{DType, Error, Result, Tensor};
 
 /// How a loss reduces its elementwise values.
@@ -109,7 +110,7 @@ pub fn nll_loss(input: &Tensor, target: &Tensor, o: &CeOpts) -> Result<Tensor> {
         if input.ndim() == 1 { (input.unsqueeze(0)?, target.unsqueeze(0)?) } else { (input.clone(), target.clone()) };
     let c = input.shape()[1] as i64;
     let target = target.to_dtype(DType::I64)?;
-    let valid = call("ne", vec![(&target).into(), o.ignore_index.into()])?; // bool
+    let valid = compare::ne(&target, o.ignore_index)?; // bool
     let safe = F::where_(&valid, &target, 0i64)?;
     if let Ok(v) = safe.to_vec::<i64>() {
         if let Some(bad) = v.iter().find(|&&t| t < 0 || t >= c) {
@@ -180,7 +181,7 @@ pub fn cross_entropy(input: &Tensor, target: &Tensor, o: &CeOpts) -> Result<Tens
         return Ok(nll);
     }
     // label smoothing with class indices (PyTorch's cross_entropy_loss_label_smoothing)
-    let valid = call("ne", vec![target.into(), o.ignore_index.into()])?;
+    let valid = compare::ne(target, o.ignore_index)?;
     let weighted = match &o.weight {
         Some(w) => F::mul(&logp, &wview(w)?)?,
         None => logp.clone(),
@@ -226,7 +227,7 @@ pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, bet
     if beta == 0.0 {
         return reduce(a, reduction);
     }
-    let small = call("lt", vec![(&a).into(), beta.into()])?;
+    let small = compare::lt(&a, beta)?;
     let quad = F::mul(&F::mul(&a, &a)?, 0.5 / beta)?;
     let lin = F::sub(&a, 0.5 * beta)?;
     reduce(F::where_(&small, &quad, &lin)?, reduction)
@@ -242,9 +243,9 @@ pub fn binary_cross_entropy(
 ) -> Result<Tensor> {
     same_shape("binary_cross_entropy", input, target)?;
     let lp = F::clamp(&F::log(input)?, Some(-100.0), None)?;
-    let one_minus = call("rsub", vec![input.into(), 1.0.into()])?;
+    let one_minus = binary::rsub(input, 1.0)?;
     let lq = F::clamp(&F::log(&one_minus)?, Some(-100.0), None)?;
-    let one_minus_t = call("rsub", vec![target.into(), 1.0.into()])?;
+    let one_minus_t = binary::rsub(target, 1.0)?;
     let mut l = F::neg(&F::add(&F::mul(target, &lp)?, &F::mul(&one_minus_t, &lq)?)?)?;
     if let Some(w) = weight {
         l = F::mul(&l, w)?;
@@ -262,9 +263,8 @@ pub fn binary_cross_entropy_with_logits(
     pos_weight: Option<&Tensor>,
 ) -> Result<Tensor> {
     same_shape("binary_cross_entropy_with_logits", input, target)?;
-    let softplus_neg =
-        F::add(&call("log1p", vec![F::exp(&F::neg(&F::abs(input)?)?)?.into()])?, &F::relu(&F::neg(input)?)?)?;
-    let one_minus_t = call("rsub", vec![target.into(), 1.0.into()])?;
+    let softplus_neg = F::add(&unary::log1p(&F::exp(&F::neg(&F::abs(input)?)?)?)?, &F::relu(&F::neg(input)?)?)?;
+    let one_minus_t = binary::rsub(target, 1.0)?;
     let coef = match pos_weight {
         Some(pw) => F::add(&F::mul(&F::sub(pw, 1.0)?, target)?, 1.0)?,
         None => ferrofx_core::ops::creation::ones_like(input, None)?,
@@ -283,7 +283,7 @@ pub fn kl_div(input: &Tensor, target: &Tensor, reduction: &str, log_target: bool
         F::mul(&F::exp(target)?, &F::sub(target, input)?)?
     } else {
         // xlogy(t, t) - t * input, with 0 where t == 0
-        let pos = call("gt", vec![target.into(), 0.0.into()])?;
+        let pos = compare::gt(target, 0.0)?;
         let safe = F::where_(&pos, target, 1.0)?;
         let tlogt = F::mul(target, &F::log(&safe)?)?;
         F::sub(&tlogt, &F::mul(target, input)?)?

@@ -75,7 +75,7 @@ pub(crate) fn load_into(module: &dyn Module, sd: &StateDict, strict: bool) -> Re
 /// Copies `src` into `dst` in place (with dtype conversion), without recording history.
 pub(crate) fn copy_param(dst: &Tensor, src: &Tensor) -> Result<()> {
     let _g = ferrofx_core::autograd::no_grad();
-    ferrofx_core::ops::kernel::copy_into("load_state_dict", dst, src)
+    dst.copy_(src).map(|_| ()).map_err(|e| e.in_op("load_state_dict"))
 }
 
 fn to_st_dtype(d: DType) -> StDtype {

@@ -127,11 +127,11 @@ impl Module for BatchNorm {
         if self.training {
             if let Some(n) = &self.num_batches_tracked {
                 // num_batches_tracked += 1 (in place, no history)
-                let v = n.to_vec::<i64>()?[0] + 1;
-                ferrofx_core::ops::kernel::copy_into(name, n, &Tensor::scalar(v))?;
-                if let Some(s) = n.storage() {
-                    s.bump_version();
+                {
+                    let _g = ferrofx_core::autograd::no_grad();
+                    n.add_(1i64)?;
                 }
+                let v = n.item()? as i64;
                 if self.momentum.is_none() {
                     momentum = 1.0 / v as f64;
                 }
