@@ -98,6 +98,8 @@ def module_cases():
     add("mha_batch_first", "MultiheadAttention", [8, 4, True], nn.MultiheadAttention(8, 4, batch_first=True), [randn(g, 2, 3, 8)])
     add("transformer_layer", "TransformerEncoderLayer", [8, 2, 16, False], nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), [randn(g, 4, 2, 8)])
     add("transformer_layer_bf_gelu", "TransformerEncoderLayerGelu", [8, 2, 16, True], nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu", batch_first=True, norm_first=True), [randn(g, 2, 3, 8)])
+    add("lstm", "LSTM", [3, 4, 1, False], nn.LSTM(3, 4), [randn(g, 5, 2, 3)])
+    add("lstm_2layer_bf", "LSTM", [3, 4, 2, True], nn.LSTM(3, 4, num_layers=2, batch_first=True), [randn(g, 2, 5, 3)])
     return cases
 
 
@@ -113,7 +115,9 @@ def run_module(name, module, inputs, train, tensors):
         if x.is_floating_point():
             x.requires_grad_(True)
         ins.append(x)
-    if isinstance(module, nn.MultiheadAttention):
+    if isinstance(module, nn.LSTM):
+        out = module(ins[0])[0]
+    elif isinstance(module, nn.MultiheadAttention):
         out = module(ins[0], ins[0], ins[0], need_weights=False)[0]
     elif isinstance(module, nn.TransformerEncoderLayer):
         # inputs require grad, so PyTorch takes its regular (not the fused "fast") path

@@ -11,7 +11,7 @@ use std::any::Any;
 ///
 /// ```
 /// use ferrofx_nn::{Linear, Module, Sequential};
-/// let seq = Sequential::new().add(Linear::new(3, 4, true).unwrap()).add(Linear::new(4, 2, false).unwrap());
+/// let seq = Sequential::new().append(Linear::new(3, 4, true).unwrap()).append(Linear::new(4, 2, false).unwrap());
 /// let names: Vec<String> = seq.named_parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["0.weight", "0.bias", "1.weight"]);
 /// ```
@@ -30,7 +30,7 @@ impl Sequential {
         Sequential { modules }
     }
     /// Appends a module (builder style).
-    pub fn add<M: Module>(mut self, m: M) -> Self {
+    pub fn append<M: Module>(mut self, m: M) -> Self {
         self.modules.push(Box::new(m));
         self
     }

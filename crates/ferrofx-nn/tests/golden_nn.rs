@@ -106,6 +106,7 @@ fn build(name: &str, kind: &str, a: &serde_json::Value) -> Box<dyn Module> {
         "TransformerEncoderLayerGelu" => Box::new(
             TransformerEncoderLayer::new(num(a, 0), num(a, 1), num(a, 2), 0.0, "gelu", flag(a, 3), true).unwrap(),
         ),
+        "LSTM" => Box::new(LSTM::new(num(a, 0), num(a, 1), num(a, 2), true, flag(a, 3)).unwrap()),
         other => panic!("unknown module kind {other}"),
     }
 }

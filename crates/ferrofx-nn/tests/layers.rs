@@ -189,11 +189,11 @@ fn optimizer_bad_arguments_and_clipping() {
     assert_eq!(p.to_vec::<f32>().unwrap(), [1.0, 2.0]);
     let v0 = p.version();
     p.set_grad(Some(t(vec![3.0, 4.0], &[2]))).unwrap();
-    let n = clip_grad_norm_(&[p.clone()], 1.0, 2.0).unwrap();
+    let n = clip_grad_norm_(std::slice::from_ref(&p), 1.0, 2.0).unwrap();
     assert!((n - 5.0).abs() < 1e-9);
     let g = p.grad().unwrap().to_vec::<f32>().unwrap();
     assert!((g[0] - 0.6).abs() < 1e-5 && (g[1] - 0.8).abs() < 1e-5);
-    clip_grad_value_(&[p.clone()], 0.7).unwrap();
+    clip_grad_value_(std::slice::from_ref(&p), 0.7).unwrap();
     assert_eq!(p.grad().unwrap().to_vec::<f32>().unwrap()[1], 0.7);
     sgd.step().unwrap();
     assert!(p.version() > v0, "optimizer steps bump the version counter");

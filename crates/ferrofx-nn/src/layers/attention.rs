@@ -34,7 +34,7 @@ pub struct MultiheadAttention {
 impl MultiheadAttention {
     /// `MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first)`.
     pub fn new(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool, batch_first: bool) -> Result<Self> {
-        if num_heads == 0 || embed_dim % num_heads != 0 {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
             return Err(Error::argument(
                 "MultiheadAttention",
                 format!("embed_dim must be divisible by num_heads (got {embed_dim} and {num_heads})"),

@@ -4,13 +4,13 @@ use crate::{functional as F, init, Module};
 use ferrofx_core::{Error, Result, Tensor};
 
 fn check(name: &str, cin: usize, cout: usize, groups: usize) -> Result<()> {
-    if groups == 0 || cin % groups != 0 {
+    if groups == 0 || !cin.is_multiple_of(groups) {
         return Err(Error::argument(
             name,
             format!("in_channels must be divisible by groups (in_channels={cin}, groups={groups})"),
         ));
     }
-    if cout % groups != 0 {
+    if !cout.is_multiple_of(groups) {
         return Err(Error::argument(
             name,
             format!("out_channels must be divisible by groups (out_channels={cout}, groups={groups})"),

@@ -8,6 +8,7 @@ mod embedding;
 mod linear;
 mod norm;
 mod pool;
+mod rnn;
 
 pub use activation::{Dropout, Hardswish, LeakyReLU, LogSoftmax, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Tanh, ELU, GELU};
 pub use attention::{MultiheadAttention, TransformerEncoderLayer};
@@ -16,3 +17,4 @@ pub use embedding::Embedding;
 pub use linear::{Bilinear, Flatten, Identity, Linear};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use rnn::LSTM;

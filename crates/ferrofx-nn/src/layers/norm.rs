@@ -228,7 +228,7 @@ pub struct GroupNorm {
 impl GroupNorm {
     /// `GroupNorm(num_groups, num_channels)` with defaults.
     pub fn new(num_groups: usize, num_channels: usize) -> Result<GroupNorm> {
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             return Err(Error::argument(
                 "GroupNorm",
                 format!("num_channels must be divisible by num_groups (got {num_channels} and {num_groups})"),

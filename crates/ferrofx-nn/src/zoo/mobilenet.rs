@@ -16,7 +16,7 @@ fn make_divisible(v: f64, divisor: usize) -> usize {
 fn conv_bn(cin: usize, cout: usize, k: usize, stride: usize, groups: usize, act: bool) -> Result<Sequential> {
     let c = Conv2d::with(cin, cout, k, Conv2dOpts { stride, padding: (k - 1) / 2, dilation: 1, groups, bias: false })?;
     init::kaiming_normal_(&c.weight, 0.0, "fan_out", "relu")?;
-    let mut s = Sequential::new().add(c).add(BatchNorm2d::new_2d(cout)?);
+    let mut s = Sequential::new().append(c).append(BatchNorm2d::new_2d(cout)?);
     if act {
         s.push(ReLU6::new());
     }
@@ -59,7 +59,7 @@ impl MobileNetV2 {
             [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]];
         let mut input = make_divisible(32.0 * width_mult, 8);
         let last = make_divisible(1280.0 * width_mult.max(1.0), 8);
-        let mut features = Sequential::new().add(conv_bn(3, input, 3, 2, 1, true)?);
+        let mut features = Sequential::new().append(conv_bn(3, input, 3, 2, 1, true)?);
         for [t, c, n, s] in settings {
             let out = make_divisible(c as f64 * width_mult, 8);
             for i in 0..n {
@@ -84,7 +84,7 @@ impl MobileNetV2 {
         if let Some(b) = &fc.bias {
             init::zeros_(b)?;
         }
-        Ok(MobileNetV2 { features, classifier: Sequential::new().add(Dropout::new(0.2)?).add(fc) })
+        Ok(MobileNetV2 { features, classifier: Sequential::new().append(Dropout::new(0.2)?).append(fc) })
     }
 }
 

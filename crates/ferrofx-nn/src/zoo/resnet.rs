@@ -14,7 +14,7 @@ fn downsample(cin: usize, cout: usize, stride: usize) -> Result<Option<Sequentia
     if stride == 1 && cin == cout {
         return Ok(None);
     }
-    Ok(Some(Sequential::new().add(conv(cin, cout, 1, stride, 1)?).add(BatchNorm2d::new_2d(cout)?)))
+    Ok(Some(Sequential::new().append(conv(cin, cout, 1, stride, 1)?).append(BatchNorm2d::new_2d(cout)?)))
 }
 
 /// torchvision's `BasicBlock` (ResNet-18/34).

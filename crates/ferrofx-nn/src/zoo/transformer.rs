@@ -20,6 +20,7 @@ pub struct TransformerClassifier {
 
 impl TransformerClassifier {
     /// A new model.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         vocab: usize,
         d_model: usize,
