@@ -3,6 +3,8 @@
 //! random view chains read the right elements; bad shapes and indices return errors, never
 //! panic.
 
+#![allow(clippy::manual_repeat_n, clippy::needless_borrows_for_generic_args)]
+
 use ferrofx_core::Tensor;
 use proptest::prelude::*;
 
@@ -47,14 +49,15 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 /// A shape of rank 0..=4 with sizes 1..=4, and a second shape derived from it by dropping
 /// leading dims and setting some sizes to 1 (always broadcast-compatible).
 fn shape_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
-    prop::collection::vec(1usize..=4, 0..=4).prop_flat_map(|a| {
-        let n = a.len();
-        (Just(a), 0..=n, prop::collection::vec(any::<bool>(), n))
-    })
-    .prop_map(|(a, drop, ones)| {
-        let b: Vec<usize> = a.iter().zip(&ones).skip(drop).map(|(&s, &one)| if one { 1 } else { s }).collect();
-        (a, b)
-    })
+    prop::collection::vec(1usize..=4, 0..=4)
+        .prop_flat_map(|a| {
+            let n = a.len();
+            (Just(a), 0..=n, prop::collection::vec(any::<bool>(), n))
+        })
+        .prop_map(|(a, drop, ones)| {
+            let b: Vec<usize> = a.iter().zip(&ones).skip(drop).map(|(&s, &one)| if one { 1 } else { s }).collect();
+            (a, b)
+        })
 }
 
 /// A tensor with `shape`, made non-contiguous by `how`: 0 contiguous, 1 a transposed copy

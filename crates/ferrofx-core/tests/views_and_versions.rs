@@ -2,6 +2,8 @@
 //! by other views; the version counter is shared by every view of a storage and bumped once by
 //! each successful in-place op (and never by a failed one or by an out-of-place op).
 
+#![allow(clippy::needless_borrows_for_generic_args)]
+
 use ferrofx_core::{op, Tensor, Value};
 
 fn arange(n: usize, shape: &[usize]) -> Tensor {
@@ -18,7 +20,10 @@ fn writes_through_views_are_seen_by_the_base() {
     // column view (strided)
     let col = base.select(1, 2).unwrap();
     col.add_(100.0).unwrap();
-    assert_eq!(base.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 102.0, 3.0, -1.0, -1.0, 99.0, -1.0, 8.0, 9.0, 110.0, 11.0]);
+    assert_eq!(
+        base.to_vec::<f32>().unwrap(),
+        vec![0.0, 1.0, 102.0, 3.0, -1.0, -1.0, 99.0, -1.0, 8.0, 9.0, 110.0, 11.0]
+    );
     // transposed view
     let t = base.t().unwrap();
     t.zero_().unwrap();

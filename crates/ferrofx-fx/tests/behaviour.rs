@@ -98,7 +98,7 @@ fn prints_devices_slices_floats() {
     let x = g.placeholder("x").unwrap();
     let args = vec![
         x.into(),
-        Argument::Device(Device::new("cuda", Some(1))),
+        Argument::Device(Box::new(Device::new("cuda", Some(1)))),
         Device::cpu().into(),
         Argument::slice(1.into(), Argument::None, 2.into()),
         Argument::tuple([Argument::Ellipsis, Argument::slice(Argument::None, x.into(), Argument::None)]),
@@ -220,4 +220,64 @@ fn whole_graph_copy_matches_node_by_node_copy() {
 
 fn out_node(g: &Graph) -> ferrofx_fx::NodeId {
     g.nodes().find(|&n| g.node(n).unwrap().op() == Opcode::Placeholder).unwrap()
+}
+
+/// A node with many users, edited so that its user list collects tombstones and is compacted
+/// many times (removals, moves to the end, erasures): `users` must stay in FX's order (a
+/// model list kept alongside) and lint (which checks every recorded edge position) clean.
+#[test]
+fn large_user_lists_keep_order_through_compaction() {
+    let mut g = Graph::new();
+    let x = g.placeholder("x").unwrap();
+    let y = g.placeholder("y").unwrap();
+    let neg = Target::named("neg");
+    let users: Vec<_> = (0..200).map(|_| g.call_function(neg.clone(), [x.into()]).unwrap()).collect();
+    let mut model: Vec<_> = users.clone();
+    let mut state = 12345u64;
+    let mut rand = |n: usize| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as usize % n
+    };
+    for step in 0..2000 {
+        let u = users[rand(users.len())];
+        if !g.contains(u) {
+            continue;
+        }
+        match step % 4 {
+            // Re-setting the same args moves `u` to the end of x's users (FX).
+            0 => {
+                g.set_args(u, vec![x.into()]).unwrap();
+                model.retain(|&m| m != u);
+                model.push(u);
+            }
+            // Switching to y removes it from x's users.
+            1 => {
+                g.set_args(u, vec![y.into()]).unwrap();
+                model.retain(|&m| m != u);
+            }
+            // Back to x (and y): appended at the end.
+            2 => {
+                let had_x = model.contains(&u);
+                g.set_args(u, vec![y.into(), x.into()]).unwrap();
+                if had_x {
+                    model.retain(|&m| m != u);
+                }
+                model.push(u);
+            }
+            // Erase it (it has no users).
+            _ => {
+                g.erase_node(u).unwrap();
+                model.retain(|&m| m != u);
+            }
+        }
+        assert_eq!(g.node(x).unwrap().users().collect::<Vec<_>>(), model, "step {step}");
+        assert_eq!(g.node(x).unwrap().num_users(), model.len());
+        if step % 50 == 0 {
+            g.lint().unwrap();
+        }
+    }
+    g.lint().unwrap();
+    for &u in &model {
+        assert!(g.node(x).unwrap().user_set().contains(u));
+    }
 }

@@ -192,7 +192,10 @@ fn check_type(op: &str, spec: &ArgSpec, v: Value) -> Result<Value> {
         (T::Tensor | T::OptTensor, v @ Value::Tensor(_)) => v,
         (T::TensorList, v @ Value::Tensors(_)) => v,
         (T::TensorList, Value::Tensor(t)) => Value::Tensors(vec![t]),
-        (T::Scalar | T::OptScalar | T::TensorOrScalar | T::OptTensorOrScalar, v @ (Value::Bool(_) | Value::Int(_) | Value::Float(_))) => v,
+        (
+            T::Scalar | T::OptScalar | T::TensorOrScalar | T::OptTensorOrScalar,
+            v @ (Value::Bool(_) | Value::Int(_) | Value::Float(_)),
+        ) => v,
         (T::TensorOrScalar | T::OptTensorOrScalar, v @ Value::Tensor(_)) => v,
         (T::Int | T::OptInt, v @ Value::Int(_)) => v,
         (T::Int | T::OptInt, Value::Bool(b)) => Value::Int(b as i64),

@@ -72,7 +72,13 @@ pub(crate) trait BinKernel: Sync {
 }
 
 /// Applies `f` to operands converted to the compute type `N` (dtype `cd`), producing `U`.
-pub(crate) fn exec_typed<N: Num, U: Element>(op: &str, a: &Arg, b: &Arg, cd: DType, f: impl Fn(N, N) -> U + Sync + Send) -> Result<Tensor> {
+pub(crate) fn exec_typed<N: Num, U: Element>(
+    op: &str,
+    a: &Arg,
+    b: &Arg,
+    cd: DType,
+    f: impl Fn(N, N) -> U + Sync + Send,
+) -> Result<Tensor> {
     match (a, b) {
         (Arg::Tensor(x), Arg::Tensor(y)) => binary_map::<N, U>(op, &cast(x, cd)?, &cast(y, cd)?, f),
         (Arg::Tensor(x), Arg::Scalar(s)) => {
@@ -165,7 +171,10 @@ fn check_alpha(op: &str, d: DType, alpha: Scalar) -> Result<()> {
     if !d.is_floating_point() && alpha.is_float() {
         return Err(Error::argument(
             op,
-            format!("For integral input tensors, argument alpha must not be a floating point number (got alpha={}).", alpha.to_f64()),
+            format!(
+                "For integral input tensors, argument alpha must not be a floating point number (got alpha={}).",
+                alpha.to_f64()
+            ),
         ));
     }
     if d != DType::Bool && matches!(alpha, Scalar::Bool(_)) {
@@ -198,7 +207,10 @@ pub(crate) fn rounding(op: &str, v: &Value) -> Result<Rounding> {
         Value::None => Ok(Rounding::None),
         Value::Str(s) if s == "trunc" => Ok(Rounding::Trunc),
         Value::Str(s) if s == "floor" => Ok(Rounding::Floor),
-        Value::Str(s) => Err(Error::argument(op, format!("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{s}'"))),
+        Value::Str(s) => Err(Error::argument(
+            op,
+            format!("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{s}'"),
+        )),
         v => Err(Error::schema(op, format!("argument 'rounding_mode' must be str or None, but got {}", v.type_name()))),
     }
 }
@@ -235,7 +247,10 @@ pub(crate) fn signature(op: &str, args: &[Value]) -> Result<Sig> {
                 if d == DType::Bool {
                     return Err(Error::dtype(
                         op,
-                        format!("\"div\" with rounding_mode='{}' not implemented for 'Bool'", if r == Rounding::Trunc { "trunc" } else { "floor" }),
+                        format!(
+                            "\"div\" with rounding_mode='{}' not implemented for 'Bool'",
+                            if r == Rounding::Trunc { "trunc" } else { "floor" }
+                        ),
                     ));
                 }
                 d
@@ -383,23 +398,33 @@ macro_rules! binary_op {
     };
 }
 
-pub(crate) const ADD_SCHEMA: &[ArgSpec] =
-    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("other", T::TensorOrScalar), ArgSpec::kw("alpha", T::Scalar, D::Int(1))];
+pub(crate) const ADD_SCHEMA: &[ArgSpec] = &[
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("other", T::TensorOrScalar),
+    ArgSpec::kw("alpha", T::Scalar, D::Int(1)),
+];
 pub(crate) const BIN_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor), ArgSpec::req("other", T::TensorOrScalar)];
 pub(crate) const DIV_SCHEMA: &[ArgSpec] = &[
     ArgSpec::req("input", T::Tensor),
     ArgSpec::req("other", T::TensorOrScalar),
     ArgSpec::kw("rounding_mode", T::OptStr, D::None),
 ];
-pub(crate) const POW_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("exponent", T::TensorOrScalar)];
+pub(crate) const POW_SCHEMA: &[ArgSpec] =
+    &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("exponent", T::TensorOrScalar)];
 pub(crate) const TENSOR_PAIR: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor), ArgSpec::req("other", T::Tensor)];
-const REMAINDER_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("other", T::TensorOrScalar)];
+const REMAINDER_SCHEMA: &[ArgSpec] =
+    &[ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("other", T::TensorOrScalar)];
 
 binary_op!(ADD, "add", ADD_SCHEMA, "`input + alpha * other` with broadcasting and type promotion.");
 binary_op!(SUB, "sub", ADD_SCHEMA, "`input - alpha * other` (bool operands rejected).");
 binary_op!(RSUB, "rsub", ADD_SCHEMA, "`other - alpha * input` (what `number - tensor` records).");
 binary_op!(MUL, "mul", BIN_SCHEMA, "`input * other`.");
-binary_op!(DIV, "div", DIV_SCHEMA, "`input / other`: true division (integers give float32), or rounded with rounding_mode 'trunc'/'floor'.");
+binary_op!(
+    DIV,
+    "div",
+    DIV_SCHEMA,
+    "`input / other`: true division (integers give float32), or rounded with rounding_mode 'trunc'/'floor'."
+);
 binary_op!(POW, "pow", POW_SCHEMA, "`input ** exponent` (either may be a number).");
 binary_op!(MAXIMUM, "maximum", TENSOR_PAIR, "Elementwise maximum (NaN propagates).");
 binary_op!(MINIMUM, "minimum", TENSOR_PAIR, "Elementwise minimum (NaN propagates).");

@@ -147,7 +147,10 @@ fn where_sig(args: &[Value]) -> Result<(crate::layout::Shape, DType)> {
     if !matches!(c.dtype(), DType::Bool | DType::U8) {
         return Err(Error::dtype(
             op,
-            format!("where expected condition to be a boolean tensor, but got a tensor with dtype {}", torch_name(c.dtype())),
+            format!(
+                "where expected condition to be a boolean tensor, but got a tensor with dtype {}",
+                torch_name(c.dtype())
+            ),
         ));
     }
     let a = arg(op, args, 1, "input")?;
@@ -179,7 +182,11 @@ fn as_tensor(a: &Arg, d: DType) -> Result<Tensor> {
 /// broadcast, `input`/`other` may be numbers.
 pub static WHERE: OpDef = OpDef {
     name: "where",
-    schema: &[ArgSpec::req("condition", T::Tensor), ArgSpec::req("input", T::TensorOrScalar), ArgSpec::req("other", T::TensorOrScalar)],
+    schema: &[
+        ArgSpec::req("condition", T::Tensor),
+        ArgSpec::req("input", T::TensorOrScalar),
+        ArgSpec::req("other", T::TensorOrScalar),
+    ],
     meta: |args| {
         let (shape, d) = where_sig(args)?;
         Ok(smallvec![TensorMeta::contiguous(&shape, d)])

@@ -19,7 +19,11 @@ fn fmt_elem(v: f64, dtype: DType, int_like: bool) -> String {
     if v.is_nan() {
         "nan".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "inf".into() } else { "-inf".into() }
+        if v > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
     } else if int_like {
         format!("{v:.0}.")
     } else {

@@ -18,12 +18,14 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::op::args::tensor;
-use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef, Saves};
+use crate::op::{
+    cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef, Saves,
+};
 use crate::ops::binary::{self, arg, signature, with_kernel, Arg, BinKernel, KernelVisitor};
+use crate::ops::compare;
 use crate::ops::kernel::{cast, copy_into, update_strided};
 use crate::ops::num::{can_cast, torch_name, wide_dtype, Num as _};
 use crate::ops::unary::{self, call1};
-use crate::ops::compare;
 use crate::scalar::Scalar;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
@@ -48,12 +50,19 @@ pub(crate) fn check_no_overlap(op: &str, t: &Tensor) -> Result<()> {
 /// Checks that an out-of-place result (shape, dtype) can be written into `dst`.
 pub(crate) fn check_writable(op: &str, dst: &Tensor, shape: &[usize], dtype: DType) -> Result<()> {
     if shape != dst.shape() {
-        return Err(Error::shape(op, format!("output with shape {:?} doesn't match the broadcast shape {shape:?}", dst.shape())));
+        return Err(Error::shape(
+            op,
+            format!("output with shape {:?} doesn't match the broadcast shape {shape:?}", dst.shape()),
+        ));
     }
     if !can_cast(dtype, dst.dtype()) {
         return Err(Error::dtype(
             op,
-            format!("result type {} can't be cast to the desired output type {}", torch_name(dtype), torch_name(dst.dtype())),
+            format!(
+                "result type {} can't be cast to the desired output type {}",
+                torch_name(dtype),
+                torch_name(dst.dtype())
+            ),
         ));
     }
     Ok(())
@@ -247,7 +256,10 @@ fn fill_value(op: &str, args: &[Value]) -> Result<Scalar> {
             if !v.shape().is_empty() {
                 return Err(Error::shape(
                     op,
-                    format!("fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.", v.shape().len()),
+                    format!(
+                        "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
+                        v.shape().len()
+                    ),
                 ));
             }
             let d = v.dtype();
@@ -259,7 +271,9 @@ fn fill_value(op: &str, args: &[Value]) -> Result<Scalar> {
                 Scalar::Int(cast(v, DType::I64)?.item_as::<i64>()?)
             })
         }
-        Some(v) => v.as_scalar().ok_or_else(|| Error::schema(op, format!("argument 'value' must be Tensor or Scalar, but got {}", v.type_name()))),
+        Some(v) => v.as_scalar().ok_or_else(|| {
+            Error::schema(op, format!("argument 'value' must be Tensor or Scalar, but got {}", v.type_name()))
+        }),
         None => Err(Error::schema(op, "missing argument 'value'")),
     }
 }
@@ -289,7 +303,13 @@ pub static FILL_: OpDef = OpDef {
     schema: &[ArgSpec::req("input", T::Tensor), ArgSpec::req("value", T::TensorOrScalar)],
     meta: |args| {
         let t = tensor("fill_", args, 0)?;
-        fill_value("fill_", args).or_else(|e| if args.get(1).is_some_and(|v| v.as_tensor().is_some_and(|v| v.is_symbolic())) { Ok(Scalar::Int(0)) } else { Err(e) })?;
+        fill_value("fill_", args).or_else(|e| {
+            if args.get(1).is_some_and(|v| v.as_tensor().is_some_and(|v| v.is_symbolic())) {
+                Ok(Scalar::Int(0))
+            } else {
+                Err(e)
+            }
+        })?;
         Ok(self_meta(t))
     },
     kernel: |args| {
@@ -331,7 +351,11 @@ fn copy_check(args: &[Value]) -> Result<()> {
     if b.as_slice() != dst.shape() {
         return Err(Error::shape(
             "copy_",
-            format!("the source of shape {:?} cannot be broadcast to the destination shape {:?}", src.shape(), dst.shape()),
+            format!(
+                "the source of shape {:?} cannot be broadcast to the destination shape {:?}",
+                src.shape(),
+                dst.shape()
+            ),
         ));
     }
     Ok(())
@@ -340,7 +364,11 @@ fn copy_check(args: &[Value]) -> Result<()> {
 /// `copy_(input, src)`: copies `src` (broadcast, converted to `input`'s dtype) into `input`.
 pub static COPY_: OpDef = OpDef {
     name: "copy_",
-    schema: &[ArgSpec::req("input", T::Tensor), ArgSpec::req("src", T::Tensor), ArgSpec::opt("non_blocking", T::Bool, D::Bool(false))],
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("src", T::Tensor),
+        ArgSpec::opt("non_blocking", T::Bool, D::Bool(false)),
+    ],
     meta: |args| {
         copy_check(args)?;
         Ok(self_meta(tensor("copy_", args, 0)?))
@@ -361,9 +389,44 @@ pub static COPY_: OpDef = OpDef {
 
 /// The ops of this family.
 pub(crate) static OPS: &[&OpDef] = &[
-    &ADD_, &SUB_, &MUL_, &DIV_, &POW_, &REMAINDER_, &FMOD_, &NEG_, &ABS_, &EXP_, &LOG_, &LOG1P_, &SQRT_, &RSQRT_, &SIN_,
-    &COS_, &TANH_, &SIGMOID_, &RELU_, &LEAKY_RELU_, &ELU_, &SELU_, &SILU_, &HARDTANH_, &HARDSWISH_, &HARDSIGMOID_,
-    &CLAMP_, &RECIPROCAL_, &SIGN_, &FLOOR_, &CEIL_, &ROUND_, &TRUNC_, &ERF_, &LOGICAL_NOT_, &FILL_, &ZERO_, &COPY_,
+    &ADD_,
+    &SUB_,
+    &MUL_,
+    &DIV_,
+    &POW_,
+    &REMAINDER_,
+    &FMOD_,
+    &NEG_,
+    &ABS_,
+    &EXP_,
+    &LOG_,
+    &LOG1P_,
+    &SQRT_,
+    &RSQRT_,
+    &SIN_,
+    &COS_,
+    &TANH_,
+    &SIGMOID_,
+    &RELU_,
+    &LEAKY_RELU_,
+    &ELU_,
+    &SELU_,
+    &SILU_,
+    &HARDTANH_,
+    &HARDSWISH_,
+    &HARDSIGMOID_,
+    &CLAMP_,
+    &RECIPROCAL_,
+    &SIGN_,
+    &FLOOR_,
+    &CEIL_,
+    &ROUND_,
+    &TRUNC_,
+    &ERF_,
+    &LOGICAL_NOT_,
+    &FILL_,
+    &ZERO_,
+    &COPY_,
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -466,4 +529,3 @@ impl Tensor {
         call1(&COPY_, CallKind::Method, &[self.into(), src.into(), Value::Bool(false)])
     }
 }
-

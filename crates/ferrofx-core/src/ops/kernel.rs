@@ -1,3 +1,4 @@
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments, clippy::redundant_closure)] // index-heavy kernel loops; TODO tidy
 //! Shared kernel building blocks: dtype matching, element maps with broadcasting, casts and
 //! contiguous copies. Every kernel family builds on these so fast paths live in one place.
 
@@ -520,7 +521,16 @@ pub fn update_strided<T: Element, V: Element>(
 /// common strides.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-fn update_row<T: Copy, V: Copy>(out: &mut [T], oo: usize, so: usize, src: &[V], os: usize, ss: usize, n: usize, f: &impl Fn(T, V) -> T) {
+fn update_row<T: Copy, V: Copy>(
+    out: &mut [T],
+    oo: usize,
+    so: usize,
+    src: &[V],
+    os: usize,
+    ss: usize,
+    n: usize,
+    f: &impl Fn(T, V) -> T,
+) {
     match (so, ss) {
         (1, 1) => {
             for (o, &s) in out[oo..oo + n].iter_mut().zip(&src[os..os + n]) {

@@ -276,7 +276,11 @@ macro_rules! float_num {
             #[inline(always)]
             fn remainder(self, b: Self) -> Self {
                 let m = self % b;
-                if m != 0.0 && ((b < 0.0) != (m < 0.0)) { m + b } else { m }
+                if m != 0.0 && ((b < 0.0) != (m < 0.0)) {
+                    m + b
+                } else {
+                    m
+                }
             }
             #[inline(always)]
             fn fmod(self, o: Self) -> Self {
@@ -288,11 +292,23 @@ macro_rules! float_num {
             }
             #[inline(always)]
             fn maximum(self, o: Self) -> Self {
-                if self.is_nan() || o.is_nan() { <$t>::NAN } else if self >= o { self } else { o }
+                if self.is_nan() || o.is_nan() {
+                    <$t>::NAN
+                } else if self >= o {
+                    self
+                } else {
+                    o
+                }
             }
             #[inline(always)]
             fn minimum(self, o: Self) -> Self {
-                if self.is_nan() || o.is_nan() { <$t>::NAN } else if self <= o { self } else { o }
+                if self.is_nan() || o.is_nan() {
+                    <$t>::NAN
+                } else if self <= o {
+                    self
+                } else {
+                    o
+                }
             }
             #[inline(always)]
             fn neg(self) -> Self {
@@ -309,7 +325,11 @@ macro_rules! float_num {
                 } else if self < 0.0 {
                     -1.0
                 } else {
-                    if self.is_nan() { self } else { 0.0 }
+                    if self.is_nan() {
+                        self
+                    } else {
+                        0.0
+                    }
                 }
             }
             #[inline(always)]
@@ -536,14 +556,38 @@ float_impl!(f64, libm::erf, libm::expm1, libm::log1p);
 macro_rules! match_compute {
     ($dt:expr, $T:ident => $body:expr, half => $half:expr) => {
         match $dt {
-            $crate::DType::Bool => { type $T = bool; $body }
-            $crate::DType::U8 => { type $T = u8; $body }
-            $crate::DType::I8 => { type $T = i8; $body }
-            $crate::DType::I16 => { type $T = i16; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
             $crate::DType::F16 | $crate::DType::BF16 => $half,
         }
     };

@@ -1,3 +1,4 @@
+#![allow(clippy::excessive_precision, clippy::bool_comparison)] // erf/gelu constants copied from the reference formulas
 //! Unary elementwise ops: `neg abs exp expm1 log log1p log2 log10 sqrt rsqrt sin cos tan atan
 //! tanh sigmoid relu relu6 gelu silu leaky_relu elu selu softplus softsign hardswish hardsigmoid
 //! hardtanh clamp reciprocal sign floor ceil round trunc erf`.
@@ -16,7 +17,10 @@
 use crate::dtype::{result_type, DType, Operand};
 use crate::error::{Error, Result};
 use crate::op::args::{int, scalar, str_, tensor};
-use crate::op::{cost_elementwise, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves};
+use crate::op::{
+    cost_elementwise, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef,
+    Outputs, Saves,
+};
 use crate::ops::kernel::{binary_map, cast, unary_map};
 use crate::ops::num::{narrow_scalar, tensor_operand, torch_name, wide_dtype, Float, Num};
 use crate::scalar::Scalar;
@@ -198,16 +202,30 @@ floating_op!(RECIPROCAL, Reciprocal, "reciprocal", "`1 / x` elementwise.", |x| o
 floating_op!(ERF, Erf, "erf", "The error function elementwise.", |x| x.erf());
 
 activation_op!(SILU, Silu, "silu", "SiLU (swish): `x * sigmoid(x)`.", |x| x.div(one::<F>().add(x.neg().exp())));
-activation_op!(SELU, Selu, "selu", "SELU: `scale * (max(0,x) + min(0, alpha * (e^x - 1)))` with PyTorch's constants.",
+activation_op!(
+    SELU,
+    Selu,
+    "selu",
+    "SELU: `scale * (max(0,x) + min(0, alpha * (e^x - 1)))` with PyTorch's constants.",
     |x| {
         let scale = F::c(1.0507009873554804934193349852946);
         let alpha = F::c(1.6732632423543772848170429916717);
-        if x > F::zero() { x.mul(scale) } else { x.exp_m1().mul(alpha.mul(scale)) }
-    });
-activation_op!(HARDSWISH, Hardswish, "hardswish", "`x * relu6(x + 3) / 6`.",
-    |x| x.mul(clamp_f(x.add(F::c(3.0)), F::zero(), F::c(6.0))).div(F::c(6.0)));
-activation_op!(HARDSIGMOID, Hardsigmoid, "hardsigmoid", "`relu6(x + 3) / 6`.",
-    |x| clamp_f(x.add(F::c(3.0)), F::zero(), F::c(6.0)).div(F::c(6.0)));
+        if x > F::zero() {
+            x.mul(scale)
+        } else {
+            x.exp_m1().mul(alpha.mul(scale))
+        }
+    }
+);
+activation_op!(HARDSWISH, Hardswish, "hardswish", "`x * relu6(x + 3) / 6`.", |x| x
+    .mul(clamp_f(x.add(F::c(3.0)), F::zero(), F::c(6.0)))
+    .div(F::c(6.0)));
+activation_op!(HARDSIGMOID, Hardsigmoid, "hardsigmoid", "`relu6(x + 3) / 6`.", |x| clamp_f(
+    x.add(F::c(3.0)),
+    F::zero(),
+    F::c(6.0)
+)
+.div(F::c(6.0)));
 
 #[inline(always)]
 fn clamp_f<N: Num>(x: N, lo: N, hi: N) -> N {
@@ -250,7 +268,9 @@ fn gelu_mode(args: &[Value]) -> Result<bool> {
     match str_("gelu", args, 1)? {
         "none" => Ok(false),
         "tanh" => Ok(true),
-        other => Err(Error::argument("gelu", format!("approximate argument must be either none or tanh, got '{other}'."))),
+        other => {
+            Err(Error::argument("gelu", format!("approximate argument must be either none or tanh, got '{other}'.")))
+        }
     }
 }
 unary_op!(GELU, "gelu", Kind::FloatOnly,
@@ -361,9 +381,9 @@ num_fn!(Neg, |x| x.neg());
 num_fn!(Abs, |x| x.abs());
 num_fn!(Relu, |x| if x < N::zero() { N::zero() } else { x });
 num_fn!(Sign, |x| x.sign());
-num_fn!(Floor, |x| x, float |x| x.floor());
-num_fn!(Ceil, |x| x, float |x| x.ceil());
-num_fn!(Trunc, |x| x, float |x| x.trunc());
+num_fn!(Floor, |x| x, float | x | x.floor());
+num_fn!(Ceil, |x| x, float | x | x.ceil());
+num_fn!(Trunc, |x| x, float | x | x.trunc());
 
 unary_op!(NEG, "neg", Kind::NoBool, SELF_ONLY, "`-x` elementwise (integers wrap).", check: |_a| ok(), kernel: |t, _a| num_map("neg", t, &Neg));
 unary_op!(ABS, "abs", Kind::NoBool, SELF_ONLY, "`|x|` elementwise.", check: |_a| ok(), kernel: |t, _a| num_map("abs", t, &Abs));
@@ -397,7 +417,10 @@ fn round_check(args: &[Value]) -> Result<()> {
     let t = tensor("round", args, 0)?;
     let d = int("round", args, 1)?;
     if d != 0 && !t.dtype().is_floating_point() {
-        return Err(Error::dtype("round", format!("\"round\" with decimals={d} not implemented for '{}'", torch_name(t.dtype()))));
+        return Err(Error::dtype(
+            "round",
+            format!("\"round\" with decimals={d} not implemented for '{}'", torch_name(t.dtype())),
+        ));
     }
     if d.unsigned_abs() > 300 {
         return Err(Error::argument("round", format!("decimals must be in [-300, 300], got {d}")));
@@ -461,7 +484,10 @@ fn clamp_scalars(op: &str, t: &Tensor, lo: Option<Scalar>, hi: Option<Scalar>) -
 fn hardtanh_bounds(op: &str, args: &[Value]) -> Result<(Scalar, Scalar)> {
     let (lo, hi) = (scalar(op, args, 1)?, scalar(op, args, 2)?);
     if lo.to_f64() > hi.to_f64() {
-        return Err(Error::argument(op, format!("min_val cannot be greater than max_val (got min_val={}, max_val={})", lo.to_f64(), hi.to_f64())));
+        return Err(Error::argument(
+            op,
+            format!("min_val cannot be greater than max_val (got min_val={}, max_val={})", lo.to_f64(), hi.to_f64()),
+        ));
     }
     Ok((lo, hi))
 }
@@ -485,7 +511,14 @@ fn bound<'a>(args: &'a [Value], i: usize) -> Result<Bound<'a>> {
         None | Some(Value::None) => Ok(Bound::None),
         Some(Value::Tensor(t)) => Ok(Bound::Tensor(t)),
         Some(v) => v.as_scalar().map(Bound::Scalar).ok_or_else(|| {
-            Error::schema("clamp", format!("argument {} must be Tensor, Scalar or None, got {}", if i == 1 { "'min'" } else { "'max'" }, v.type_name()))
+            Error::schema(
+                "clamp",
+                format!(
+                    "argument {} must be Tensor, Scalar or None, got {}",
+                    if i == 1 { "'min'" } else { "'max'" },
+                    v.type_name()
+                ),
+            )
         }),
     }
 }
@@ -518,7 +551,11 @@ fn clamp_meta(args: &[Value]) -> Result<(crate::layout::Shape, DType)> {
 /// `result_type(input, min, max)`.
 pub static CLAMP: OpDef = OpDef {
     name: "clamp",
-    schema: &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("min", T::OptTensorOrScalar, D::None), ArgSpec::opt("max", T::OptTensorOrScalar, D::None)],
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::opt("min", T::OptTensorOrScalar, D::None),
+        ArgSpec::opt("max", T::OptTensorOrScalar, D::None),
+    ],
     meta: |args| {
         let (shape, d) = clamp_meta(args)?;
         Ok(smallvec![TensorMeta::contiguous(&shape, d)])
@@ -550,7 +587,11 @@ pub static CLAMP: OpDef = OpDef {
             let r = crate::match_wide!(cd, N => binary_map::<N, N>("clamp", &x, &bt, |v, l| {
                 if upper { if v > l { l } else { v } } else if v < l { l } else { v }
             }))?;
-            if wide || cd != d { cast(&r, d) } else { Ok(r) }
+            if wide || cd != d {
+                cast(&r, d)
+            } else {
+                Ok(r)
+            }
         };
         let r = apply(t, &lo, false)?;
         Ok(smallvec![apply(r, &hi, true)?])
@@ -565,9 +606,42 @@ pub static CLAMP: OpDef = OpDef {
 
 /// The ops of this family.
 pub(crate) static OPS: &[&OpDef] = &[
-    &NEG, &ABS, &EXP, &EXPM1, &LOG, &LOG1P, &LOG2, &LOG10, &SQRT, &RSQRT, &SIN, &COS, &TAN, &ATAN, &TANH, &SIGMOID,
-    &RELU, &RELU6, &GELU, &SILU, &LEAKY_RELU, &ELU, &SELU, &SOFTPLUS, &SOFTSIGN, &HARDSWISH, &HARDSIGMOID,
-    &HARDTANH, &CLAMP, &RECIPROCAL, &SIGN, &FLOOR, &CEIL, &ROUND, &TRUNC, &ERF,
+    &NEG,
+    &ABS,
+    &EXP,
+    &EXPM1,
+    &LOG,
+    &LOG1P,
+    &LOG2,
+    &LOG10,
+    &SQRT,
+    &RSQRT,
+    &SIN,
+    &COS,
+    &TAN,
+    &ATAN,
+    &TANH,
+    &SIGMOID,
+    &RELU,
+    &RELU6,
+    &GELU,
+    &SILU,
+    &LEAKY_RELU,
+    &ELU,
+    &SELU,
+    &SOFTPLUS,
+    &SOFTSIGN,
+    &HARDSWISH,
+    &HARDSIGMOID,
+    &HARDTANH,
+    &CLAMP,
+    &RECIPROCAL,
+    &SIGN,
+    &FLOOR,
+    &CEIL,
+    &ROUND,
+    &TRUNC,
+    &ERF,
 ];
 
 // ---------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ pub struct Slice {
 /// let mut g = Graph::new();
 /// let x = g.placeholder("x").unwrap();
 /// let y = g.placeholder("y").unwrap();
-/// let arg = Argument::Tuple(vec![x.into(), Argument::List(vec![y.into(), 2.into(), x.into()])]);
+/// let arg = Argument::tuple([x.into(), Argument::list([y.into(), 2.into(), x.into()])]);
 /// let mut seen = vec![];
 /// arg.visit_nodes(&mut |n| seen.push(n));
 /// assert_eq!(seen, vec![x, y, x]);
@@ -75,22 +75,23 @@ pub enum Argument {
     Int(i64),
     /// A float.
     Float(f64),
-    /// A string.
-    Str(String),
+    /// A string (a boxed `str`, so that an argument is 24 bytes).
+    Str(Box<str>),
     /// A dtype (`torch.float32`).
     DType(DType),
-    /// A device.
-    Device(Device),
+    /// A device (boxed: rare, and it would make every argument larger).
+    Device(Box<Device>),
     /// A slice.
     Slice(Box<Slice>),
     /// Python's `...`.
     Ellipsis,
     /// The value of another node of the same graph.
     Node(NodeId),
-    /// A list.
-    List(Vec<Argument>),
-    /// A tuple.
-    Tuple(Vec<Argument>),
+    /// A list (a boxed slice, so that an argument is 24 bytes; build one with
+    /// [`Argument::list`] or from a `Vec`).
+    List(Box<[Argument]>),
+    /// A tuple (a boxed slice; build one with [`Argument::tuple`]).
+    Tuple(Box<[Argument]>),
     /// An insertion-ordered dict with string keys.
     Dict(Box<Kwargs>),
 }
@@ -203,7 +204,7 @@ impl Argument {
             }
             Argument::List(items) | Argument::Tuple(items) => {
                 let mut any = false;
-                for a in items {
+                for a in items.iter_mut() {
                     any |= a.replace_node(old, new);
                 }
                 any
@@ -258,12 +259,12 @@ impl From<f64> for Argument {
 }
 impl From<&str> for Argument {
     fn from(v: &str) -> Argument {
-        Argument::Str(v.to_string())
+        Argument::Str(v.into())
     }
 }
 impl From<String> for Argument {
     fn from(v: String) -> Argument {
-        Argument::Str(v)
+        Argument::Str(v.into_boxed_str())
     }
 }
 impl From<DType> for Argument {
@@ -273,13 +274,13 @@ impl From<DType> for Argument {
 }
 impl From<Device> for Argument {
     fn from(v: Device) -> Argument {
-        Argument::Device(v)
+        Argument::Device(Box::new(v))
     }
 }
 impl From<Vec<Argument>> for Argument {
     /// A `Vec` becomes a list.
     fn from(v: Vec<Argument>) -> Argument {
-        Argument::List(v)
+        Argument::List(v.into_boxed_slice())
     }
 }
 impl<T: Into<Argument>> From<Option<T>> for Argument {
@@ -288,3 +289,6 @@ impl<T: Into<Argument>> From<Option<T>> for Argument {
         v.map_or(Argument::None, Into::into)
     }
 }
+
+// Node arguments are stored inline (two per node); keep them small.
+const _: () = assert!(std::mem::size_of::<Argument>() == 24);

@@ -40,7 +40,9 @@ impl Graph {
         };
         let type_expr = node.type_expr().map(str::to_string);
         let id = self.create_node_raw(node.op(), node.target().clone(), args, kwargs, Some(node.name()), type_expr)?;
-        self.metas[id.index as usize] = node.g.metas[node.idx as usize].clone();
+        if let Some(c) = &node.g.cold[node.idx as usize] {
+            self.cold[id.index as usize] = Some(c.clone());
+        }
         Ok(id)
     }
 
@@ -75,7 +77,7 @@ impl Graph {
             }
         }
         val_map.reserve(src.len());
-        self.reserve(src.len());
+        self.reserve(src.len() + 1);
         let mut result = None;
         for node in src.iter() {
             if fast[node.idx as usize].is_some() {
@@ -120,13 +122,25 @@ impl Graph {
             new_index[s as usize] = order.len() as u32;
         }
         self.namespace = crate::graph::namespace::Namespace::arena_copy(&src.namespace);
-        self.reserve(order.len());
+        // Room for the output the caller adds next (FX: `g.output(g.graph_copy(src, {}))`), so
+        // that the arrays do not grow (and get copied) right after the copy.
+        self.reserve(order.len() + 1);
         val_map.reserve(order.len());
         let graph = self.id;
         let remap = |n: NodeId| Argument::Node(NodeId { index: new_index[n.index as usize], generation: 0, graph });
         for &s in &order {
             let si = s as usize;
-            let args: Args = src.args[si].iter().map(|a| a.map_nodes(&mut { remap })).collect();
+            // Common case: every argument is a node or a scalar; clone and renumber in place.
+            let mut args: Args = src.args[si].clone();
+            for a in args.iter_mut() {
+                match a {
+                    Argument::Node(n) => *n = NodeId { index: new_index[n.index as usize], generation: 0, graph },
+                    Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => {
+                        *a = a.map_nodes(&mut { remap })
+                    }
+                    _ => {}
+                }
+            }
             let kwargs = src.kwargs[si]
                 .as_ref()
                 .map(|k| Box::new(k.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut { remap }))).collect::<Kwargs>()));

@@ -282,7 +282,7 @@ impl Graph {
         let mut rows: Vec<[String; 5]> = vec![["opcode", "name", "target", "args", "kwargs"].map(String::from)];
         for n in self.iter() {
             let mut args = String::new();
-            py_repr(&Argument::Tuple(n.args().to_vec()), &name_fn, &mut args);
+            py_repr(&Argument::tuple(n.args().iter().cloned()), &name_fn, &mut args);
             let mut kwargs = String::new();
             py_repr(&Argument::Dict(Box::new(n.kwargs().clone())), &name_fn, &mut kwargs);
             rows.push([n.op().as_str().to_string(), n.name().to_string(), n.target().name().to_string(), args, kwargs]);

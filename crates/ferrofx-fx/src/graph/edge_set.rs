@@ -1,168 +1,75 @@
-//! [`EdgeSet`]: the insertion-ordered set of slot indices behind a node's `users` and
-//! `input_nodes`, and [`NodeSetRef`], its public read-only view.
+//! The edges behind a node's `users` and `input_nodes`, and [`NodeSetRef`], their public
+//! read-only view.
 //!
 //! Entries are `u32` slot indices (an edge always joins two live nodes of the same graph, so
-//! the generation and graph id are implied). Small sets (the common case: one or two entries)
-//! are an inline vector scanned linearly; larger ones add a hash index and leave tombstones on
-//! removal, compacted once they outnumber the live entries, so removal keeps the order in O(1)
-//! like a Python dict.
+//! the generation and graph id are implied). As in LLVM's `Use` lists, each input entry also
+//! records the position of the edge in the input's user list, so the use-def routine finds,
+//! removes or moves an edge in O(1) even when the input has 50,000 users, with no hash index.
+//! Removal from a user list leaves a tombstone (insertion order is kept, like a Python dict);
+//! once tombstones outnumber the live entries the list is compacted and the recorded positions
+//! of the moved edges are fixed up from the (small) input sets of the users.
 
 use crate::graph::graph::Graph;
-use crate::graph::hash::FxHashMap;
 use crate::graph::node_id::NodeId;
 use smallvec::SmallVec;
 use std::fmt;
 
-/// Up to this many entries, no index.
-const SMALL: usize = 8;
-/// A removed entry of an indexed set.
-const TOMB: u32 = u32::MAX;
+/// A removed entry of a user list.
+pub(crate) const TOMB: u32 = u32::MAX;
 
-#[derive(Clone, Default)]
-pub(crate) struct EdgeSet {
-    entries: SmallVec<[u32; 4]>,
-    index: Option<Box<FxHashMap<u32, u32>>>,
+/// One input edge: the input's slot and the edge's position in that input's user list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InputEdge {
+    pub(crate) node: u32,
+    pub(crate) pos: u32,
 }
 
-impl EdgeSet {
+/// A node's `input_nodes`: first-appearance order, usually one or two entries (inline).
+#[derive(Clone, Default)]
+pub(crate) struct InputSet {
+    pub(crate) entries: SmallVec<[InputEdge; 2]>,
+}
+
+impl InputSet {
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        match &self.index {
-            Some(ix) => ix.len(),
-            None => self.entries.len(),
-        }
+        self.entries.len()
     }
 
     #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    #[inline]
-    fn position(&self, idx: u32) -> Option<usize> {
-        match &self.index {
-            Some(ix) => ix.get(&idx).map(|&p| p as usize),
-            None => self.entries.iter().position(|&e| e == idx),
-        }
+    pub(crate) fn find(&self, idx: u32) -> Option<InputEdge> {
+        self.entries.iter().find(|e| e.node == idx).copied()
     }
 
     #[inline]
     pub(crate) fn contains(&self, idx: u32) -> bool {
-        self.position(idx).is_some()
+        self.entries.iter().any(|e| e.node == idx)
     }
 
-    /// Appends `idx` unless present; returns whether it was added.
-    #[inline]
-    pub(crate) fn insert(&mut self, idx: u32) -> bool {
-        if self.contains(idx) {
-            return false;
-        }
-        self.push_new(idx);
-        true
-    }
-
-    /// Appends `idx`, known to be absent (the use-def routine knows it from the node's old
-    /// inputs, which saves a lookup in large sets).
-    #[inline]
-    pub(crate) fn push_new(&mut self, idx: u32) {
-        let pos = self.entries.len();
-        self.entries.push(idx);
-        match &mut self.index {
-            Some(ix) => {
-                ix.insert(idx, pos as u32);
-            }
-            None if self.entries.len() > SMALL => self.rebuild_index(),
-            None => {}
-        }
-    }
-
-    /// Removes `idx`, keeping the order of the others; returns whether it was present.
-    pub(crate) fn remove(&mut self, idx: u32) -> bool {
-        match &mut self.index {
-            None => match self.entries.iter().position(|&e| e == idx) {
-                Some(pos) => {
-                    self.entries.remove(pos);
-                    true
-                }
-                None => false,
-            },
-            Some(ix) => {
-                let Some(pos) = ix.remove(&idx) else { return false };
-                self.entries[pos as usize] = TOMB;
-                self.after_tomb();
-                true
-            }
-        }
-    }
-
-    /// Moves `idx` (present) to the end: the same result as removing and re-inserting it, in
-    /// one index lookup.
-    pub(crate) fn move_to_end(&mut self, idx: u32) {
-        if self.entries.last() == Some(&idx) {
-            return;
-        }
-        let new_pos = self.entries.len() as u32;
-        match &mut self.index {
-            None => {
-                if let Some(pos) = self.entries.iter().position(|&e| e == idx) {
-                    self.entries.remove(pos);
-                    self.entries.push(idx);
-                }
-            }
-            Some(ix) => {
-                let Some(p) = ix.get_mut(&idx) else { return };
-                let old = std::mem::replace(p, new_pos) as usize;
-                self.entries[old] = TOMB;
-                self.entries.push(idx);
-                self.after_tomb();
-            }
-        }
-    }
-
-    /// Drops trailing tombstones and compacts once the dead outnumber the live.
-    fn after_tomb(&mut self) {
-        while self.entries.last() == Some(&TOMB) {
-            self.entries.pop();
-        }
-        let live = self.len();
-        let dead = self.entries.len() - live;
-        if dead > live.max(SMALL) {
-            self.entries.retain(|e| *e != TOMB);
-            if self.entries.len() > SMALL {
-                self.rebuild_index();
-            } else {
-                self.index = None;
-            }
-        }
-    }
-
-    fn rebuild_index(&mut self) {
-        let mut ix = match self.index.take() {
-            Some(mut ix) => {
-                ix.clear();
-                ix
-            }
-            None => Box::default(),
-        };
-        ix.reserve(self.entries.len());
-        for (pos, &e) in self.entries.iter().enumerate() {
-            if e != TOMB {
-                ix.insert(e, pos as u32);
-            }
-        }
-        self.index = Some(ix);
-    }
-
-    /// The indices in insertion order.
+    /// The input slots in order.
     #[inline]
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = u32> + '_ {
-        let indexed = self.index.is_some();
-        self.entries.iter().copied().filter(move |&e| !indexed || e != TOMB)
+        self.entries.iter().map(|e| e.node)
     }
 
-    /// Whether the entries are exactly `other` in order.
+    /// Whether the input slots are exactly `other` in order.
     pub(crate) fn same_as(&self, other: &[u32]) -> bool {
         self.len() == other.len() && self.iter().eq(other.iter().copied())
+    }
+}
+
+/// A node's `users` in insertion order, with tombstones ([`TOMB`]); the live count is kept in
+/// the graph's `nusers` array.
+#[derive(Clone, Default)]
+pub(crate) struct UserList {
+    pub(crate) entries: SmallVec<[u32; 4]>,
+}
+
+impl UserList {
+    /// The live user slots in order.
+    #[inline]
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = u32> + '_ {
+        self.entries.iter().copied().filter(|&e| e != TOMB)
     }
 }
 
@@ -172,29 +79,52 @@ impl EdgeSet {
 #[derive(Clone, Copy)]
 pub struct NodeSetRef<'g> {
     pub(crate) graph: &'g Graph,
-    pub(crate) set: &'g EdgeSet,
+    pub(crate) kind: SetKind<'g>,
+}
+
+/// Which set a [`NodeSetRef`] shows.
+#[derive(Clone, Copy)]
+pub(crate) enum SetKind<'g> {
+    /// The users of slot `owner`.
+    Users { owner: u32, list: &'g UserList },
+    /// An input set.
+    Inputs(&'g InputSet),
 }
 
 impl<'g> NodeSetRef<'g> {
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.set.len()
+        match self.kind {
+            SetKind::Users { owner, .. } => self.graph.nusers[owner as usize] as usize,
+            SetKind::Inputs(set) => set.len(),
+        }
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
+        self.len() == 0
     }
 
     /// Whether `id` (a live node of the same graph) is in the set.
     pub fn contains(&self, id: NodeId) -> bool {
-        self.graph.check(id).is_ok() && self.set.contains(id.index)
+        if !self.graph.contains(id) {
+            return false;
+        }
+        match self.kind {
+            // `id` uses `owner` exactly when `owner` is among the (few) inputs of `id`.
+            SetKind::Users { owner, .. } => self.graph.inputs[id.index as usize].contains(owner),
+            SetKind::Inputs(set) => set.contains(id.index),
+        }
     }
 
     /// The nodes in insertion order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = NodeId> + 'g {
         let g = self.graph;
-        self.set.iter().map(move |i| g.id_of(i))
+        let (users, inputs): (&'g [u32], &'g [InputEdge]) = match self.kind {
+            SetKind::Users { list, .. } => (&list.entries, &[]),
+            SetKind::Inputs(set) => (&[], &set.entries),
+        };
+        users.iter().copied().filter(|&e| e != TOMB).chain(inputs.iter().map(|e| e.node)).map(move |i| g.id_of(i))
     }
 
     /// The first node in insertion order.

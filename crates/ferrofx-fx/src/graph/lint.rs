@@ -286,27 +286,39 @@ impl Graph {
             }
             input_pairs += inputs.len();
             let users = &self.users[c];
-            if users.len() != self.nusers[c] as usize {
-                findings.push(LintFinding::UseDefMismatch {
-                    node: self.name_of(cur).to_string(),
-                    message: format!("user count {} but {} users", self.nusers[c], users.len()),
-                });
-            }
-            user_pairs += users.len();
-            for u in users.iter() {
+            let mut live_users = 0usize;
+            for (p, &u) in users.entries.iter().enumerate() {
+                if u == crate::graph::edge_set::TOMB {
+                    continue;
+                }
+                live_users += 1;
                 let ok = self.links.get(u as usize).is_some_and(|l| l.alive && u != ROOT);
                 if !ok {
                     findings.push(LintFinding::UseDefMismatch {
                         node: self.name_of(cur).to_string(),
                         message: format!("user slot {u} is not a live node of this graph"),
                     });
-                } else if !self.inputs[u as usize].contains(cur) {
-                    findings.push(LintFinding::UseDefMismatch {
-                        node: self.name_of(cur).to_string(),
-                        message: format!("user '{}' does not list it as an input", self.name_of(u)),
-                    });
+                } else {
+                    match self.inputs[u as usize].find(cur) {
+                        None => findings.push(LintFinding::UseDefMismatch {
+                            node: self.name_of(cur).to_string(),
+                            message: format!("user '{}' does not list it as an input", self.name_of(u)),
+                        }),
+                        Some(e) if e.pos as usize != p => findings.push(LintFinding::UseDefMismatch {
+                            node: self.name_of(cur).to_string(),
+                            message: format!("user '{}' records a wrong position of its edge", self.name_of(u)),
+                        }),
+                        Some(_) => {}
+                    }
                 }
             }
+            if live_users != self.nusers[c] as usize {
+                findings.push(LintFinding::UseDefMismatch {
+                    node: self.name_of(cur).to_string(),
+                    message: format!("user count {} but {} users", self.nusers[c], live_users),
+                });
+            }
+            user_pairs += live_users;
             if op == Opcode::Output {
                 outputs.push(cur);
             }
@@ -326,7 +338,7 @@ impl Graph {
         if input_pairs != user_pairs {
             for idx in self.slots() {
                 for i in self.inputs[idx as usize].iter() {
-                    if !self.users.get(i as usize).is_some_and(|u| u.contains(idx)) {
+                    if !self.users.get(i as usize).is_some_and(|u| u.iter().any(|x| x == idx)) {
                         findings.push(LintFinding::UseDefMismatch {
                             node: self.name_of(idx).to_string(),
                             message: format!("input '{}' does not list it as a user", self.slot_name(i)),

@@ -319,9 +319,8 @@ fn push_u64(out: &mut String, mut n: u64) {
             break;
         }
     }
-    for &b in &buf[i..] {
-        out.push(b as char);
-    }
+    // The buffer holds ASCII digits only.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
 impl Namespace {

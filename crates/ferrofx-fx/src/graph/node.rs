@@ -1,7 +1,7 @@
 //! [`Node`]: a read-only view of one operation of a graph.
 
 use crate::graph::argument::{Argument, Kwargs};
-use crate::graph::edge_set::NodeSetRef;
+use crate::graph::edge_set::{NodeSetRef, SetKind};
 use crate::graph::graph::Graph;
 use crate::graph::meta::Meta;
 use crate::graph::node_id::NodeId;
@@ -80,13 +80,13 @@ impl<'g> Node<'g> {
 
     /// The optional type annotation of the node's value.
     pub fn type_expr(&self) -> Option<&'g str> {
-        self.g.type_exprs[self.idx as usize].as_deref()
+        self.g.cold[self.idx as usize].as_ref().and_then(|c| c.type_expr.as_deref())
     }
 
     /// Metadata.
     pub fn meta(&self) -> &'g Meta {
-        match &self.g.metas[self.idx as usize] {
-            Some(m) => m,
+        match &self.g.cold[self.idx as usize] {
+            Some(c) => &c.meta,
             None => Meta::empty(),
         }
     }
@@ -98,7 +98,7 @@ impl<'g> Node<'g> {
 
     /// The users as an ordered set.
     pub fn user_set(&self) -> NodeSetRef<'g> {
-        NodeSetRef { graph: self.g, set: &self.g.users[self.idx as usize] }
+        NodeSetRef { graph: self.g, kind: SetKind::Users { owner: self.idx, list: &self.g.users[self.idx as usize] } }
     }
 
     /// Number of users (O(1), from a contiguous per-slot counter).
@@ -115,7 +115,7 @@ impl<'g> Node<'g> {
 
     /// The input nodes as an ordered set.
     pub fn input_set(&self) -> NodeSetRef<'g> {
-        NodeSetRef { graph: self.g, set: &self.g.inputs[self.idx as usize] }
+        NodeSetRef { graph: self.g, kind: SetKind::Inputs(&self.g.inputs[self.idx as usize]) }
     }
 
     /// FX's `Node.is_impure`: placeholders and outputs are impure, as are calls of impure ops

@@ -3,7 +3,7 @@
 //! erasure go through it.
 
 use crate::graph::argument::{Argument, Kwargs};
-use crate::graph::edge_set::EdgeSet;
+use crate::graph::edge_set::{InputEdge, InputSet, TOMB};
 use crate::graph::error::{GraphError, Result};
 use crate::graph::graph::{Args, Graph};
 use crate::graph::hash::FxHashMap;
@@ -32,10 +32,12 @@ impl Graph {
             self.kwargs[i] = k;
         }
         let old = std::mem::take(&mut self.inputs[i]);
-        let mut new = EdgeSet::default();
+        let mut new = InputSet::default();
         {
             let mut add = |n: NodeId| {
-                new.insert(n.index);
+                if !new.contains(n.index) {
+                    new.entries.push(InputEdge { node: n.index, pos: TOMB });
+                }
             };
             for a in self.args[i].iter() {
                 a.visit_nodes(&mut add);
@@ -46,25 +48,58 @@ impl Graph {
                 }
             }
         }
-        for o in old.iter() {
-            if !new.contains(o) && self.users[o as usize].remove(idx) {
-                self.nusers[o as usize] -= 1;
+        // `idx` is in no input set while its own is taken out, so the compactions below never
+        // need to fix up one of its positions.
+        for o in old.entries.iter() {
+            if !new.contains(o.node) {
+                self.remove_user_at(o.node, o.pos);
             }
         }
         let my_seq = self.links[i].seq;
-        for n in new.iter() {
-            let users = &mut self.users[n as usize];
-            if old.contains(n) {
-                users.move_to_end(idx);
-            } else {
-                // `n` was not an input, so (use-def invariant) `idx` is not among its users.
-                debug_assert!(!users.contains(idx));
-                users.push_new(idx);
-                self.nusers[n as usize] += 1;
+        for e in new.entries.iter_mut() {
+            let n = e.node;
+            let nu = n as usize;
+            match old.find(n) {
+                // Already the last user: moving it to the end changes nothing.
+                Some(o) if o.pos as usize + 1 == self.users[nu].entries.len() => e.pos = o.pos,
+                Some(o) => {
+                    self.remove_user_at(n, o.pos);
+                    e.pos = self.users[nu].entries.len() as u32;
+                    self.users[nu].entries.push(idx);
+                    self.nusers[nu] += 1;
+                }
+                None => {
+                    e.pos = self.users[nu].entries.len() as u32;
+                    self.users[nu].entries.push(idx);
+                    self.nusers[nu] += 1;
+                }
             }
-            self.unordered |= self.links[n as usize].seq >= my_seq;
+            self.unordered |= self.links[nu].seq >= my_seq;
         }
         self.inputs[i] = new;
+    }
+
+    /// Removes the user edge at `pos` of slot `n`'s user list (a tombstone), dropping trailing
+    /// tombstones and compacting once the dead outnumber the live; compaction fixes up the
+    /// positions recorded in the input sets of the users that moved.
+    fn remove_user_at(&mut self, n: u32, pos: u32) {
+        let nu = n as usize;
+        let list = &mut self.users[nu].entries;
+        debug_assert!(list[pos as usize] != TOMB);
+        list[pos as usize] = TOMB;
+        self.nusers[nu] -= 1;
+        while list.last() == Some(&TOMB) {
+            list.pop();
+        }
+        let live = self.nusers[nu] as usize;
+        if list.len() - live > live.max(4) {
+            list.retain(|e| *e != TOMB);
+            for (p, &u) in list.iter().enumerate() {
+                if let Some(e) = self.inputs[u as usize].entries.iter_mut().find(|e| e.node == n) {
+                    e.pos = p as u32;
+                }
+            }
+        }
     }
 
     /// Err if making slot `input` an input of slot `user` would create a cycle (including
@@ -245,8 +280,8 @@ impl Graph {
             self.check_no_cycle(u.index, rep)?;
         }
         if propagate_meta {
-            let meta = self.metas[idx as usize].clone();
-            self.metas[rep as usize] = meta;
+            let meta = self.cold[idx as usize].as_ref().map(|c| c.meta.clone()).unwrap_or_default();
+            self.cold[rep as usize].get_or_insert_with(Default::default).meta = meta;
         }
         for u in &selected {
             self.replace_input_unchecked(u.index, id, replacement);
