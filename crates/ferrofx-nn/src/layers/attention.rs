@@ -1,0 +1,282 @@
+//! MultiheadAttention and TransformerEncoderLayer (PyTorch layout and key names).
+
+use super::{Dropout, LayerNorm, Linear};
+use crate::{functional as F, init, Module};
+use ferrofx_core::{DType, Error, Result, Tensor, Value};
+
+/// `nn.MultiheadAttention(embed_dim, num_heads, dropout=0, bias=True, batch_first=False)`:
+/// `in_proj_weight [3E, E]` (xavier_uniform), `in_proj_bias [3E]` (zeros), `out_proj`
+/// (Linear, bias zeros).
+///
+/// `forward(x)` is self-attention returning the output only; `forward_values([query, key,
+/// value, key_padding_mask?, need_weights?, attn_mask?])` returns `[output, weights]` with the
+/// weights averaged over heads (or `None` when `need_weights` is false). Boolean masks mark
+/// positions that may **not** be attended, as in PyTorch; float masks are added.
+#[derive(crate::Module)]
+pub struct MultiheadAttention {
+    /// `[3E, E]`
+    pub in_proj_weight: Tensor,
+    /// `[3E]`
+    pub in_proj_bias: Option<Tensor>,
+    /// Output projection.
+    pub out_proj: Linear,
+    /// E
+    pub embed_dim: usize,
+    /// H
+    pub num_heads: usize,
+    /// Attention dropout.
+    pub dropout: f64,
+    /// Inputs are `[N, L, E]` instead of `[L, N, E]`.
+    pub batch_first: bool,
+    training: bool,
+}
+
+impl MultiheadAttention {
+    /// `MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first)`.
+    pub fn new(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool, batch_first: bool) -> Result<Self> {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
+            return Err(Error::argument(
+                "MultiheadAttention",
+                format!("embed_dim must be divisible by num_heads (got {embed_dim} and {num_heads})"),
+            ));
+        }
+        let e = embed_dim;
+        let in_proj_weight = init::parameter(&[3 * e, e], |t| init::xavier_uniform_(t, 1.0))?;
+        let in_proj_bias = if bias { Some(init::parameter(&[3 * e], init::zeros_)?) } else { None };
+        let out_proj = Linear::new(e, e, bias)?;
+        if let Some(b) = &out_proj.bias {
+            init::zeros_(b)?;
+        }
+        Ok(MultiheadAttention {
+            in_proj_weight,
+            in_proj_bias,
+            out_proj,
+            embed_dim,
+            num_heads,
+            dropout,
+            batch_first,
+            training: true,
+        })
+    }
+
+    /// Attention of `query` over `key`/`value`; returns the output and (if `need_weights`) the
+    /// head-averaged weights `[N, L, S]`.
+    pub fn attend(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        key_padding_mask: Option<&Tensor>,
+        need_weights: bool,
+        attn_mask: Option<&Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let name = "MultiheadAttention";
+        let (q_in, k_in, v_in) = if self.batch_first {
+            (query.transpose(0, 1)?, key.transpose(0, 1)?, value.transpose(0, 1)?)
+        } else {
+            (query.clone(), key.clone(), value.clone())
+        };
+        let (qs, ks) = (q_in.shape().to_vec(), k_in.shape().to_vec());
+        let e = self.embed_dim;
+        if qs.len() != 3 || qs[2] != e || ks.len() != 3 || ks[2] != e || v_in.shape() != ks.as_slice() {
+            return Err(Error::shape(
+                name,
+                format!(
+                    "expected query [L, N, {e}] and key/value [S, N, {e}] (batch_first={}), got {:?}, {:?}, {:?}",
+                    self.batch_first,
+                    query.shape(),
+                    key.shape(),
+                    value.shape()
+                ),
+            ));
+        }
+        let (l, n, s) = (qs[0] as i64, qs[1] as i64, ks[0] as i64);
+        let h = self.num_heads as i64;
+        let hd = (e / self.num_heads) as i64;
+        let ei = e as i64;
+        let w = &self.in_proj_weight;
+        let part = |i: i64| -> Result<(Tensor, Option<Tensor>)> {
+            Ok((w.narrow(0, i * ei, ei)?, self.in_proj_bias.as_ref().map(|b| b.narrow(0, i * ei, ei)).transpose()?))
+        };
+        let (wq, bq) = part(0)?;
+        let (wk, bk) = part(1)?;
+        let (wv, bv) = part(2)?;
+        let q = F::linear(&q_in, &wq, bq.as_ref())?;
+        let k = F::linear(&k_in, &wk, bk.as_ref())?;
+        let v = F::linear(&v_in, &wv, bv.as_ref())?;
+        // [L, N, E] -> [N*H, L, hd]
+        let q = q.reshape(&[l, n * h, hd])?.transpose(0, 1)?;
+        let k = k.reshape(&[s, n * h, hd])?.transpose(0, 1)?;
+        let v = v.reshape(&[s, n * h, hd])?.transpose(0, 1)?;
+        let scores = F::mul(&q.matmul(&k.transpose(1, 2)?)?, 1.0 / (hd as f64).sqrt())?; // [N*H, L, S]
+        let mut scores = scores;
+        if let Some(m) = attn_mask {
+            scores =
+                if m.dtype() == DType::Bool { scores.masked_fill(m, f64::NEG_INFINITY)? } else { F::add(&scores, m)? };
+        }
+        if let Some(kpm) = key_padding_mask {
+            if kpm.shape() != [n as usize, s as usize] {
+                return Err(Error::shape(
+                    name,
+                    format!("key_padding_mask must be [N, S] = [{n}, {s}], got {:?}", kpm.shape()),
+                ));
+            }
+            let kpm = if kpm.dtype() == DType::Bool { kpm.clone() } else { kpm.to_dtype(DType::Bool)? };
+            let m = kpm.reshape(&[n, 1, 1, s])?.expand(&[n, h, 1, s])?.reshape(&[n * h, 1, s])?;
+            scores = scores.masked_fill(&m, f64::NEG_INFINITY)?;
+        }
+        let p = F::softmax(&scores, -1)?;
+        let p = F::dropout(&p, self.dropout, self.training)?;
+        let o = p.matmul(&v)?; // [N*H, L, hd]
+        let o = o.transpose(0, 1)?.reshape(&[l * n, ei])?;
+        let o = self.out_proj.call(&o)?.reshape(&[l, n, ei])?;
+        let o = if self.batch_first { o.transpose(0, 1)? } else { o };
+        let weights = if need_weights { Some(p.reshape(&[n, h, l, s])?.mean_dim(&[1], false)?) } else { None };
+        Ok((o, weights))
+    }
+}
+
+impl Module for MultiheadAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.attend(x, x, x, None, false, None)?.0)
+    }
+    fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
+        let t = |i: usize| -> Result<Option<&Tensor>> {
+            match inputs.get(i) {
+                None | Some(Value::None) => Ok(None),
+                Some(Value::Tensor(t)) => Ok(Some(t)),
+                Some(v) => Err(Error::argument(
+                    "MultiheadAttention",
+                    format!("argument {i} must be a tensor or None, got {v:?}"),
+                )),
+            }
+        };
+        let q = t(0)?.ok_or_else(|| Error::argument("MultiheadAttention", "missing query"))?;
+        let k = t(1)?.unwrap_or(q);
+        let v = t(2)?.unwrap_or(k);
+        let need = match inputs.get(4) {
+            Some(Value::Bool(b)) => *b,
+            _ => true,
+        };
+        let (o, w) = self.attend(q, k, v, t(3)?, need, t(5)?)?;
+        Ok(vec![Value::Tensor(o), w.map(Value::Tensor).unwrap_or(Value::None)])
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
+}
+
+/// `nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
+/// activation="relu", layer_norm_eps=1e-5, batch_first=False, norm_first=False)`.
+#[derive(crate::Module)]
+pub struct TransformerEncoderLayer {
+    /// Self-attention.
+    pub self_attn: MultiheadAttention,
+    /// Feed-forward in.
+    pub linear1: Linear,
+    /// Feed-forward dropout.
+    pub dropout: Dropout,
+    /// Feed-forward out.
+    pub linear2: Linear,
+    /// First norm.
+    pub norm1: LayerNorm,
+    /// Second norm.
+    pub norm2: LayerNorm,
+    /// Dropout after attention.
+    pub dropout1: Dropout,
+    /// Dropout after feed-forward.
+    pub dropout2: Dropout,
+    /// `"relu"` or `"gelu"`.
+    pub activation: String,
+    /// Pre-norm instead of post-norm.
+    pub norm_first: bool,
+}
+
+impl TransformerEncoderLayer {
+    /// `TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation,
+    /// layer_norm_eps=1e-5, batch_first, norm_first)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        d_model: usize,
+        nhead: usize,
+        dim_feedforward: usize,
+        dropout: f64,
+        activation: &str,
+        batch_first: bool,
+        norm_first: bool,
+    ) -> Result<Self> {
+        if activation != "relu" && activation != "gelu" {
+            return Err(Error::argument(
+                "TransformerEncoderLayer",
+                format!("activation should be relu/gelu, not {activation}"),
+            ));
+        }
+        Ok(TransformerEncoderLayer {
+            self_attn: MultiheadAttention::new(d_model, nhead, dropout, true, batch_first)?,
+            linear1: Linear::new(d_model, dim_feedforward, true)?,
+            dropout: Dropout::new(dropout)?,
+            linear2: Linear::new(dim_feedforward, d_model, true)?,
+            norm1: LayerNorm::new(&[d_model])?,
+            norm2: LayerNorm::new(&[d_model])?,
+            dropout1: Dropout::new(dropout)?,
+            dropout2: Dropout::new(dropout)?,
+            activation: activation.to_string(),
+            norm_first,
+        })
+    }
+
+    fn sa(&self, x: &Tensor, mask: Option<&Tensor>, kpm: Option<&Tensor>) -> Result<Tensor> {
+        let out = if mask.is_none() && kpm.is_none() {
+            self.self_attn.call(x)?
+        } else {
+            let v = self.self_attn.call_values(&[
+                x.into(),
+                x.into(),
+                x.into(),
+                kpm.cloned().into(),
+                false.into(),
+                mask.cloned().into(),
+            ])?;
+            v.into_iter()
+                .next()
+                .and_then(|v| v.as_tensor().cloned())
+                .ok_or_else(|| Error::argument("TransformerEncoderLayer", "attention returned no tensor"))?
+        };
+        self.dropout1.call(&out)
+    }
+
+    fn ff(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.linear1.call(x)?;
+        let h = if self.activation == "gelu" { F::gelu(&h, "none")? } else { F::relu(&h)? };
+        let h = self.dropout.call(&h)?;
+        self.dropout2.call(&self.linear2.call(&h)?)
+    }
+
+    /// `forward(src, src_mask, src_key_padding_mask)`.
+    pub fn forward_masked(&self, x: &Tensor, mask: Option<&Tensor>, kpm: Option<&Tensor>) -> Result<Tensor> {
+        if self.norm_first {
+            let x = F::add(x, &self.sa(&self.norm1.call(x)?, mask, kpm)?)?;
+            F::add(&x, &self.ff(&self.norm2.call(&x)?)?)
+        } else {
+            let x = self.norm1.call(&F::add(x, &self.sa(x, mask, kpm)?)?)?;
+            self.norm2.call(&F::add(&x, &self.ff(&x)?)?)
+        }
+    }
+}
+
+impl Module for TransformerEncoderLayer {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_masked(x, None, None)
+    }
+    fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
+        let t = |i: usize| match inputs.get(i) {
+            Some(Value::Tensor(t)) => Some(t),
+            _ => None,
+        };
+        let x = t(0).ok_or_else(|| Error::argument("TransformerEncoderLayer", "missing src"))?;
+        Ok(vec![self.forward_masked(x, t(1), t(2))?.into()])
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,116 @@
+//! MaxPool2d, AvgPool2d, AdaptiveAvgPool2d.
+
+use crate::{functional as F, Module};
+use ferrofx_core::{Result, Tensor};
+
+/// `nn.MaxPool2d(kernel_size, stride=kernel_size, padding=0, dilation=1, ceil_mode=False)`.
+#[derive(crate::Module, Clone, Copy)]
+pub struct MaxPool2d {
+    /// kernel
+    pub kernel: [i64; 2],
+    /// stride
+    pub stride: [i64; 2],
+    /// padding
+    pub padding: [i64; 2],
+    /// dilation
+    pub dilation: [i64; 2],
+    /// ceil_mode
+    pub ceil_mode: bool,
+}
+
+impl MaxPool2d {
+    /// `MaxPool2d(kernel_size)` (stride = kernel).
+    pub fn new(kernel_size: usize) -> MaxPool2d {
+        MaxPool2d::with(kernel_size, kernel_size, 0)
+    }
+    /// `MaxPool2d(kernel_size, stride, padding)`.
+    pub fn with(kernel_size: usize, stride: usize, padding: usize) -> MaxPool2d {
+        let (k, s, p) = (kernel_size as i64, stride as i64, padding as i64);
+        MaxPool2d { kernel: [k, k], stride: [s, s], padding: [p, p], dilation: [1, 1], ceil_mode: false }
+    }
+}
+
+impl Module for MaxPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        F::max_pool2d(x, self.kernel, Some(self.stride), self.padding, self.dilation, self.ceil_mode)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
+    fn extra_repr(&self) -> String {
+        format!(
+            "kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode={}",
+            self.kernel[0],
+            self.stride[0],
+            self.padding[0],
+            self.dilation[0],
+            super::linear::py_bool(self.ceil_mode)
+        )
+    }
+}
+
+/// `nn.AvgPool2d(kernel_size, stride=kernel_size, padding=0, ceil_mode=False,
+/// count_include_pad=True)`.
+#[derive(crate::Module, Clone, Copy)]
+pub struct AvgPool2d {
+    /// kernel
+    pub kernel: [i64; 2],
+    /// stride
+    pub stride: [i64; 2],
+    /// padding
+    pub padding: [i64; 2],
+    /// ceil_mode
+    pub ceil_mode: bool,
+    /// count_include_pad
+    pub count_include_pad: bool,
+}
+
+impl AvgPool2d {
+    /// `AvgPool2d(kernel_size)`.
+    pub fn new(kernel_size: usize) -> AvgPool2d {
+        AvgPool2d::with(kernel_size, kernel_size, 0)
+    }
+    /// `AvgPool2d(kernel_size, stride, padding)`.
+    pub fn with(kernel_size: usize, stride: usize, padding: usize) -> AvgPool2d {
+        let (k, s, p) = (kernel_size as i64, stride as i64, padding as i64);
+        AvgPool2d { kernel: [k, k], stride: [s, s], padding: [p, p], ceil_mode: false, count_include_pad: true }
+    }
+}
+
+impl Module for AvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        F::avg_pool2d(x, self.kernel, Some(self.stride), self.padding, self.ceil_mode, self.count_include_pad)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
+    fn extra_repr(&self) -> String {
+        format!("kernel_size={}, stride={}, padding={}", self.kernel[0], self.stride[0], self.padding[0])
+    }
+}
+
+/// `nn.AdaptiveAvgPool2d(output_size)`.
+#[derive(crate::Module, Clone, Copy)]
+pub struct AdaptiveAvgPool2d {
+    /// Output `[h, w]`.
+    pub output_size: [i64; 2],
+}
+
+impl AdaptiveAvgPool2d {
+    /// `AdaptiveAvgPool2d((h, w))`.
+    pub fn new(h: usize, w: usize) -> AdaptiveAvgPool2d {
+        AdaptiveAvgPool2d { output_size: [h as i64, w as i64] }
+    }
+}
+
+impl Module for AdaptiveAvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        F::adaptive_avg_pool2d(x, self.output_size)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
+    fn extra_repr(&self) -> String {
+        format!("output_size=({}, {})", self.output_size[0], self.output_size[1])
+    }
+}
