@@ -275,6 +275,13 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         let _g = set_grad_enabled(false);
         crate::op::run_kernel(op, args)?
     };
+    if mutated.is_some() || matches!(op.effect, Effect::Mutates(_)) {
+        for a in saved_args.iter_mut() {
+            if let SavedArg::Tensor(s) = a {
+                s.refresh_version_if_no_grad();
+            }
+        }
+    }
 
     // Which outputs get history.
     let mut input_meta: SmallVec<[InputMetadata; 1]> = SmallVec::with_capacity(outs.len());

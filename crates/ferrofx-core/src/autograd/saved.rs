@@ -53,6 +53,17 @@ impl SavedVariable {
         }
     }
 
+    /// Re-records the version of a saved tensor that does not require grad (state an op
+    /// updates as a side effect, like batch_norm's running statistics, is saved as it is after
+    /// the op).
+    pub(crate) fn refresh_version_if_no_grad(&mut self) {
+        if let Some(t) = &self.data {
+            if !t.requires_grad() {
+                self.version = t.version();
+            }
+        }
+    }
+
     /// `true` once freed by `release`.
     pub fn is_released(&self) -> bool {
         self.data.is_none()
