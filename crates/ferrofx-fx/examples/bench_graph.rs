@@ -7,7 +7,9 @@
 //!
 //! Options: `--nodes N` (default 100000), `--repeat R` (best of R, default 5),
 //! `--reference PYTHON` (a Python with torch; without it only ferrofx runs),
-//! `--script PATH` (default: the repository's `scripts/bench_fx_graph.py`).
+//! `--clock cpu|wall` (default `cpu`: this thread's CPU time on both sides, robust against
+//! the other processes of a shared machine), `--script PATH` (default: the repository's `scripts/bench_fx_graph.py`), `--only WORKLOAD`
+//! (ferrofx only, one workload: for profiling).
 
 use ferrofx_fx::{Graph, NodeId, Opcode, Target};
 use std::collections::HashMap;
@@ -20,6 +22,8 @@ struct Options {
     repeat: usize,
     reference: Option<String>,
     script: String,
+    only: Option<String>,
+    wall: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -28,6 +32,8 @@ fn parse_args() -> Result<Options, String> {
         repeat: 5,
         reference: None,
         script: concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench_fx_graph.py").to_string(),
+        only: None,
+        wall: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -37,9 +43,15 @@ fn parse_args() -> Result<Options, String> {
             "--repeat" => o.repeat = value()?.parse().map_err(|e| format!("--repeat: {e}"))?,
             "--reference" => o.reference = Some(value()?),
             "--script" => o.script = value()?,
+            "--only" => o.only = Some(value()?),
+            "--clock" => match value()?.as_str() {
+                "cpu" => o.wall = false,
+                "wall" => o.wall = true,
+                other => return Err(format!("--clock cpu|wall, not {other}")),
+            },
             "--bench" => {} // passed by `cargo bench`
             "-h" | "--help" => {
-                return Err("usage: bench_graph [--nodes N] [--repeat R] [--reference PYTHON] [--script PATH]".into())
+                return Err("usage: bench_graph [--nodes N] [--repeat R] [--reference PYTHON] [--script PATH] [--clock cpu|wall] [--only WORKLOAD]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -63,7 +75,7 @@ fn build_chain(n: usize, ops: &Ops) -> Graph {
     let mut cur = x;
     for i in 0..n - 2 {
         let t = if i % 2 == 0 { &ops.add } else { &ops.mul };
-        cur = g.call_function(t.clone(), vec![cur.into(), x.into()]).expect("call_function");
+        cur = g.call_function(t.clone(), [cur.into(), x.into()]).expect("call_function");
     }
     g.output(cur.into()).expect("output");
     g
@@ -74,8 +86,8 @@ fn build_half_dead(n: usize, ops: &Ops) -> Graph {
     let x = g.placeholder("x").expect("placeholder");
     let mut cur = x;
     for _ in 0..(n - 2) / 2 {
-        cur = g.call_function(ops.add.clone(), vec![cur.into(), x.into()]).expect("add");
-        g.call_function(ops.relu.clone(), vec![cur.into()]).expect("relu");
+        cur = g.call_function(ops.add.clone(), [cur.into(), x.into()]).expect("add");
+        g.call_function(ops.relu.clone(), [cur.into()]).expect("relu");
     }
     g.output(cur.into()).expect("output");
     g
@@ -83,8 +95,7 @@ fn build_half_dead(n: usize, ops: &Ops) -> Graph {
 
 fn w_iterate(g: &mut Graph, _ops: &Ops) {
     let mut total = 0usize;
-    for id in g.nodes() {
-        let node = g.node(id).expect("live");
+    for node in g.iter() {
         if node.op() == Opcode::CallFunction {
             total += node.num_users();
         }
@@ -108,7 +119,7 @@ fn w_insert_relu(g: &mut Graph, ops: &Ops) {
         if node.op() == Opcode::CallFunction && *node.target() == ops.add {
             let relu = {
                 let mut g = g.inserting_after(Some(id)).expect("anchor");
-                g.call_function(ops.relu.clone(), vec![id.into()]).expect("relu")
+                g.call_function(ops.relu.clone(), [id.into()]).expect("relu")
             };
             g.replace_all_uses_with_where(id, relu, |u| u.id() != relu, false).expect("rauw");
         }
@@ -143,6 +154,46 @@ fn w_copy(g: &mut Graph, _ops: &Ops) {
     black_box(g2);
 }
 
+/// A clock reading in seconds: this thread's CPU time (so the other processes of a shared
+/// machine do not count; the reference script uses `time.thread_time()` likewise), or wall time.
+#[derive(Clone, Copy)]
+struct Clock {
+    wall: bool,
+    start: Instant,
+}
+
+impl Clock {
+    fn now(&self) -> f64 {
+        if self.wall {
+            return self.start.elapsed().as_secs_f64();
+        }
+        thread_cpu_seconds().unwrap_or_else(|| self.start.elapsed().as_secs_f64())
+    }
+}
+
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn thread_cpu_seconds() -> Option<f64> {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `clock_gettime` (glibc/musl, 64-bit Linux: `struct timespec` is two 64-bit
+    // integers, matching `Timespec`) writes one timespec through the valid, exclusive pointer.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn thread_cpu_seconds() -> Option<f64> {
+    None
+}
+
 type Setup = fn(usize, &Ops) -> Graph;
 type Work = fn(&mut Graph, &Ops);
 
@@ -156,7 +207,7 @@ fn run_reference(o: &Options) -> Result<HashMap<String, f64>, String> {
     };
     let out = Command::new(python)
         .arg(&o.script)
-        .args(["--nodes", &o.nodes.to_string(), "--repeat", "1"])
+        .args(["--nodes", &o.nodes.to_string(), "--repeat", "1", "--clock", if o.wall { "wall" } else { "cpu" }])
         .output()
         .map_err(|e| format!("cannot run {python}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -213,29 +264,37 @@ fn main() {
         ("copy", Some(build_chain), w_copy),
     ];
     let n = o.nodes;
+    let clock = Clock { wall: o.wall, start: Instant::now() };
     let mut ours = Vec::new();
     for (name, setup, work) in workloads {
+        if o.only.as_deref().is_some_and(|w| w != name) {
+            continue;
+        }
         let secs = time_best(o.repeat, || match setup {
             None => {
-                let t = Instant::now();
+                let t = clock.now();
                 let g = build_chain(n, &ops);
-                let e = t.elapsed().as_secs_f64();
+                let e = clock.now() - t;
                 drop(black_box(g));
                 e
             }
             Some(setup) => {
                 let mut g = setup(n, &ops);
-                let t = Instant::now();
+                let t = clock.now();
                 work(&mut g, &ops);
-                let e = t.elapsed().as_secs_f64();
+                let e = clock.now() - t;
                 g.lint().expect("workload left the graph lint-clean");
                 e
             }
         });
         ours.push((name, secs));
     }
-    let reference = run_reference(&o);
-    println!("graph IR benchmark: {n} nodes, ferrofx best of {}, torch.fx best of 1", o.repeat);
+    let reference = if o.only.is_some() { Err("--only given".to_string()) } else { run_reference(&o) };
+    println!(
+        "graph IR benchmark: {n} nodes, ferrofx best of {}, torch.fx best of 1, {} time",
+        o.repeat,
+        if o.wall { "wall" } else { "thread CPU" }
+    );
     if let Err(e) = &reference {
         println!("torch.fx reference not run: {e} (pass --reference .venv/bin/python with torch installed)");
     }

@@ -16,6 +16,17 @@ fn inputs(g: &Graph, id: NodeId) -> Vec<String> {
     names(g, g.node(id).unwrap().all_input_nodes())
 }
 
+/// The variable generated code uses for a node named after the function it calls: a user
+/// function's name is not shadowed (`relu_1 = relu(x)`); registry ops print as `ops.<name>`, so
+/// no collision.
+fn var(name: &str) -> String {
+    if core_api::lookup(name).is_some() {
+        name.to_string()
+    } else {
+        format!("{name}_1")
+    }
+}
+
 /// How generated code spells a call of `name`: registry ops are `ops.<name>`.
 fn call(name: &str) -> String {
     if core_api::lookup(name).is_some() {
@@ -80,12 +91,14 @@ fn seed000_build_example_and_printed_form() {
         g.python_code(),
         format!(
             "def forward(self, x, y):
-    add = {}(x, y);  x = y = None
-    relu = {}(add);  add = None
-    return relu
+    {add} = {}(x, y);  x = y = None
+    {relu} = {}({add});  {add} = None
+    return {relu}
 ",
             call("add"),
-            call("relu")
+            call("relu"),
+            add = var("add"),
+            relu = var("relu"),
         )
     );
     // §3.2: the circular list through the sentinel, both directions.
@@ -186,10 +199,12 @@ fn seed000_relu_to_gelu() {
         format!(
             "def forward(self, x):
     linear = self.linear(x);  x = None
-    gelu = {}(linear);  linear = None
-    return gelu
+    {} = {}(linear);  linear = None
+    return {}
 ",
-            call("gelu")
+            var("gelu"),
+            call("gelu"),
+            var("gelu")
         )
     );
 }

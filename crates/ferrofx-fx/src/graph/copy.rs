@@ -2,8 +2,8 @@
 
 use crate::graph::argument::{Argument, Kwargs};
 use crate::graph::error::{GraphError, Result};
+use crate::graph::graph::Args;
 use crate::graph::graph::Graph;
-use crate::graph::hash::FxHashMap;
 use crate::graph::node::Node;
 use crate::graph::node_id::NodeId;
 use crate::graph::target::Opcode;
@@ -21,23 +21,26 @@ impl Graph {
     /// let r = src.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// let mut dst = Graph::new();
     /// let y = dst.placeholder("y").unwrap();
-    /// let r2 = dst.node_copy(src.node(r).unwrap(), |_| Ok(Argument::Node(y))).unwrap();
+    /// let r2 = dst.node_copy(&src.node(r).unwrap(), |_| Ok(Argument::Node(y))).unwrap();
     /// assert_eq!(dst.node(r2).unwrap().all_input_nodes(), vec![y]);
     /// ```
     pub fn node_copy(
         &mut self,
-        node: &Node,
+        node: &Node<'_>,
         mut arg_transform: impl FnMut(NodeId) -> Result<Argument>,
     ) -> Result<NodeId> {
-        let args = node.args.iter().map(|a| a.try_map_nodes(&mut arg_transform)).collect::<Result<Vec<_>>>()?;
-        let kwargs = node
-            .kwargs
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.try_map_nodes(&mut arg_transform)?)))
-            .collect::<Result<Kwargs>>()?;
-        let id =
-            self.create_node(node.op, node.target.clone(), args, kwargs, Some(&node.name), node.type_expr.clone())?;
-        self.live_mut(id.index).meta = node.meta.clone();
+        let args = node.args().iter().map(|a| a.try_map_nodes(&mut arg_transform)).collect::<Result<Args>>()?;
+        let kwargs = match &node.g.kwargs[node.idx as usize] {
+            None => None,
+            Some(k) => Some(Box::new(
+                k.iter()
+                    .map(|(k, v)| Ok((k.clone(), v.try_map_nodes(&mut arg_transform)?)))
+                    .collect::<Result<Kwargs>>()?,
+            )),
+        };
+        let type_expr = node.type_expr().map(str::to_string);
+        let id = self.create_node_raw(node.op(), node.target().clone(), args, kwargs, Some(node.name()), type_expr)?;
+        self.metas[id.index as usize] = node.g.metas[node.idx as usize].clone();
         Ok(id)
     }
 
@@ -60,35 +63,78 @@ impl Graph {
     /// assert_eq!(dst.to_string(), src.to_string());
     /// ```
     pub fn graph_copy(&mut self, src: &Graph, val_map: &mut HashMap<NodeId, NodeId>) -> Result<Option<Argument>> {
-        let mut fast: FxHashMap<u32, NodeId> = FxHashMap::default();
+        let fresh = self.links.len() == 1 && self.namespace.count() == 0;
+        if fresh && !src.unordered && !val_map.keys().any(|k| k.graph == src.id) {
+            return Ok(self.graph_copy_whole(src, val_map));
+        }
+        // Slot-indexed map of src nodes (faster than hashing every lookup).
+        let mut fast: Vec<Option<NodeId>> = vec![None; src.links.len()];
         for (k, v) in val_map.iter() {
-            if k.graph == src.id {
-                fast.insert(k.index, *v);
+            if src.contains(*k) {
+                fast[k.index as usize] = Some(*v);
             }
         }
+        val_map.reserve(src.len());
+        self.reserve(src.len());
         let mut result = None;
-        for id in src.nodes() {
-            if val_map.contains_key(&id) {
+        for node in src.iter() {
+            if fast[node.idx as usize].is_some() {
                 continue;
             }
-            let node = src.live(id.index);
             let mut map = |n: NodeId| -> Result<Argument> {
-                fast.get(&n.index)
-                    .map(|&m| Argument::Node(m))
-                    .ok_or_else(|| GraphError::Erased { id: n, name: src.name_or_unknown(n) })
+                match fast.get(n.index as usize) {
+                    Some(Some(m)) if n.graph == src.id => Ok(Argument::Node(*m)),
+                    _ => Err(GraphError::Erased { id: n, name: src.name_or_unknown(n) }),
+                }
             };
-            if node.op == Opcode::Output {
-                result = Some(match node.args.first() {
+            if node.op() == Opcode::Output {
+                result = Some(match node.args().first() {
                     Some(a) => a.try_map_nodes(&mut map)?,
                     None => Argument::None,
                 });
                 break;
             }
-            let new = self.node_copy(node, map)?;
-            fast.insert(id.index, new);
-            val_map.insert(id, new);
+            let new = self.node_copy(&node, map)?;
+            fast[node.idx as usize] = Some(new);
+            val_map.insert(node.id(), new);
         }
         Ok(result)
+    }
+
+    /// [`Graph::graph_copy`] into a fresh graph of a topologically ordered `src` with nothing
+    /// pre-mapped: the same result as copying node by node, in bulk. Nothing can fail (src's
+    /// invariants guarantee live, ordered inputs and unique names), names keep their interned
+    /// ids (the name arena is cloned, then the copied names are marked used), slots are
+    /// assigned in order so node references map by a slot table, and the use-def edges still
+    /// come from the one routine.
+    fn graph_copy_whole(&mut self, src: &Graph, val_map: &mut HashMap<NodeId, NodeId>) -> Option<Argument> {
+        let mut order: Vec<u32> = Vec::with_capacity(src.len());
+        let mut new_index = vec![u32::MAX; src.links.len()];
+        let mut output = None;
+        for s in src.slots() {
+            if src.ops[s as usize] == Opcode::Output {
+                output = Some(s);
+                break;
+            }
+            order.push(s);
+            new_index[s as usize] = order.len() as u32;
+        }
+        self.namespace = crate::graph::namespace::Namespace::arena_copy(&src.namespace);
+        self.reserve(order.len());
+        val_map.reserve(order.len());
+        let graph = self.id;
+        let remap = |n: NodeId| Argument::Node(NodeId { index: new_index[n.index as usize], generation: 0, graph });
+        for &s in &order {
+            let si = s as usize;
+            let args: Args = src.args[si].iter().map(|a| a.map_nodes(&mut { remap })).collect();
+            let kwargs = src.kwargs[si]
+                .as_ref()
+                .map(|k| Box::new(k.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut { remap }))).collect::<Kwargs>()));
+            let d = self.append_copied_slot(src, s);
+            self.apply_args_kwargs(d, Some(args), Some(kwargs));
+            val_map.insert(src.id_of(s), self.id_of(d));
+        }
+        output.map(|o| src.args[o as usize].first().map_or(Argument::None, |a| a.map_nodes(&mut { remap })))
     }
 
     /// A copy of this graph with a fresh identity (same names, order, args, meta). Returns the

@@ -1,13 +1,14 @@
 //! Dead code elimination.
 
-use crate::graph::graph::Graph;
+use crate::graph::graph::{Graph, ROOT};
 use crate::graph::node::Node;
 
 impl Graph {
     /// FX's `eliminate_dead_code`: walks the graph backwards and erases every node without
     /// users that is not impure. Impurity is [`Node::is_impure`] unless `is_impure` is given.
-    /// One pass removes whole dead chains, since users come after their inputs. Returns whether
-    /// anything was erased.
+    /// One pass removes whole dead chains, since users come after their inputs: the walk goes
+    /// backwards through the links, and erasing a node decrements the user counters of its
+    /// inputs, which the walk reaches later. Returns whether anything was erased.
     ///
     /// ```
     /// use ferrofx_fx::{Graph, Target};
@@ -19,18 +20,24 @@ impl Graph {
     /// assert!(g.eliminate_dead_code(None));
     /// assert_eq!(g.len(), 2);
     /// ```
-    pub fn eliminate_dead_code(&mut self, is_impure: Option<&dyn Fn(&Node) -> bool>) -> bool {
+    pub fn eliminate_dead_code(&mut self, is_impure: Option<&dyn Fn(&Node<'_>) -> bool>) -> bool {
         let mut changed = false;
-        let mut cursor = self.cursor_rev();
-        while let Some(id) = cursor.next(self) {
-            let node = self.live(id.index);
-            let impure = match is_impure {
-                Some(f) => f(node),
-                None => node.is_impure(),
-            };
-            if !impure && node.users.is_empty() && self.erase_node(id).is_ok() {
-                changed = true;
+        let mut cur = self.links[ROOT as usize].prev;
+        while cur != ROOT {
+            // Erasing `cur` leaves its predecessor in place.
+            let prev = self.links[cur as usize].prev;
+            if self.nusers[cur as usize] == 0 {
+                let node = self.live(cur);
+                let impure = match is_impure {
+                    Some(f) => f(&node),
+                    None => node.is_impure(),
+                };
+                if !impure {
+                    self.erase_unused(cur);
+                    changed = true;
+                }
             }
+            cur = prev;
         }
         changed
     }

@@ -181,7 +181,7 @@ impl Graph {
     /// Writes a node's name (or `<erased ...>` for a stale handle).
     pub(crate) fn write_name(&self, id: NodeId, out: &mut String) {
         match self.node(id) {
-            Ok(n) => out.push_str(&n.name),
+            Ok(n) => out.push_str(n.name()),
             Err(_) => {
                 let _ = write!(out, "<invalid {}>", self.name_or_unknown(id));
             }
@@ -191,25 +191,26 @@ impl Graph {
     pub(crate) fn format_node_into(&self, id: NodeId, out: &mut String) -> Result<()> {
         let node = self.node(id)?;
         let name_fn = |n: NodeId, o: &mut String| self.write_name(n, o);
-        if node.op == Opcode::Output {
+        if node.op() == Opcode::Output {
             out.push_str("return ");
-            match node.args.first() {
+            match node.args().first() {
                 Some(a) => py_str(a, &name_fn, out),
                 None => out.push_str("None"),
             }
             return Ok(());
         }
         out.push('%');
-        out.push_str(&node.name);
+        out.push_str(node.name());
         out.push_str(" : ");
-        if let Some(t) = &node.type_expr {
+        if let Some(t) = node.type_expr() {
             out.push_str(t);
             out.push(' ');
         }
-        let _ = write!(out, "[num_users={}] = {}[target={}]", node.users.len(), node.op.as_str(), node.target.name());
-        match node.op {
+        let _ =
+            write!(out, "[num_users={}] = {}[target={}]", node.num_users(), node.op().as_str(), node.target().name());
+        match node.op() {
             Opcode::Placeholder => {
-                if let Some(default) = node.args.first() {
+                if let Some(default) = node.args().first() {
                     out.push_str("(default=");
                     py_str(default, &name_fn, out);
                     out.push(')');
@@ -218,12 +219,12 @@ impl Graph {
             Opcode::GetAttr => {}
             _ => {
                 out.push_str("(args = (");
-                fx_format_seq(self, &node.args, out);
-                if node.args.len() == 1 {
+                fx_format_seq(self, node.args(), out);
+                if node.args().len() == 1 {
                     out.push(',');
                 }
                 out.push_str("), kwargs = {");
-                for (i, (k, v)) in node.kwargs.iter().enumerate() {
+                for (i, (k, v)) in node.kwargs().iter().enumerate() {
                     if i > 0 {
                         out.push_str(", ");
                     }
@@ -279,13 +280,12 @@ impl Graph {
     pub fn tabular(&self) -> String {
         let name_fn = |n: NodeId, o: &mut String| self.write_name(n, o);
         let mut rows: Vec<[String; 5]> = vec![["opcode", "name", "target", "args", "kwargs"].map(String::from)];
-        for id in self.nodes() {
-            let n = self.live(id.index);
+        for n in self.iter() {
             let mut args = String::new();
-            py_repr(&Argument::Tuple(n.args.clone()), &name_fn, &mut args);
+            py_repr(&Argument::Tuple(n.args().to_vec()), &name_fn, &mut args);
             let mut kwargs = String::new();
-            py_repr(&Argument::Dict(Box::new(n.kwargs.clone())), &name_fn, &mut kwargs);
-            rows.push([n.op.as_str().to_string(), n.name.clone(), n.target.name().to_string(), args, kwargs]);
+            py_repr(&Argument::Dict(Box::new(n.kwargs().clone())), &name_fn, &mut kwargs);
+            rows.push([n.op().as_str().to_string(), n.name().to_string(), n.target().name().to_string(), args, kwargs]);
         }
         // tabulate's "simple" format: a column is as wide as its widest cell and at least its
         // header plus 2.

@@ -1,38 +1,123 @@
 //! The `(op, target)` lookup table behind [`Graph::find_nodes`], maintained incrementally on
 //! node creation, retargeting and erasure (FX's `_FindNodesLookupTable`).
+//!
+//! Each key has a bucket holding an intrusive doubly linked list threaded through per-slot
+//! `prev`/`next` arrays: insertion (at the tail, so buckets keep creation order) and removal
+//! are O(1) with no per-node allocation or hashing beyond finding the bucket.
 
 use crate::graph::graph::Graph;
 use crate::graph::hash::FxHashMap;
 use crate::graph::node_id::NodeId;
-use crate::graph::node_set::NodeSet;
-use crate::graph::target::{Opcode, Target, TargetKey};
+use crate::graph::target::{Opcode, Target};
+
+const NIL: u32 = u32::MAX;
+
+/// Lookup-table key of a node: the opcode, and for `call_function` the target's identity
+/// (kind, address).
+pub(crate) type LookupKey = (Opcode, u8, usize);
+
+pub(crate) fn key(op: Opcode, target: &Target) -> LookupKey {
+    match (op, target) {
+        (Opcode::CallFunction, Target::Op(def)) => (op, 1, *def as *const _ as usize),
+        (Opcode::CallFunction, Target::Function(f)) => (op, 2, *f as *const _ as usize),
+        _ => (op, 0, 0),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    key: LookupKey,
+    head: u32,
+    tail: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    prev: u32,
+    next: u32,
+    bucket: u32,
+}
 
 /// Nodes grouped by opcode, and `call_function` nodes further by target identity.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct FindNodesTable {
-    table: FxHashMap<(Opcode, Option<TargetKey>), NodeSet>,
-}
-
-/// Lookup-table key of a node.
-pub(crate) type LookupKey = (Opcode, Option<TargetKey>);
-
-pub(crate) fn key(op: Opcode, target: &Target) -> LookupKey {
-    match op {
-        Opcode::CallFunction => (op, Some(TargetKey::of(target))),
-        _ => (op, None),
-    }
+    bucket_of: FxHashMap<LookupKey, u32>,
+    buckets: Vec<Bucket>,
+    entries: Vec<Entry>,
+    /// The buckets found last (consecutive creations usually share a few).
+    recent: [Option<(LookupKey, u32)>; 4],
+    next_recent: usize,
 }
 
 impl FindNodesTable {
-    pub(crate) fn insert(&mut self, k: LookupKey, id: NodeId) {
-        self.table.entry(k).or_default().insert(id);
+    fn bucket(&mut self, k: LookupKey) -> u32 {
+        for (lk, b) in self.recent.iter().flatten() {
+            if *lk == k {
+                return *b;
+            }
+        }
+        let next = self.buckets.len() as u32;
+        let b = *self.bucket_of.entry(k).or_insert(next);
+        if b == next {
+            self.buckets.push(Bucket { key: k, head: NIL, tail: NIL });
+        }
+        self.recent[self.next_recent % 4] = Some((k, b));
+        self.next_recent = self.next_recent.wrapping_add(1);
+        b
     }
 
-    pub(crate) fn remove(&mut self, k: LookupKey, id: NodeId) {
-        if let Some(set) = self.table.get_mut(&k) {
-            set.remove(id);
-            if set.is_empty() {
-                self.table.remove(&k);
+    pub(crate) fn insert(&mut self, k: LookupKey, idx: u32) {
+        let b = self.bucket(k);
+        let i = idx as usize;
+        if self.entries.len() <= i {
+            self.entries.resize(i + 1, Entry { prev: NIL, next: NIL, bucket: NIL });
+        }
+        let tail = self.buckets[b as usize].tail;
+        self.entries[i] = Entry { prev: tail, next: NIL, bucket: b };
+        match tail {
+            NIL => self.buckets[b as usize].head = idx,
+            t => self.entries[t as usize].next = idx,
+        }
+        self.buckets[b as usize].tail = idx;
+    }
+
+    pub(crate) fn remove(&mut self, idx: u32) {
+        let Some(&Entry { prev, next, bucket }) = self.entries.get(idx as usize) else { return };
+        if bucket == NIL {
+            return;
+        }
+        match prev {
+            NIL => self.buckets[bucket as usize].head = next,
+            p => self.entries[p as usize].next = next,
+        }
+        match next {
+            NIL => self.buckets[bucket as usize].tail = prev,
+            n => self.entries[n as usize].prev = prev,
+        }
+        self.entries[idx as usize] = Entry { prev: NIL, next: NIL, bucket: NIL };
+    }
+
+    /// The slots of a bucket, in insertion order.
+    fn walk(&self, b: u32, out: &mut Vec<u32>) {
+        let mut cur = self.buckets[b as usize].head;
+        while cur != NIL {
+            out.push(cur);
+            cur = self.entries[cur as usize].next;
+        }
+    }
+
+    /// The slots under key `k`, in insertion order.
+    pub(crate) fn get(&self, k: LookupKey, out: &mut Vec<u32>) {
+        if let Some(&b) = self.bucket_of.get(&k) {
+            self.walk(b, out);
+        }
+    }
+
+    /// The slots of every bucket whose opcode is `op`.
+    pub(crate) fn get_op(&self, op: Opcode, out: &mut Vec<u32>) {
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            if bucket.key.0 == op {
+                self.walk(b as u32, out);
             }
         }
     }
@@ -56,31 +141,20 @@ impl Graph {
     /// assert_eq!(g.find_nodes(Opcode::Placeholder, Some(&"y".into()), true), vec![]);
     /// ```
     pub fn find_nodes(&self, op: Opcode, target: Option<&Target>, sort: bool) -> Vec<NodeId> {
-        let mut found: Vec<NodeId> = match (op, target) {
-            (Opcode::CallFunction, Some(t)) => {
-                self.lookup.table.get(&key(op, t)).map(|s| s.to_vec()).unwrap_or_default()
+        let mut found: Vec<u32> = Vec::new();
+        match (op, target) {
+            (Opcode::CallFunction, Some(t)) => self.lookup.get(key(op, t), &mut found),
+            (Opcode::CallFunction, None) => self.lookup.get_op(op, &mut found),
+            (op, t) => {
+                self.lookup.get(key(op, &Target::Str(String::new())), &mut found);
+                if let Some(t) = t {
+                    found.retain(|&i| self.targets[i as usize] == *t);
+                }
             }
-            (Opcode::CallFunction, None) => self
-                .lookup
-                .table
-                .iter()
-                .filter(|((o, _), _)| *o == Opcode::CallFunction)
-                .flat_map(|(_, s)| s.iter())
-                .collect(),
-            (op, t) => match self.lookup.table.get(&(op, None)) {
-                None => Vec::new(),
-                Some(s) => s
-                    .iter()
-                    .filter(|id| match t {
-                        None => true,
-                        Some(t) => self.live(id.index).target == *t,
-                    })
-                    .collect(),
-            },
-        };
-        if sort {
-            found.sort_unstable_by_key(|id| self.seq_of(id.index));
         }
-        found
+        if sort {
+            found.sort_unstable_by_key(|&i| self.seq_of(i));
+        }
+        found.into_iter().map(|i| self.id_of(i)).collect()
     }
 }

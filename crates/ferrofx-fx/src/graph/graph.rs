@@ -1,17 +1,23 @@
 //! [`Graph`]: the node arena, the circular doubly linked order with its sentinel root, sequence
 //! numbers for O(1) order queries, node creation, erasure and moves.
+//!
+//! Storage is struct-of-arrays: every per-node field lives in its own contiguous `Vec` indexed
+//! by the `u32` slot index, so a walk touches only the arrays it reads (the opcode array is one
+//! byte per node, the user counts four). Edges (`users`, `input_nodes`) are sets of slot
+//! indices; names are ids into the namespace's string arena.
 
 use crate::graph::argument::{Argument, Kwargs};
+use crate::graph::edge_set::EdgeSet;
 use crate::graph::error::{GraphError, Result};
 use crate::graph::find_nodes::{key, FindNodesTable};
 use crate::graph::insert_point::InsertPoint;
 use crate::graph::lint::TargetResolver;
 use crate::graph::meta::Meta;
-use crate::graph::namespace::Namespace;
+use crate::graph::namespace::{NameId, Namespace};
 use crate::graph::node::Node;
 use crate::graph::node_id::{GraphId, NodeId};
-use crate::graph::node_set::NodeSet;
 use crate::graph::target::{check_target, Opcode, Target};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -24,8 +30,10 @@ const MINOR_STRIDE: u64 = 1 << 6;
 /// Local renumbering gives up (and renumbers everything) past this many sequence units.
 const LOCAL_LIMIT: u64 = 128 * MINOR_STRIDE;
 
-/// Hot per-slot data: order links, generation, sequence number. Kept apart from the node data
-/// so walking the order touches 24 bytes per node.
+/// Positional arguments as stored: inline up to two (the common case), no allocation.
+pub(crate) type Args = SmallVec<[Argument; 2]>;
+
+/// Hot per-slot order data: links, generation, liveness, sequence number (24 bytes).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Link {
     pub(crate) prev: u32,
@@ -33,17 +41,6 @@ pub(crate) struct Link {
     pub(crate) generation: u32,
     pub(crate) alive: bool,
     pub(crate) seq: u64,
-}
-
-/// Node data of one arena slot.
-#[derive(Debug, Clone)]
-pub(crate) enum Slot {
-    /// The sentinel.
-    Root,
-    /// A live node (boxed: the arena stays compact and grows without moving nodes).
-    Live(Box<Node>),
-    /// An erased node; its name is kept for error messages until the slot is reused.
-    Dead(String),
 }
 
 /// A torch.fx-style graph: nodes in an arena, ordered by a circular doubly linked list with a
@@ -67,9 +64,22 @@ pub(crate) enum Slot {
 pub struct Graph {
     pub(crate) id: GraphId,
     pub(crate) links: Vec<Link>,
-    pub(crate) slots: Vec<Slot>,
+    pub(crate) ops: Vec<Opcode>,
+    /// `users[i].len()`, kept by the use-def routine (contiguous for fast walks).
+    pub(crate) nusers: Vec<u32>,
+    pub(crate) names: Vec<NameId>,
+    pub(crate) targets: Vec<Target>,
+    pub(crate) args: Vec<Args>,
+    pub(crate) kwargs: Vec<Option<Box<Kwargs>>>,
+    pub(crate) users: Vec<EdgeSet>,
+    pub(crate) inputs: Vec<EdgeSet>,
+    pub(crate) type_exprs: Vec<Option<String>>,
+    pub(crate) metas: Vec<Option<Box<Meta>>>,
     free: VecDeque<u32>,
     len: usize,
+    /// Slots `1..=len` are exactly the nodes, in order (true until something other than an
+    /// append happens); iteration then walks indices instead of chasing links.
+    pub(crate) dense: bool,
     pub(crate) insert: InsertPoint,
     pub(crate) namespace: Namespace,
     pub(crate) lookup: FindNodesTable,
@@ -123,18 +133,69 @@ fn target_to_str(target: &Target) -> std::borrow::Cow<'_, str> {
 impl Graph {
     /// An empty graph with a fresh identity.
     pub fn new() -> Graph {
-        Graph {
+        Graph::with_capacity(0)
+    }
+
+    /// An empty graph with room for `n` nodes.
+    pub fn with_capacity(n: usize) -> Graph {
+        let mut g = Graph {
             id: GraphId::fresh(),
-            links: vec![Link { prev: ROOT, next: ROOT, generation: 0, alive: true, seq: 0 }],
-            slots: vec![Slot::Root],
+            links: Vec::with_capacity(n + 1),
+            ops: Vec::with_capacity(n + 1),
+            nusers: Vec::with_capacity(n + 1),
+            names: Vec::with_capacity(n + 1),
+            targets: Vec::with_capacity(n + 1),
+            args: Vec::with_capacity(n + 1),
+            kwargs: Vec::with_capacity(n + 1),
+            users: Vec::with_capacity(n + 1),
+            inputs: Vec::with_capacity(n + 1),
+            type_exprs: Vec::with_capacity(n + 1),
+            metas: Vec::with_capacity(n + 1),
             free: VecDeque::new(),
             len: 0,
+            dense: true,
             insert: InsertPoint::End,
             namespace: Namespace::new(),
             lookup: FindNodesTable::default(),
             owner: None,
             unordered: false,
-        }
+        };
+        // The sentinel root.
+        g.push_slot(Opcode::Placeholder, Target::Str(String::new()), NameId::NONE, None);
+        g.links[ROOT as usize].alive = true;
+        g
+    }
+
+    /// Reserves room for `additional` more nodes in every array.
+    pub fn reserve(&mut self, additional: usize) {
+        self.links.reserve(additional);
+        self.ops.reserve(additional);
+        self.nusers.reserve(additional);
+        self.names.reserve(additional);
+        self.targets.reserve(additional);
+        self.args.reserve(additional);
+        self.kwargs.reserve(additional);
+        self.users.reserve(additional);
+        self.inputs.reserve(additional);
+        self.type_exprs.reserve(additional);
+        self.metas.reserve(additional);
+    }
+
+    /// Appends a fresh (unlinked, not yet live) slot to every array.
+    fn push_slot(&mut self, op: Opcode, target: Target, name: NameId, type_expr: Option<String>) -> u32 {
+        let idx = self.links.len() as u32;
+        self.links.push(Link { prev: ROOT, next: ROOT, generation: 0, alive: false, seq: 0 });
+        self.ops.push(op);
+        self.nusers.push(0);
+        self.names.push(name);
+        self.targets.push(target);
+        self.args.push(Args::new());
+        self.kwargs.push(None);
+        self.users.push(EdgeSet::default());
+        self.inputs.push(EdgeSet::default());
+        self.type_exprs.push(type_expr);
+        self.metas.push(None);
+        idx
     }
 
     /// This graph's identity.
@@ -177,9 +238,12 @@ impl Graph {
         }
     }
 
+    #[cold]
     fn erased_error(&self, id: NodeId) -> GraphError {
-        let name = match (self.links.get(id.index as usize), self.slots.get(id.index as usize)) {
-            (Some(l), Some(Slot::Dead(name))) if l.generation == id.generation.wrapping_add(1) => name.clone(),
+        let name = match self.links.get(id.index as usize) {
+            Some(l) if !l.alive && l.generation == id.generation.wrapping_add(1) => {
+                self.namespace.get(self.names[id.index as usize]).to_string()
+            }
             _ => "?".to_string(),
         };
         GraphError::Erased { id, name }
@@ -191,26 +255,23 @@ impl Graph {
     }
 
     /// The node behind a handle, or an error naming the stale/foreign handle.
-    pub fn node(&self, id: NodeId) -> Result<&Node> {
+    #[inline]
+    pub fn node(&self, id: NodeId) -> Result<Node<'_>> {
         let idx = self.check(id)?;
-        Ok(self.live(idx))
+        Ok(Node { g: self, idx })
     }
 
-    /// Node data of a slot known to be live (internal invariant: callers validated `idx`).
+    /// View of a slot known to be live (internal invariant: callers validated `idx`).
     #[inline]
-    pub(crate) fn live(&self, idx: u32) -> &Node {
-        match &self.slots[idx as usize] {
-            Slot::Live(n) => n,
-            _ => unreachable!("slot {idx} is not live; handles are validated before use"),
-        }
+    pub(crate) fn live(&self, idx: u32) -> Node<'_> {
+        debug_assert!(self.links[idx as usize].alive && idx != ROOT);
+        Node { g: self, idx }
     }
 
+    /// The name of a slot.
     #[inline]
-    pub(crate) fn live_mut(&mut self, idx: u32) -> &mut Node {
-        match &mut self.slots[idx as usize] {
-            Slot::Live(n) => n,
-            _ => unreachable!("slot {idx} is not live; handles are validated before use"),
-        }
+    pub(crate) fn name_of(&self, idx: u32) -> &str {
+        self.namespace.get(self.names[idx as usize])
     }
 
     /// The handle of a live slot.
@@ -221,8 +282,8 @@ impl Graph {
 
     /// The node's name, or `?` for an invalid handle (for messages).
     pub(crate) fn name_or_unknown(&self, id: NodeId) -> String {
-        match self.node(id) {
-            Ok(n) => n.name.clone(),
+        match self.check(id) {
+            Ok(idx) => self.name_of(idx).to_string(),
             Err(GraphError::Erased { name, .. }) => name,
             Err(_) => format!("{id:?}"),
         }
@@ -231,35 +292,33 @@ impl Graph {
     /// Metadata of a node, for editing.
     pub fn meta_mut(&mut self, id: NodeId) -> Result<&mut Meta> {
         let idx = self.check(id)?;
-        Ok(self.live_mut(idx).meta.get_or_insert_with(Default::default))
+        Ok(self.metas[idx as usize].get_or_insert_with(Default::default))
     }
 
     /// Sets the type annotation of a node.
     pub fn set_type(&mut self, id: NodeId, type_expr: Option<String>) -> Result<()> {
         let idx = self.check(id)?;
-        self.live_mut(idx).type_expr = type_expr;
+        self.type_exprs[idx as usize] = type_expr;
         Ok(())
     }
 
     /// Renames a node to a fresh unique name derived from `candidate`; returns the new name.
     pub fn rename(&mut self, id: NodeId, candidate: &str) -> Result<String> {
         let idx = self.check(id)?;
-        let name = self.namespace.create_name(candidate);
-        self.live_mut(idx).name = name.clone();
-        Ok(name)
+        let name = self.namespace.create(candidate);
+        self.names[idx as usize] = name;
+        Ok(self.namespace.get(name).to_string())
     }
 
     /// Changes a node's target, enforcing the opcode/target rule and keeping the
     /// [`find_nodes`](Graph::find_nodes) table current.
     pub fn set_target(&mut self, id: NodeId, target: Target) -> Result<()> {
         let idx = self.check(id)?;
-        let node = self.live(idx);
-        check_target(node.op, &target, &node.name)?;
-        let op = node.op;
-        let new_key = key(op, &target);
-        let old = std::mem::replace(&mut self.live_mut(idx).target, target);
-        self.lookup.remove(key(op, &old), id);
-        self.lookup.insert(new_key, id);
+        let op = self.ops[idx as usize];
+        check_target(op, &target, self.name_of(idx))?;
+        self.lookup.remove(idx);
+        self.lookup.insert(key(op, &target), idx);
+        self.targets[idx as usize] = target;
         Ok(())
     }
 
@@ -414,10 +473,10 @@ impl Graph {
     /// Sets [`Graph::unordered`] if a moved node now comes before an input or after a user.
     fn note_order_of(&mut self, idx: u32) {
         let seq = self.seq_of(idx);
-        let node = self.live(idx);
-        let bad = node.input_nodes.iter().any(|i| self.seq_of(i.index) >= seq)
-            || node.users.iter().any(|u| self.seq_of(u.index) <= seq);
+        let bad = self.inputs[idx as usize].iter().any(|i| self.seq_of(i) >= seq)
+            || self.users[idx as usize].iter().any(|u| self.seq_of(u) <= seq);
         self.unordered |= bad;
+        self.dense = false;
     }
 
     /// Relinks all nodes in the given order (which must be a permutation of the graph's nodes)
@@ -433,6 +492,7 @@ impl Graph {
         self.links[ROOT as usize].prev = prev;
         self.renumber_all();
         self.unordered = false;
+        self.dense = false;
     }
 
     // ----- creation ------------------------------------------------------------------------
@@ -450,7 +510,7 @@ impl Graph {
     /// Validates every node referenced by `args`/`kwargs` for use as an input of slot `user`
     /// (`None` for a node being created): live, of this graph, not the user itself, and no
     /// cycle through the user.
-    pub(crate) fn validate_inputs(&self, user: Option<u32>, args: &[Argument], kwargs: &Kwargs) -> Result<()> {
+    pub(crate) fn validate_inputs(&self, user: Option<u32>, args: &[Argument], kwargs: Option<&Kwargs>) -> Result<()> {
         let mut result = Ok(());
         let mut visit = |n: NodeId| {
             if result.is_err() {
@@ -467,8 +527,10 @@ impl Graph {
         for a in args {
             a.visit_nodes(&mut visit);
         }
-        for a in kwargs.values() {
-            a.visit_nodes(&mut visit);
+        if let Some(k) = kwargs {
+            for a in k.values() {
+                a.visit_nodes(&mut visit);
+            }
         }
         result
     }
@@ -498,80 +560,86 @@ impl Graph {
         name: Option<&str>,
         type_expr: Option<String>,
     ) -> Result<NodeId> {
-        let candidate = match name {
-            Some(n) => std::borrow::Cow::Borrowed(n),
-            None => target_to_str(&target),
-        };
-        check_target(op, &target, &candidate)?;
-        self.validate_inputs(None, &args, &kwargs)?;
+        let kwargs = (!kwargs.is_empty()).then(|| Box::new(kwargs));
+        self.create_node_raw(op, target, Args::from_vec(args), kwargs, name, type_expr)
+    }
+
+    /// [`Graph::create_node`] on the stored representations (no conversion).
+    pub(crate) fn create_node_raw(
+        &mut self,
+        op: Opcode,
+        target: Target,
+        args: Args,
+        kwargs: Option<Box<Kwargs>>,
+        name: Option<&str>,
+        type_expr: Option<String>,
+    ) -> Result<NodeId> {
+        {
+            let candidate = match name {
+                Some(n) => std::borrow::Cow::Borrowed(n),
+                None => target_to_str(&target),
+            };
+            check_target(op, &target, &candidate)?;
+        }
+        self.validate_inputs(None, &args, kwargs.as_deref())?;
         let after = self.resolve_insert_point()?;
         if self.links.len() >= u32::MAX as usize && self.free.is_empty() {
-            return Err(GraphError::InvalidMove("the graph is full (2^32 slots)".to_string()));
+            return Err(GraphError::InvalidMove("the graph is full (2^32 - 1 slots)".to_string()));
         }
-        let name = self.namespace.create_name(&candidate);
+        let name = {
+            let candidate = match name {
+                Some(n) => std::borrow::Cow::Borrowed(n),
+                None => target_to_str(&target),
+            };
+            self.namespace.create(&candidate)
+        };
+        let lookup_key = key(op, &target);
+        let tail = self.links[ROOT as usize].prev;
         let idx = match self.free.pop_front() {
             Some(idx) => {
-                self.links[idx as usize].alive = true;
+                let i = idx as usize;
+                self.ops[i] = op;
+                self.names[i] = name;
+                self.targets[i] = target;
+                self.type_exprs[i] = type_expr;
+                self.metas[i] = None;
                 idx
             }
-            None => {
-                self.links.push(Link { prev: ROOT, next: ROOT, generation: 0, alive: true, seq: 0 });
-                self.slots.push(Slot::Root);
-                (self.links.len() - 1) as u32
-            }
+            None => self.push_slot(op, target, name, type_expr),
         };
-        let id = self.id_of(idx);
-        self.lookup.insert(key(op, &target), id);
-        self.slots[idx as usize] = Slot::Live(Box::new(Node {
-            id,
-            name,
-            op,
-            target,
-            args: Vec::new(),
-            kwargs: Kwargs::new(),
-            type_expr,
-            meta: None,
-            users: NodeSet::new(),
-            input_nodes: NodeSet::new(),
-        }));
+        self.dense = self.dense && after == tail && idx as usize == self.len + 1;
+        self.links[idx as usize].alive = true;
+        self.lookup.insert(lookup_key, idx);
         self.link_after(after, idx);
         self.len += 1;
         self.apply_args_kwargs(idx, Some(args), Some(kwargs));
-        Ok(id)
+        Ok(self.id_of(idx))
     }
 
     /// A `placeholder` (function input) named `name`.
     pub fn placeholder(&mut self, name: &str) -> Result<NodeId> {
-        self.create_node(
-            Opcode::Placeholder,
-            Target::Str(name.to_string()),
-            Vec::new(),
-            Kwargs::new(),
-            Some(name),
-            None,
-        )
+        self.create_node_raw(Opcode::Placeholder, Target::Str(name.to_string()), Args::new(), None, Some(name), None)
     }
 
     /// A `placeholder` with a default value (`args = (default,)`).
     pub fn placeholder_with_default(&mut self, name: &str, default: Argument) -> Result<NodeId> {
-        self.create_node(
-            Opcode::Placeholder,
-            Target::Str(name.to_string()),
-            vec![default],
-            Kwargs::new(),
-            Some(name),
-            None,
-        )
+        let args: Args = smallvec::smallvec![default];
+        self.create_node_raw(Opcode::Placeholder, Target::Str(name.to_string()), args, None, Some(name), None)
     }
 
     /// A `get_attr` of the dotted attribute path `path`.
     pub fn get_attr(&mut self, path: &str) -> Result<NodeId> {
-        self.create_node(Opcode::GetAttr, Target::Str(path.to_string()), Vec::new(), Kwargs::new(), None, None)
+        self.create_node_raw(Opcode::GetAttr, Target::Str(path.to_string()), Args::new(), None, None, None)
     }
 
-    /// A `call_function` of a registry op or user function with positional args.
-    pub fn call_function(&mut self, target: impl Into<Target>, args: Vec<Argument>) -> Result<NodeId> {
-        self.create_node(Opcode::CallFunction, target.into(), args, Kwargs::new(), None, None)
+    /// A `call_function` of a registry op or user function with positional args (a `Vec`, or
+    /// an array such as `[x.into(), y.into()]`, which needs no heap allocation).
+    pub fn call_function(
+        &mut self,
+        target: impl Into<Target>,
+        args: impl IntoIterator<Item = Argument>,
+    ) -> Result<NodeId> {
+        self.create_node_raw(Opcode::CallFunction, target.into(), args.into_iter().collect(), None, None, None)
     }
 
     /// A `call_function` with positional and keyword args.
@@ -606,12 +674,13 @@ impl Graph {
 
     /// The `output` node returning `result`.
     pub fn output(&mut self, result: Argument) -> Result<NodeId> {
-        self.create_node(Opcode::Output, Target::Str("output".to_string()), vec![result], Kwargs::new(), None, None)
+        let args: Args = smallvec::smallvec![result];
+        self.create_node_raw(Opcode::Output, Target::Str("output".to_string()), args, None, None, None)
     }
 
     /// The last `output` node, if any (FX's `output_node`).
     pub fn output_node(&self) -> Option<NodeId> {
-        self.nodes().rev().find(|&id| self.live(id.index).op == Opcode::Output)
+        self.nodes().rev().find(|&id| self.ops[id.index as usize] == Opcode::Output)
     }
 
     // ----- erasure -------------------------------------------------------------------------
@@ -631,32 +700,50 @@ impl Graph {
     /// ```
     pub fn erase_node(&mut self, id: NodeId) -> Result<()> {
         let idx = self.check(id)?;
-        let node = self.live(idx);
-        if !node.users.is_empty() {
+        if self.nusers[idx as usize] != 0 {
             return Err(GraphError::HasUsers {
-                node: node.name.clone(),
-                users: node.users.iter().map(|u| self.live(u.index).name.clone()).collect(),
+                node: self.name_of(idx).to_string(),
+                users: self.users[idx as usize].iter().map(|u| self.name_of(u).to_string()).collect(),
             });
         }
+        self.erase_unused(idx);
+        Ok(())
+    }
+
+    /// Appends a copy of `src`'s slot `s` (opcode, target, name id, type, meta; no args yet)
+    /// at the end of this graph, which shares `src`'s name arena (whole-graph copy).
+    pub(crate) fn append_copied_slot(&mut self, src: &Graph, s: u32) -> u32 {
+        let si = s as usize;
+        let op = src.ops[si];
+        let target = src.targets[si].clone();
+        let lookup_key = key(op, &target);
+        let name = src.names[si];
+        self.namespace.mark(name);
+        let tail = self.links[ROOT as usize].prev;
+        let idx = self.push_slot(op, target, name, src.type_exprs[si].clone());
+        self.metas[idx as usize] = src.metas[si].clone();
+        self.dense = self.dense && idx as usize == self.len + 1;
+        self.links[idx as usize].alive = true;
+        self.lookup.insert(lookup_key, idx);
+        self.link_after(tail, idx);
+        self.len += 1;
+        idx
+    }
+
+    /// Erases live slot `idx`, which has no users.
+    pub(crate) fn erase_unused(&mut self, idx: u32) {
         // FX nulls the node's args through the use-def routine so its inputs forget it.
-        let args: Vec<Argument> = node.args.iter().map(|a| a.map_nodes(&mut |_| Argument::None)).collect();
-        let kwargs: Kwargs =
-            node.kwargs.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut |_| Argument::None))).collect();
-        self.apply_args_kwargs(idx, Some(args), Some(kwargs));
-        let node = self.live(idx);
-        let k = key(node.op, &node.target);
-        self.lookup.remove(k, id);
+        self.apply_args_kwargs(idx, Some(Args::new()), Some(None));
+        self.lookup.remove(idx);
         self.unlink(idx);
         let link = &mut self.links[idx as usize];
         link.alive = false;
         link.generation = link.generation.wrapping_add(1);
-        let name = match std::mem::replace(&mut self.slots[idx as usize], Slot::Root) {
-            Slot::Live(n) => n.name,
-            _ => String::new(),
-        };
-        self.slots[idx as usize] = Slot::Dead(name);
+        // The name stays (for error messages about stale handles) until the slot is reused.
+        self.metas[idx as usize] = None;
+        self.type_exprs[idx as usize] = None;
         self.free.push_back(idx);
         self.len -= 1;
-        Ok(())
+        self.dense = false;
     }
 }

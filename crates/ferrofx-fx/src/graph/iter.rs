@@ -1,30 +1,41 @@
 //! Iteration over the graph order: a fast borrowing iterator, and an erase-safe [`Cursor`] for
 //! loops that edit the graph (FX allows erasing the current node while iterating).
 
-use crate::graph::graph::{Graph, Slot, ROOT};
+use crate::graph::graph::{Graph, ROOT};
+use crate::graph::node::Node;
 use crate::graph::node_id::NodeId;
 
-/// Borrowing iterator over the nodes in order (double-ended: `.rev()` walks backwards).
+/// Slot indices in order. While the graph is dense (slots `1..=len` in order: nothing but
+/// appends since creation) it counts indices instead of chasing links, so a walk is a linear
+/// scan of whatever arrays the caller reads.
 #[derive(Clone)]
-pub struct Nodes<'g> {
+pub(crate) struct Slots<'g> {
     graph: &'g Graph,
     front: u32,
     back: u32,
     remaining: usize,
+    dense: bool,
 }
 
-impl Iterator for Nodes<'_> {
-    type Item = NodeId;
+impl<'g> Slots<'g> {
+    pub(crate) fn new(graph: &'g Graph) -> Slots<'g> {
+        let root = &graph.links[ROOT as usize];
+        Slots { graph, front: root.next, back: root.prev, remaining: graph.len(), dense: graph.dense }
+    }
+}
+
+impl Iterator for Slots<'_> {
+    type Item = u32;
 
     #[inline]
-    fn next(&mut self) -> Option<NodeId> {
+    fn next(&mut self) -> Option<u32> {
         if self.remaining == 0 {
             return None;
         }
         let idx = self.front;
-        self.front = self.graph.links[idx as usize].next;
+        self.front = if self.dense { idx + 1 } else { self.graph.links[idx as usize].next };
         self.remaining -= 1;
-        Some(self.graph.id_of(idx))
+        Some(idx)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -32,20 +43,77 @@ impl Iterator for Nodes<'_> {
     }
 }
 
-impl DoubleEndedIterator for Nodes<'_> {
+impl DoubleEndedIterator for Slots<'_> {
     #[inline]
-    fn next_back(&mut self) -> Option<NodeId> {
+    fn next_back(&mut self) -> Option<u32> {
         if self.remaining == 0 {
             return None;
         }
         let idx = self.back;
-        self.back = self.graph.links[idx as usize].prev;
+        self.back = if self.dense { idx.wrapping_sub(1) } else { self.graph.links[idx as usize].prev };
         self.remaining -= 1;
-        Some(self.graph.id_of(idx))
+        Some(idx)
+    }
+}
+
+/// Borrowing iterator over the node handles in order (double-ended: `.rev()` walks backwards).
+#[derive(Clone)]
+pub struct Nodes<'g> {
+    slots: Slots<'g>,
+}
+
+impl Iterator for Nodes<'_> {
+    type Item = NodeId;
+
+    #[inline]
+    fn next(&mut self) -> Option<NodeId> {
+        self.slots.next().map(|i| self.slots.graph.id_of(i))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.slots.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for Nodes<'_> {
+    #[inline]
+    fn next_back(&mut self) -> Option<NodeId> {
+        self.slots.next_back().map(|i| self.slots.graph.id_of(i))
     }
 }
 
 impl ExactSizeIterator for Nodes<'_> {}
+
+/// Borrowing iterator over [`Node`] views in order (double-ended), from [`Graph::iter`]:
+/// no handle validation per step, since the borrow guarantees every node stays live.
+#[derive(Clone)]
+pub struct Iter<'g> {
+    slots: Slots<'g>,
+}
+
+impl<'g> Iterator for Iter<'g> {
+    type Item = Node<'g>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Node<'g>> {
+        let g = self.slots.graph;
+        self.slots.next().map(|idx| Node { g, idx })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.slots.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    #[inline]
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let g = self.slots.graph;
+        self.slots.next_back().map(|idx| Node { g, idx })
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
 
 /// Direction of a [`Cursor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,8 +177,7 @@ impl Cursor {
     fn is_erased_unreused(graph: &Graph, id: NodeId) -> bool {
         let idx = id.index as usize;
         id.graph == graph.id
-            && matches!(graph.slots.get(idx), Some(Slot::Dead(_)))
-            && graph.links[idx].generation == id.generation.wrapping_add(1)
+            && graph.links.get(idx).is_some_and(|l| !l.alive && l.generation == id.generation.wrapping_add(1))
     }
 
     /// The slot after `id` along the cursor's direction, following erased nodes.
@@ -170,8 +237,27 @@ impl Graph {
     /// The nodes in order (use `.rev()` for reverse order). The graph cannot be edited while
     /// this borrow lives; see [`Graph::cursor`] for editing loops.
     pub fn nodes(&self) -> Nodes<'_> {
-        let root = &self.links[ROOT as usize];
-        Nodes { graph: self, front: root.next, back: root.prev, remaining: self.len() }
+        Nodes { slots: Slots::new(self) }
+    }
+
+    /// The nodes in order as [`Node`] views (use `.rev()` for reverse order): the fastest way
+    /// to read the whole graph.
+    ///
+    /// ```
+    /// use ferrofx_fx::{Graph, Opcode, Target};
+    /// let mut g = Graph::new();
+    /// let x = g.placeholder("x").unwrap();
+    /// g.call_function(Target::named("neg"), vec![x.into()]).unwrap();
+    /// let users: usize = g.iter().filter(|n| n.op() == Opcode::Placeholder).map(|n| n.num_users()).sum();
+    /// assert_eq!(users, 1);
+    /// ```
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { slots: Slots::new(self) }
+    }
+
+    /// Slot indices in order.
+    pub(crate) fn slots(&self) -> Slots<'_> {
+        Slots::new(self)
     }
 
     /// An erase-safe forward cursor.

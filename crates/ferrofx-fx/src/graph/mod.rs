@@ -8,6 +8,7 @@
 //! | `argument.rs` | [`Argument`] trees, [`Slice`], [`Device`] |
 //! | `meta.rs` | [`Meta`]: `tensor_meta`, `stack_trace`, `nn_module_stack`, free-form |
 //! | `node_set.rs` | [`NodeSet`]: ordered set with O(1) order-preserving removal |
+//! | `edge_set.rs` | the ordered slot-index sets behind `users`/`input_nodes`, [`NodeSetRef`] |
 //! | `node.rs` | [`Node`] |
 //! | `graph.rs` | [`Graph`]: arena, linked order, sequence numbers, builders, erase, moves |
 //! | `iter.rs` | borrowing iterators and the erase-safe [`Cursor`] |
@@ -27,6 +28,7 @@ mod codegen;
 mod copy;
 mod dce;
 mod display;
+mod edge_set;
 mod error;
 mod find_nodes;
 #[allow(clippy::module_inception)]
@@ -45,10 +47,11 @@ mod topo;
 mod use_def;
 
 pub use argument::{Argument, Device, Kwargs, Slice};
+pub use edge_set::NodeSetRef;
 pub use error::{GraphError, Result};
 pub use graph::Graph;
 pub use insert_point::{InsertGuard, InsertPoint};
-pub use iter::{Cursor, Direction, Nodes};
+pub use iter::{Cursor, Direction, Iter, Nodes};
 pub use lint::{LintFinding, TargetResolver};
 pub use meta::{Meta, ModuleStackEntry, TensorMetadata};
 pub use namespace::Namespace;

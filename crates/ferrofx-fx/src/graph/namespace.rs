@@ -1,7 +1,6 @@
 //! Unique node names (FX's `_Namespace.create_name`).
 
 use crate::graph::hash::{FxHashMap, FxHashSet};
-use std::fmt::Write;
 
 /// Python keywords, Python builtins, FX's custom builtins and Rust keywords: never used as
 /// node names, so generated code stays valid in both languages.
@@ -178,9 +177,25 @@ const RESERVED: &[&str] = &[
     "where",
 ];
 
+/// The interned name of a node: an index into its graph's [`Namespace`] arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct NameId(pub(crate) u32);
+
+impl NameId {
+    /// Placeholder for the sentinel slot.
+    pub(crate) const NONE: NameId = NameId(u32::MAX);
+}
+
+/// Key of a name without a numeric suffix.
+const NO_NUM: u64 = u64::MAX;
+
 /// Hands out unique identifiers: sanitised (`layers.0` → `layers_0`), never a keyword or
 /// builtin, made unique with `_1`, `_2` ... suffixes. Names are never handed out twice, even
 /// after their node is erased (as in FX).
+///
+/// Names are interned: every handed-out name is stored once in a string arena and has a `u32`
+/// id, and uniqueness is tracked on `(base id, numeric suffix)` pairs, so creating `add_7` hashes
+/// the short base `add` once and then only integers.
 ///
 /// ```
 /// use ferrofx_fx::Namespace;
@@ -196,9 +211,40 @@ const RESERVED: &[&str] = &[
 /// ```
 #[derive(Debug, Clone)]
 pub struct Namespace {
-    used: FxHashSet<String>,
-    base_count: FxHashMap<String, u64>,
-    reserved: &'static FxHashSet<&'static str>,
+    /// Every handed-out name, concatenated.
+    text: String,
+    /// Name id → span in `text`.
+    spans: Vec<(u32, u32)>,
+    /// Name id → (base id, suffix or NO_NUM).
+    keys: Vec<(u32, u64)>,
+    /// Base string → base id.
+    base_ids: FxHashMap<Box<str>, u32>,
+    /// Per base id: FX's `_base_count` and whether the bare base is a reserved word.
+    bases: Vec<BaseInfo>,
+    /// `(base id, suffix)` of names handed out or reserved whose suffix is too large for the
+    /// base's bitset.
+    sparse: FxHashSet<(u32, u64)>,
+}
+
+/// Per base: FX's `_base_count`, whether the bare base is reserved or used, and a bitset of
+/// the suffixes used, so the common `add_1`, `add_2`, ... sequence never hashes.
+#[derive(Debug, Clone, Default)]
+struct BaseInfo {
+    count: u64,
+    names: u64,
+    reserved: bool,
+    bare_used: bool,
+    /// Some suffix of this base is in the sparse set.
+    has_sparse: bool,
+    bits: Vec<u64>,
+}
+
+impl BaseInfo {
+    /// Whether suffix `num` is tracked by the bitset (bounded by the names of this base, so
+    /// the bitsets take O(names) memory in total).
+    fn in_bits(&self, num: u64) -> bool {
+        num < 1024 + 8 * self.names
+    }
 }
 
 fn reserved() -> &'static FxHashSet<&'static str> {
@@ -216,13 +262,15 @@ fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
+/// Whether `s` is a valid identifier (`[A-Za-z_][A-Za-z0-9_]*`).
+pub(crate) fn is_identifier(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(is_ident_char) && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
 /// FX's sanitising: runs of characters that are not `[0-9a-zA-Z_]` become one `_`; an empty
 /// result is `_unnamed`; a leading digit gets a `_` prefix.
 pub(crate) fn sanitize(candidate: &str) -> std::borrow::Cow<'_, str> {
-    let clean = !candidate.is_empty()
-        && candidate.chars().all(is_ident_char)
-        && !candidate.starts_with(|c: char| c.is_ascii_digit());
-    if clean {
+    if is_identifier(candidate) {
         return std::borrow::Cow::Borrowed(candidate);
     }
     let mut out = String::with_capacity(candidate.len() + 1);
@@ -253,55 +301,177 @@ fn split_suffix(name: &str) -> (&str, Option<u64>) {
     }
     let (head, tail) = name.split_at(name.len() - digits);
     match (head.strip_suffix('_'), tail.parse::<u64>()) {
-        (Some(base), Ok(num)) => (base, Some(num)),
+        (Some(base), Ok(num)) if num != NO_NUM => (base, Some(num)),
         _ => (name, None),
+    }
+}
+
+/// Appends the decimal digits of `n` (no formatting machinery: this is on the node creation
+/// path).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &b in &buf[i..] {
+        out.push(b as char);
     }
 }
 
 impl Namespace {
     /// An empty namespace.
     pub fn new() -> Namespace {
-        Namespace { used: FxHashSet::default(), base_count: FxHashMap::default(), reserved: reserved() }
+        Namespace {
+            text: String::new(),
+            spans: Vec::new(),
+            keys: Vec::new(),
+            base_ids: FxHashMap::default(),
+            bases: Vec::new(),
+            sparse: FxHashSet::default(),
+        }
     }
 
     /// Whether `name` is a keyword or builtin that is never handed out.
     pub fn is_reserved(&self, name: &str) -> bool {
-        self.reserved.contains(name)
+        reserved().contains(name)
     }
 
-    /// Whether `name` was handed out.
+    /// Whether `name` was handed out (or reserved for a global such as a user function).
     pub fn is_used(&self, name: &str) -> bool {
-        self.used.contains(name)
+        let (base, num) = split_suffix(name);
+        match self.base_ids.get(base) {
+            Some(&b) => self.is_key_used(b, num.unwrap_or(NO_NUM)),
+            None => false,
+        }
+    }
+
+    fn is_key_used(&self, b: u32, key: u64) -> bool {
+        let info = &self.bases[b as usize];
+        if key == NO_NUM {
+            return info.bare_used;
+        }
+        let (w, bit) = ((key / 64) as usize, key % 64);
+        info.bits.get(w).is_some_and(|x| x & (1 << bit) != 0) || (info.has_sparse && self.sparse.contains(&(b, key)))
+    }
+
+    /// Marks a key used; returns whether it was free.
+    fn use_key(&mut self, b: u32, key: u64) -> bool {
+        if self.is_key_used(b, key) {
+            return false;
+        }
+        let info = &mut self.bases[b as usize];
+        if key == NO_NUM {
+            info.bare_used = true;
+        } else if info.in_bits(key) {
+            let (w, bit) = ((key / 64) as usize, key % 64);
+            if info.bits.len() <= w {
+                info.bits.resize((w + 1).next_power_of_two(), 0);
+            }
+            info.bits[w] |= 1 << bit;
+        } else {
+            info.has_sparse = true;
+            self.sparse.insert((b, key));
+        }
+        true
+    }
+
+    /// A namespace sharing `src`'s name arena (so name ids stay valid) but with no name marked
+    /// used: the start of a whole-graph copy, which then [`marks`](Namespace::mark) the names
+    /// of the nodes it copies, reaching the state node-by-node creation would.
+    pub(crate) fn arena_copy(src: &Namespace) -> Namespace {
+        Namespace {
+            text: src.text.clone(),
+            spans: src.spans.clone(),
+            keys: src.keys.clone(),
+            base_ids: src.base_ids.clone(),
+            bases: src.bases.iter().map(|b| BaseInfo { reserved: b.reserved, ..BaseInfo::default() }).collect(),
+            sparse: FxHashSet::default(),
+        }
+    }
+
+    /// Marks an arena name used as [`Namespace::create`] would when asked for exactly this
+    /// (free) name.
+    pub(crate) fn mark(&mut self, id: NameId) {
+        let (b, key) = self.keys[id.0 as usize];
+        self.use_key(b, key);
+        let info = &mut self.bases[b as usize];
+        if key != NO_NUM {
+            info.count = key;
+        }
+        info.names += 1;
+    }
+
+    fn base_id(&mut self, base: &str) -> u32 {
+        if let Some(&b) = self.base_ids.get(base) {
+            return b;
+        }
+        let b = self.bases.len() as u32;
+        self.bases.push(BaseInfo { reserved: reserved().contains(base), ..BaseInfo::default() });
+        self.base_ids.insert(base.into(), b);
+        b
     }
 
     /// A fresh unique name derived from `candidate`.
     pub fn create_name(&mut self, candidate: &str) -> String {
+        let id = self.create(candidate);
+        self.get(id).to_string()
+    }
+
+    /// The first suffix worth trying for a fresh `base_N` name (after FX's base counter).
+    pub(crate) fn next_suffix(&self, base: &str) -> u64 {
+        match self.base_ids.get(base) {
+            Some(&b) => self.bases[b as usize].count.saturating_add(1),
+            None => 1,
+        }
+    }
+
+    /// [`Namespace::create_name`], returning the interned id.
+    pub(crate) fn create(&mut self, candidate: &str) -> NameId {
         let sanitized = sanitize(candidate);
         let (base, num) = split_suffix(&sanitized);
-        let mut name = match num {
-            None => base.to_string(),
-            Some(n) => {
-                let mut s = String::with_capacity(base.len() + 8);
-                let _ = write!(s, "{base}_{n}");
-                s
-            }
-        };
-        let mut num = match num {
+        let b = self.base_id(base);
+        let mut key = num.unwrap_or(NO_NUM);
+        let mut count = match num {
             Some(n) if n != 0 => n,
-            _ => self.base_count.get(base).copied().unwrap_or(0),
+            _ => self.bases[b as usize].count,
         };
-        while self.used.contains(name.as_str()) || self.is_reserved(&name) {
-            num += 1;
-            name.clear();
-            let _ = write!(name, "{base}_{num}");
+        let reserved = self.bases[b as usize].reserved;
+        while (key == NO_NUM && reserved) || !self.use_key(b, key) {
+            count += 1;
+            key = count;
         }
-        self.used.insert(name.clone());
-        match self.base_count.get_mut(base) {
-            Some(c) => *c = num,
-            None => {
-                self.base_count.insert(base.to_string(), num);
-            }
+        let info = &mut self.bases[b as usize];
+        info.count = count;
+        info.names += 1;
+        let start = self.text.len();
+        self.text.push_str(base);
+        if key != NO_NUM {
+            self.text.push('_');
+            push_u64(&mut self.text, key);
         }
-        name
+        let id = NameId(self.spans.len() as u32);
+        self.spans.push((start as u32, self.text.len() as u32));
+        self.keys.push((b, key));
+        id
+    }
+
+    /// The text of an interned name.
+    #[inline]
+    pub(crate) fn get(&self, id: NameId) -> &str {
+        match self.spans.get(id.0 as usize) {
+            Some(&(s, e)) => &self.text[s as usize..e as usize],
+            None => "",
+        }
+    }
+
+    /// Number of names handed out (ids are `0..count`).
+    pub(crate) fn count(&self) -> usize {
+        self.spans.len()
     }
 }

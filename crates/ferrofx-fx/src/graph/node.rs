@@ -1,15 +1,25 @@
-//! [`Node`]: one operation of a graph.
+//! [`Node`]: a read-only view of one operation of a graph.
 
 use crate::graph::argument::{Argument, Kwargs};
+use crate::graph::edge_set::NodeSetRef;
+use crate::graph::graph::Graph;
 use crate::graph::meta::Meta;
 use crate::graph::node_id::NodeId;
-use crate::graph::node_set::NodeSet;
 use crate::graph::target::{Opcode, Target};
+use std::fmt;
 
-/// One operation of a [`Graph`](crate::Graph) (FX's `Node`).
+/// The shared empty kwargs of nodes without keyword arguments.
+pub(crate) fn empty_kwargs() -> &'static Kwargs {
+    static EMPTY: std::sync::OnceLock<Kwargs> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(Kwargs::new)
+}
+
+/// One operation of a [`Graph`] (FX's `Node`), as a cheap `Copy` view into the graph.
 ///
-/// Nodes are owned by their graph and read through [`Graph::node`](crate::Graph::node); every
-/// edit goes through the graph so that `users` / `input_nodes` stay consistent.
+/// The graph stores its nodes as struct-of-arrays (opcodes, user counts, names, targets,
+/// args... each in its own contiguous array, indexed by slot); a `Node` is a graph reference
+/// plus a slot index, obtained from [`Graph::node`] or [`Graph::iter`]. Every edit goes through
+/// the graph so that `users` / `input_nodes` stay consistent.
 ///
 /// ```
 /// use ferrofx_fx::{Graph, Opcode, Target};
@@ -22,100 +32,99 @@ use crate::graph::target::{Opcode, Target};
 /// assert_eq!(node.all_input_nodes(), vec![x]);
 /// assert_eq!(g.node(x).unwrap().users().collect::<Vec<_>>(), vec![r]);
 /// ```
-#[derive(Debug, Clone)]
-pub struct Node {
-    pub(crate) id: NodeId,
-    pub(crate) name: String,
-    pub(crate) op: Opcode,
-    pub(crate) target: Target,
-    pub(crate) args: Vec<Argument>,
-    pub(crate) kwargs: Kwargs,
-    pub(crate) type_expr: Option<String>,
-    /// Metadata (free to edit through [`Graph::meta_mut`](crate::Graph::meta_mut)); boxed and
-    /// allocated on first write, which keeps `Node` small for cache-friendly walks.
-    pub(crate) meta: Option<Box<Meta>>,
-    pub(crate) users: NodeSet,
-    pub(crate) input_nodes: NodeSet,
+#[derive(Clone, Copy)]
+pub struct Node<'g> {
+    pub(crate) g: &'g Graph,
+    pub(crate) idx: u32,
 }
 
-impl Node {
+impl<'g> Node<'g> {
     /// This node's handle.
+    #[inline]
     pub fn id(&self) -> NodeId {
-        self.id
+        self.g.id_of(self.idx)
     }
 
     /// Unique (per graph) name, a valid identifier.
-    pub fn name(&self) -> &str {
-        &self.name
+    #[inline]
+    pub fn name(&self) -> &'g str {
+        self.g.name_of(self.idx)
     }
 
     /// The opcode.
+    #[inline]
     pub fn op(&self) -> Opcode {
-        self.op
+        self.g.ops[self.idx as usize]
     }
 
     /// The target.
-    pub fn target(&self) -> &Target {
-        &self.target
+    #[inline]
+    pub fn target(&self) -> &'g Target {
+        &self.g.targets[self.idx as usize]
     }
 
     /// Positional arguments (FX's `args` tuple).
-    pub fn args(&self) -> &[Argument] {
-        &self.args
+    #[inline]
+    pub fn args(&self) -> &'g [Argument] {
+        &self.g.args[self.idx as usize]
     }
 
     /// Keyword arguments, in insertion order.
-    pub fn kwargs(&self) -> &Kwargs {
-        &self.kwargs
+    #[inline]
+    pub fn kwargs(&self) -> &'g Kwargs {
+        match &self.g.kwargs[self.idx as usize] {
+            Some(k) => k,
+            None => empty_kwargs(),
+        }
     }
 
     /// The optional type annotation of the node's value.
-    pub fn type_expr(&self) -> Option<&str> {
-        self.type_expr.as_deref()
+    pub fn type_expr(&self) -> Option<&'g str> {
+        self.g.type_exprs[self.idx as usize].as_deref()
     }
 
     /// Metadata.
-    pub fn meta(&self) -> &Meta {
-        match &self.meta {
+    pub fn meta(&self) -> &'g Meta {
+        match &self.g.metas[self.idx as usize] {
             Some(m) => m,
             None => Meta::empty(),
         }
     }
 
     /// Nodes that use this node's value, in the order they started using it.
-    pub fn users(&self) -> impl DoubleEndedIterator<Item = NodeId> + '_ {
-        self.users.iter()
+    pub fn users(&self) -> impl DoubleEndedIterator<Item = NodeId> + 'g {
+        self.user_set().iter()
     }
 
     /// The users as an ordered set.
-    pub fn user_set(&self) -> &NodeSet {
-        &self.users
+    pub fn user_set(&self) -> NodeSetRef<'g> {
+        NodeSetRef { graph: self.g, set: &self.g.users[self.idx as usize] }
     }
 
-    /// Number of users.
+    /// Number of users (O(1), from a contiguous per-slot counter).
+    #[inline]
     pub fn num_users(&self) -> usize {
-        self.users.len()
+        self.g.nusers[self.idx as usize] as usize
     }
 
     /// Input nodes in order of first appearance in `args` then `kwargs` (FX's
     /// `all_input_nodes`).
     pub fn all_input_nodes(&self) -> Vec<NodeId> {
-        self.input_nodes.to_vec()
+        self.input_set().to_vec()
     }
 
     /// The input nodes as an ordered set.
-    pub fn input_set(&self) -> &NodeSet {
-        &self.input_nodes
+    pub fn input_set(&self) -> NodeSetRef<'g> {
+        NodeSetRef { graph: self.g, set: &self.g.inputs[self.idx as usize] }
     }
 
     /// FX's `Node.is_impure`: placeholders and outputs are impure, as are calls of impure ops
     /// and impure user functions. Others are pure; pass a callback to
-    /// [`Graph::eliminate_dead_code`](crate::Graph::eliminate_dead_code) for custom rules (e.g.
-    /// impure modules).
+    /// [`Graph::eliminate_dead_code`] for custom rules (e.g. impure modules).
     pub fn is_impure(&self) -> bool {
-        match self.op {
+        match self.op() {
             Opcode::Placeholder | Opcode::Output => true,
-            Opcode::CallFunction => match &self.target {
+            Opcode::CallFunction => match self.target() {
                 Target::Op(def) => !def.is_pure(),
                 Target::Function(f) => f.is_impure(),
                 Target::Str(_) => false,
@@ -127,11 +136,27 @@ impl Node {
     /// Calls `f` on every node in `args` then `kwargs`, in first-appearance order, with
     /// repetitions.
     pub fn visit_input_refs(&self, f: &mut impl FnMut(NodeId)) {
-        for a in &self.args {
+        for a in self.args() {
             a.visit_nodes(f);
         }
-        for a in self.kwargs.values() {
-            a.visit_nodes(f);
+        if let Some(k) = &self.g.kwargs[self.idx as usize] {
+            for a in k.values() {
+                a.visit_nodes(f);
+            }
         }
+    }
+}
+
+impl fmt::Debug for Node<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id())
+            .field("name", &self.name())
+            .field("op", &self.op())
+            .field("target", self.target())
+            .field("args", &self.args())
+            .field("kwargs", self.kwargs())
+            .field("users", &self.user_set())
+            .finish()
     }
 }

@@ -69,7 +69,7 @@ impl FromStr for Opcode {
     }
 }
 
-type Registry = std::sync::Mutex<std::collections::HashMap<String, Arc<UserFunction>>>;
+type Registry = std::sync::Mutex<std::collections::HashMap<String, &'static UserFunction>>;
 
 fn registry() -> &'static Registry {
     static REGISTRY: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
@@ -80,6 +80,11 @@ fn registry() -> &'static Registry {
 ///
 /// The IR only needs its identity, its name and whether it has side effects; an executor can
 /// attach its implementation as an opaque payload and downcast it back.
+///
+/// Like registry ops (`&'static OpDef`), user functions live for the whole process: the
+/// constructors return `&'static UserFunction` (the value is leaked once), so a target is a
+/// plain pointer copy: no reference counting (an atomic operation) on every node created,
+/// copied or erased. Create functions once (or use [`UserFunction::registered`]), not per node.
 pub struct UserFunction {
     name: String,
     impure: bool,
@@ -95,13 +100,13 @@ impl UserFunction {
     /// assert_eq!(f.name(), "my_fn");
     /// assert!(!f.is_impure());
     /// ```
-    pub fn new(name: impl Into<String>) -> Arc<UserFunction> {
-        Arc::new(UserFunction { name: name.into(), impure: false, implementation: None })
+    pub fn new(name: impl Into<String>) -> &'static UserFunction {
+        Box::leak(Box::new(UserFunction { name: name.into(), impure: false, implementation: None }))
     }
 
     /// A user function with side effects: dead code elimination keeps its calls.
-    pub fn new_impure(name: impl Into<String>) -> Arc<UserFunction> {
-        Arc::new(UserFunction { name: name.into(), impure: true, implementation: None })
+    pub fn new_impure(name: impl Into<String>) -> &'static UserFunction {
+        Box::leak(Box::new(UserFunction { name: name.into(), impure: true, implementation: None }))
     }
 
     /// A user function carrying its implementation (e.g. a boxed closure) for executors.
@@ -109,22 +114,22 @@ impl UserFunction {
         name: impl Into<String>,
         impure: bool,
         implementation: Arc<dyn Any + Send + Sync>,
-    ) -> Arc<UserFunction> {
-        Arc::new(UserFunction { name: name.into(), impure, implementation: Some(implementation) })
+    ) -> &'static UserFunction {
+        Box::leak(Box::new(UserFunction { name: name.into(), impure, implementation: Some(implementation) }))
     }
 
     /// The function registered under `name` in the process-wide user function registry,
     /// registering a pure one on first use.
-    pub fn registered(name: &str) -> Arc<UserFunction> {
+    pub fn registered(name: &str) -> &'static UserFunction {
         let mut map = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.entry(name.to_string()).or_insert_with(|| UserFunction::new(name)).clone()
+        map.entry(name.to_string()).or_insert_with(|| UserFunction::new(name))
     }
 
     /// Registers `function` under its name, replacing any earlier registration; later
     /// [`UserFunction::registered`] calls with that name return it.
-    pub fn register(function: Arc<UserFunction>) -> Arc<UserFunction> {
+    pub fn register(function: &'static UserFunction) -> &'static UserFunction {
         let mut map = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.insert(function.name.clone(), function.clone());
+        map.insert(function.name.clone(), function);
         function
     }
 
@@ -161,8 +166,8 @@ impl fmt::Debug for UserFunction {
 pub enum Target {
     /// An op of the registry.
     Op(&'static OpDef),
-    /// A registered user function.
-    Function(Arc<UserFunction>),
+    /// A user function (process-lifetime, like registry ops).
+    Function(&'static UserFunction),
     /// A parameter name, attribute path, method name, module path or `"output"`.
     Str(String),
 }
@@ -234,7 +239,7 @@ impl PartialEq for Target {
     fn eq(&self, other: &Target) -> bool {
         match (self, other) {
             (Target::Op(a), Target::Op(b)) => std::ptr::eq(*a, *b),
-            (Target::Function(a), Target::Function(b)) => Arc::ptr_eq(a, b),
+            (Target::Function(a), Target::Function(b)) => std::ptr::eq(*a, *b),
             (Target::Str(a), Target::Str(b)) => a == b,
             _ => false,
         }
@@ -277,27 +282,9 @@ impl From<&'static OpDef> for Target {
     }
 }
 
-impl From<Arc<UserFunction>> for Target {
-    fn from(f: Arc<UserFunction>) -> Target {
+impl From<&'static UserFunction> for Target {
+    fn from(f: &'static UserFunction) -> Target {
         Target::Function(f)
-    }
-}
-
-/// Identity of a target for hashing in the lookup table.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub(crate) enum TargetKey {
-    Op(usize),
-    Function(usize),
-    Str(String),
-}
-
-impl TargetKey {
-    pub(crate) fn of(target: &Target) -> TargetKey {
-        match target {
-            Target::Op(def) => TargetKey::Op(*def as *const OpDef as usize),
-            Target::Function(f) => TargetKey::Function(Arc::as_ptr(f) as *const () as usize),
-            Target::Str(s) => TargetKey::Str(s.clone()),
-        }
     }
 }
 

@@ -28,22 +28,22 @@ impl Graph {
     pub fn stable_topological_sort(&mut self) -> Result<()> {
         let mut indeg = vec![0u32; self.links.len()];
         let mut heap = BinaryHeap::new();
-        let key = |g: &Graph, idx: u32| (g.live(idx).op == Opcode::Output, g.seq_of(idx), idx);
-        for id in self.nodes() {
-            let n = self.live(id.index).input_nodes.len() as u32;
-            indeg[id.index as usize] = n;
+        let key = |g: &Graph, idx: u32| (g.ops[idx as usize] == Opcode::Output, g.seq_of(idx), idx);
+        for idx in self.slots() {
+            let n = self.inputs[idx as usize].len() as u32;
+            indeg[idx as usize] = n;
             if n == 0 {
-                heap.push(Reverse(key(self, id.index)));
+                heap.push(Reverse(key(self, idx)));
             }
         }
         let mut order = Vec::with_capacity(self.len());
         while let Some(Reverse((_, _, idx))) = heap.pop() {
             order.push(idx);
-            for u in self.live(idx).users.iter() {
-                let d = &mut indeg[u.index as usize];
+            for u in self.users[idx as usize].iter() {
+                let d = &mut indeg[u as usize];
                 *d -= 1;
                 if *d == 0 {
-                    heap.push(Reverse(key(self, u.index)));
+                    heap.push(Reverse(key(self, u)));
                 }
             }
         }
@@ -60,26 +60,26 @@ impl Graph {
     pub fn find_cycle(&self) -> Option<Vec<String>> {
         // 0 = unvisited, 1 = on the DFS stack, 2 = done. Edges go from a node to its inputs.
         let mut color = vec![0u8; self.links.len()];
-        for start in self.nodes() {
-            if color[start.index as usize] != 0 {
+        for start in self.slots() {
+            if color[start as usize] != 0 {
                 continue;
             }
             let mut stack: Vec<(u32, Vec<u32>)> = Vec::new();
-            color[start.index as usize] = 1;
-            stack.push((start.index, self.live(start.index).input_nodes.iter().map(|n| n.index).collect()));
+            color[start as usize] = 1;
+            stack.push((start, self.inputs[start as usize].iter().collect()));
             while let Some((node, pending)) = stack.last_mut() {
                 let node = *node;
                 match pending.pop() {
                     Some(inp) => match color[inp as usize] {
                         0 => {
                             color[inp as usize] = 1;
-                            let ins = self.live(inp).input_nodes.iter().map(|n| n.index).collect();
+                            let ins = self.inputs[inp as usize].iter().collect();
                             stack.push((inp, ins));
                         }
                         1 => {
                             let pos = stack.iter().position(|(n, _)| *n == inp).unwrap_or(0);
                             let mut names: Vec<String> =
-                                stack[pos..].iter().map(|(n, _)| self.live(*n).name.clone()).collect();
+                                stack[pos..].iter().map(|(n, _)| self.name_of(*n).to_string()).collect();
                             names.reverse();
                             return Some(names);
                         }

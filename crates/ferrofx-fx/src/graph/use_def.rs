@@ -3,8 +3,9 @@
 //! erasure go through it.
 
 use crate::graph::argument::{Argument, Kwargs};
+use crate::graph::edge_set::EdgeSet;
 use crate::graph::error::{GraphError, Result};
-use crate::graph::graph::Graph;
+use crate::graph::graph::{Args, Graph};
 use crate::graph::hash::FxHashMap;
 use crate::graph::node::Node;
 use crate::graph::node_id::NodeId;
@@ -13,36 +14,57 @@ impl Graph {
     /// THE use-def routine (FX's `_update_args_kwargs`). Callers validated every node in the
     /// new args/kwargs (live, same graph, acyclic).
     ///
-    /// Step 1: remove this node from the `users` of each old input and clear `input_nodes`.
-    /// Step 2: walk the new args then kwargs; each node met is added (once, in first-appearance
-    /// order) to `input_nodes`, and this node to that node's `users`.
-    /// `None` keeps the current args (or kwargs).
-    pub(crate) fn apply_args_kwargs(&mut self, idx: u32, args: Option<Vec<Argument>>, kwargs: Option<Kwargs>) {
-        let node = self.live_mut(idx);
-        let me = node.id;
-        let mut inputs = std::mem::take(&mut node.input_nodes);
+    /// `args`/`kwargs` replace the stored ones when given (`None` keeps them: callers that
+    /// edited the stored arguments in place pass `None` to re-derive the edges).
+    ///
+    /// Semantics (FX): remove this node from the `users` of each old input, clear
+    /// `input_nodes`; then walk the args then kwargs, adding each node met once, in
+    /// first-appearance order, to `input_nodes`, and this node to the end of that node's
+    /// `users`. Implemented as a diff with the same result: inputs that go away lose this user,
+    /// new inputs gain it at the end, and inputs that stay see it moved to the end of their
+    /// `users` (one index lookup on a large set instead of a removal and an insertion).
+    pub(crate) fn apply_args_kwargs(&mut self, idx: u32, args: Option<Args>, kwargs: Option<Option<Box<Kwargs>>>) {
+        let i = idx as usize;
         if let Some(a) = args {
-            node.args = a;
+            self.args[i] = a;
         }
         if let Some(k) = kwargs {
-            node.kwargs = k;
+            self.kwargs[i] = k;
         }
-        // Step 1.
-        for old in inputs.iter() {
-            self.live_mut(old.index).users.remove(me);
+        let old = std::mem::take(&mut self.inputs[i]);
+        let mut new = EdgeSet::default();
+        {
+            let mut add = |n: NodeId| {
+                new.insert(n.index);
+            };
+            for a in self.args[i].iter() {
+                a.visit_nodes(&mut add);
+            }
+            if let Some(k) = &self.kwargs[i] {
+                for a in k.values() {
+                    a.visit_nodes(&mut add);
+                }
+            }
         }
-        inputs.clear();
-        // Step 2.
-        let node = self.live(idx);
-        node.visit_input_refs(&mut |n| {
-            inputs.insert(n);
-        });
-        let my_seq = self.seq_of(idx);
-        for n in inputs.iter() {
-            self.unordered |= self.seq_of(n.index) >= my_seq;
-            self.live_mut(n.index).users.insert(me);
+        for o in old.iter() {
+            if !new.contains(o) && self.users[o as usize].remove(idx) {
+                self.nusers[o as usize] -= 1;
+            }
         }
-        self.live_mut(idx).input_nodes = inputs;
+        let my_seq = self.links[i].seq;
+        for n in new.iter() {
+            let users = &mut self.users[n as usize];
+            if old.contains(n) {
+                users.move_to_end(idx);
+            } else {
+                // `n` was not an input, so (use-def invariant) `idx` is not among its users.
+                debug_assert!(!users.contains(idx));
+                users.push_new(idx);
+                self.nusers[n as usize] += 1;
+            }
+            self.unordered |= self.links[n as usize].seq >= my_seq;
+        }
+        self.inputs[i] = new;
     }
 
     /// Err if making slot `input` an input of slot `user` would create a cycle (including
@@ -51,7 +73,7 @@ impl Graph {
     /// broke the order ([`Graph::unordered`]) the search is unbounded until the next sort.
     pub(crate) fn check_no_cycle(&self, user: u32, input: u32) -> Result<()> {
         if user == input {
-            let name = self.live(user).name.clone();
+            let name = self.name_of(user).to_string();
             return Err(GraphError::Cycle { node: name.clone(), path: vec![name.clone(), name] });
         }
         let user_seq = self.seq_of(user);
@@ -64,23 +86,23 @@ impl Graph {
         let mut stack = vec![input];
         parent.insert(input, input);
         while let Some(cur) = stack.pop() {
-            for n in self.live(cur).input_nodes.iter() {
-                if n.index == user {
+            for n in self.inputs[cur as usize].iter() {
+                if n == user {
                     // Path: user -> input -> ... -> cur -> user (as "depends on").
-                    let mut path = vec![self.live(user).name.clone()];
+                    let mut path = vec![self.name_of(user).to_string()];
                     let mut chain = vec![cur];
                     let mut c = cur;
                     while c != input {
                         c = parent[&c];
                         chain.push(c);
                     }
-                    path.extend(chain.iter().rev().map(|&i| self.live(i).name.clone()));
-                    path.push(self.live(user).name.clone());
-                    return Err(GraphError::Cycle { node: self.live(user).name.clone(), path });
+                    path.extend(chain.iter().rev().map(|&i| self.name_of(i).to_string()));
+                    path.push(self.name_of(user).to_string());
+                    return Err(GraphError::Cycle { node: self.name_of(user).to_string(), path });
                 }
-                if (!prune || self.seq_of(n.index) > user_seq) && !parent.contains_key(&n.index) {
-                    parent.insert(n.index, cur);
-                    stack.push(n.index);
+                if (!prune || self.seq_of(n) > user_seq) && !parent.contains_key(&n) {
+                    parent.insert(n, cur);
+                    stack.push(n);
                 }
             }
         }
@@ -103,48 +125,47 @@ impl Graph {
     /// ```
     pub fn set_args(&mut self, id: NodeId, args: Vec<Argument>) -> Result<()> {
         let idx = self.check(id)?;
-        self.validate_inputs(Some(idx), &args, &Kwargs::new())?;
-        self.apply_args_kwargs(idx, Some(args), None);
+        self.validate_inputs(Some(idx), &args, None)?;
+        self.apply_args_kwargs(idx, Some(Args::from_vec(args)), None);
         Ok(())
     }
 
     /// Sets keyword args (FX's `node.kwargs = ...`).
     pub fn set_kwargs(&mut self, id: NodeId, kwargs: Kwargs) -> Result<()> {
         let idx = self.check(id)?;
-        self.validate_inputs(Some(idx), &[], &kwargs)?;
-        self.apply_args_kwargs(idx, None, Some(kwargs));
+        self.validate_inputs(Some(idx), &[], Some(&kwargs))?;
+        self.apply_args_kwargs(idx, None, Some((!kwargs.is_empty()).then(|| Box::new(kwargs))));
         Ok(())
     }
 
     /// Sets both args and kwargs at once.
     pub fn set_args_kwargs(&mut self, id: NodeId, args: Vec<Argument>, kwargs: Kwargs) -> Result<()> {
         let idx = self.check(id)?;
-        self.validate_inputs(Some(idx), &args, &kwargs)?;
-        self.apply_args_kwargs(idx, Some(args), Some(kwargs));
+        self.validate_inputs(Some(idx), &args, Some(&kwargs))?;
+        let kwargs = (!kwargs.is_empty()).then(|| Box::new(kwargs));
+        self.apply_args_kwargs(idx, Some(Args::from_vec(args)), Some(kwargs));
         Ok(())
     }
 
     /// Replaces positional arg `index` (FX's `update_arg`).
     pub fn update_arg(&mut self, id: NodeId, index: usize, arg: Argument) -> Result<()> {
         let idx = self.check(id)?;
-        let node = self.live(idx);
-        if index >= node.args.len() {
-            return Err(GraphError::ArgIndex { node: node.name.clone(), index, len: node.args.len() });
+        let len = self.args[idx as usize].len();
+        if index >= len {
+            return Err(GraphError::ArgIndex { node: self.name_of(idx).to_string(), index, len });
         }
-        self.validate_inputs(Some(idx), std::slice::from_ref(&arg), &Kwargs::new())?;
-        let mut args = self.live(idx).args.clone();
-        args[index] = arg;
-        self.apply_args_kwargs(idx, Some(args), None);
+        self.validate_inputs(Some(idx), std::slice::from_ref(&arg), None)?;
+        self.args[idx as usize][index] = arg;
+        self.apply_args_kwargs(idx, None, None);
         Ok(())
     }
 
     /// Sets keyword arg `key` (FX's `update_kwarg`; adds the key when missing).
     pub fn update_kwarg(&mut self, id: NodeId, key: &str, arg: Argument) -> Result<()> {
         let idx = self.check(id)?;
-        self.validate_inputs(Some(idx), std::slice::from_ref(&arg), &Kwargs::new())?;
-        let mut kwargs = self.live(idx).kwargs.clone();
-        kwargs.insert(key.to_string(), arg);
-        self.apply_args_kwargs(idx, None, Some(kwargs));
+        self.validate_inputs(Some(idx), std::slice::from_ref(&arg), None)?;
+        self.kwargs[idx as usize].get_or_insert_with(Default::default).insert(key.to_string(), arg);
+        self.apply_args_kwargs(idx, None, None);
         Ok(())
     }
 
@@ -154,30 +175,25 @@ impl Graph {
         let idx = self.check(id)?;
         self.check(old)?;
         let new_idx = self.check(new)?;
-        if !self.live(idx).input_nodes.contains(old) {
-            return Err(GraphError::NotAnInput { node: self.live(idx).name.clone(), old: self.name_or_unknown(old) });
+        if !self.inputs[idx as usize].contains(old.index) {
+            return Err(GraphError::NotAnInput { node: self.name_of(idx).to_string(), old: self.name_or_unknown(old) });
         }
         self.check_no_cycle(idx, new_idx)?;
         self.replace_input_unchecked(idx, old, new);
         Ok(())
     }
 
+    /// Rewrites the stored arguments of slot `idx` in place, then re-derives the edges.
     fn replace_input_unchecked(&mut self, idx: u32, old: NodeId, new: NodeId) {
-        let node = self.live(idx);
-        let mut args = node.args.clone();
-        for a in &mut args {
+        for a in self.args[idx as usize].iter_mut() {
             a.replace_node(old, new);
         }
-        let kwargs = if node.kwargs.is_empty() {
-            None
-        } else {
-            let mut k = node.kwargs.clone();
+        if let Some(k) = &mut self.kwargs[idx as usize] {
             for a in k.values_mut() {
                 a.replace_node(old, new);
             }
-            Some(k)
-        };
-        self.apply_args_kwargs(idx, Some(args), kwargs);
+        }
+        self.apply_args_kwargs(idx, None, None);
     }
 
     /// Makes every user of `id` use `replacement` instead; returns the changed users in the
@@ -209,16 +225,17 @@ impl Graph {
         &mut self,
         id: NodeId,
         replacement: NodeId,
-        mut filter: impl FnMut(&Node) -> bool,
+        mut filter: impl FnMut(&Node<'_>) -> bool,
         propagate_meta: bool,
     ) -> Result<Vec<NodeId>> {
         let idx = self.check(id)?;
         let rep = self.check(replacement)?;
-        let selected: Vec<NodeId> = self.live(idx).users.iter().filter(|u| filter(self.live(u.index))).collect();
+        let selected: Vec<NodeId> =
+            self.users[idx as usize].iter().filter(|&u| filter(&self.live(u))).map(|u| self.id_of(u)).collect();
         if propagate_meta && idx != rep && !self.live(rep).meta().is_empty() {
             return Err(GraphError::MetaNotEmpty {
-                from: self.live(idx).name.clone(),
-                to: self.live(rep).name.clone(),
+                from: self.name_of(idx).to_string(),
+                to: self.name_of(rep).to_string(),
             });
         }
         if idx == rep {
@@ -228,8 +245,8 @@ impl Graph {
             self.check_no_cycle(u.index, rep)?;
         }
         if propagate_meta {
-            let meta = self.live(idx).meta.clone();
-            self.live_mut(rep).meta = meta;
+            let meta = self.metas[idx as usize].clone();
+            self.metas[rep as usize] = meta;
         }
         for u in &selected {
             self.replace_input_unchecked(u.index, id, replacement);
