@@ -19,6 +19,8 @@ pub enum ArgType {
     OptScalar,
     /// `Tensor` or `Scalar` (binary ops' `other`)
     TensorOrScalar,
+    /// `Tensor`, `Scalar` or `None` (`clamp`'s bounds)
+    OptTensorOrScalar,
     /// `int`
     Int,
     /// `int?`
@@ -57,6 +59,7 @@ impl ArgType {
             ArgType::Scalar => "Scalar",
             ArgType::OptScalar => "Scalar?",
             ArgType::TensorOrScalar => "Tensor|Scalar",
+            ArgType::OptTensorOrScalar => "Tensor|Scalar?",
             ArgType::Int => "int",
             ArgType::OptInt => "int?",
             ArgType::Float => "float",
@@ -76,6 +79,7 @@ impl ArgType {
         matches!(
             self,
             ArgType::OptTensor
+                | ArgType::OptTensorOrScalar
                 | ArgType::OptScalar
                 | ArgType::OptInt
                 | ArgType::OptFloat
@@ -188,8 +192,8 @@ fn check_type(op: &str, spec: &ArgSpec, v: Value) -> Result<Value> {
         (T::Tensor | T::OptTensor, v @ Value::Tensor(_)) => v,
         (T::TensorList, v @ Value::Tensors(_)) => v,
         (T::TensorList, Value::Tensor(t)) => Value::Tensors(vec![t]),
-        (T::Scalar | T::OptScalar | T::TensorOrScalar, v @ (Value::Bool(_) | Value::Int(_) | Value::Float(_))) => v,
-        (T::TensorOrScalar, v @ Value::Tensor(_)) => v,
+        (T::Scalar | T::OptScalar | T::TensorOrScalar | T::OptTensorOrScalar, v @ (Value::Bool(_) | Value::Int(_) | Value::Float(_))) => v,
+        (T::TensorOrScalar | T::OptTensorOrScalar, v @ Value::Tensor(_)) => v,
         (T::Int | T::OptInt, v @ Value::Int(_)) => v,
         (T::Int | T::OptInt, Value::Bool(b)) => Value::Int(b as i64),
         (T::Float | T::OptFloat, v @ Value::Float(_)) => v,

@@ -1,14 +1,20 @@
 //! Built-in ops, one file per family. Each family exposes its `OpDef` statics, the public
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
+pub mod binary;
+pub mod compare;
 pub mod conv;
 pub mod creation;
+pub mod display;
 pub mod embedding;
 pub mod index;
+pub mod inplace;
 pub mod join;
 pub mod kernel;
 pub mod linalg;
 pub mod norm;
+pub mod num;
+pub mod operators;
 pub mod pool;
 pub mod random;
 pub mod reduce;
@@ -16,6 +22,7 @@ pub mod scan;
 pub mod shape_misc;
 pub mod softmax;
 pub mod sort;
+pub mod unary;
 pub mod view;
 
 use crate::op::OpDef;
@@ -38,6 +45,10 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         pool::OPS,
         norm::OPS,
         embedding::OPS,
+        unary::OPS,
+        binary::OPS,
+        compare::OPS,
+        inplace::OPS,
         crate::autograd::formulas::OPS,
     ]
     .into_iter()
