@@ -5,6 +5,7 @@
 //! Helper ops used only by backward formulas (`slice_backward`, `select_backward`, named as in
 //! ATen) are registered like any other op and have their own backward.
 
+pub mod elementwise;
 pub mod index;
 pub mod nn;
 pub(crate) mod prims;

@@ -1,5 +1,5 @@
-//! Small differentiable building blocks shared by the formula files: elementwise arithmetic
 #![allow(dead_code)]
+//! Small differentiable building blocks shared by the formula files: elementwise arithmetic
 //! called through the registry by name (so the formulas do not depend on how the elementwise
 //! family spells its Rust API, and they record history under `create_graph`), and helpers to
 //! re-insert reduced dims.
@@ -99,6 +99,12 @@ un!(sign, "sign");
 un!(sigmoid, "sigmoid");
 un!(tanh, "tanh");
 un!(logical_not, "logical_not");
+un!(sin, "sin");
+un!(cos, "cos");
+bin!(logical_and, "logical_and");
+bin!(logical_or, "logical_or");
+bin!(rsub_, "rsub");
+pub(crate) use {ge as ge_, gt as gt_, le as le_, lt as lt_};
 
 /// `where(condition, input, other)` (numbers allowed for input/other).
 pub(crate) fn where_(c: &Tensor, a: impl Into<Value>, b: impl Into<Value>) -> Result<Tensor> {
