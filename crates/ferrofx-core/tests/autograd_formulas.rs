@@ -170,7 +170,55 @@ pub fn cases() -> Vec<Case> {
 
 /// Elementwise family cases (filled in when the family has formulas).
 fn elementwise_cases() -> Vec<Case> {
-    vec![]
+    let a = || leaf(rnd(&[2, 3], 5));
+    let b = || leaf(rnd(&[3], 6));
+    let ps = || leaf(pos(&[2, 3], 7));
+    let un = |n: &'static str| case(n, vec![a()], callf(n, move |x| vec![t(&x[0])]));
+    let unp = |n: &'static str| case(n, vec![ps()], callf(n, move |x| vec![t(&x[0])]));
+    let bin = |n: &'static str| case(n, vec![a(), b()], callf(n, move |x| vec![t(&x[0]), t(&x[1])]));
+    let inpl = |n: &'static str, base_arg: Option<Value>, positive: bool| {
+        case(n, vec![if positive { ps() } else { a() }], Box::new(move |x: &[Tensor]| {
+            let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
+            let mut args = vec![t(&y)];
+            if let Some(v) = &base_arg {
+                args.push(v.clone());
+            }
+            Ok(vec![op::call(n, args, vec![])?.remove(0)])
+        }))
+    };
+    let mut v = vec![
+        bin("add"), bin("sub"), bin("mul"), bin("maximum"), bin("minimum"),
+        case("rsub", vec![a(), b()], kw("rsub", |x| vec![t(&x[0]), t(&x[1])], vec![("alpha", Value::Float(2.0))])),
+        case("div", vec![a(), leaf(pos(&[3], 8))], callf("div", |x| vec![t(&x[0]), t(&x[1])])),
+        case("pow", vec![ps(), leaf(rnd(&[3], 9))], callf("pow", |x| vec![t(&x[0]), t(&x[1])])),
+        case("remainder", vec![a(), leaf(pos(&[3], 8))], callf("remainder", |x| vec![t(&x[0]), t(&x[1])])),
+        case("fmod", vec![a(), leaf(pos(&[3], 8))], callf("fmod", |x| vec![t(&x[0]), t(&x[1])])),
+        un("neg"), un("exp"), un("expm1"), unp("log"), unp("log1p"), unp("log2"), unp("log10"), unp("sqrt"), unp("rsqrt"),
+        un("sin"), un("cos"), un("tan"), un("atan"), un("tanh"), un("sigmoid"), unp("reciprocal"), un("erf"), un("silu"),
+        un("selu"), un("elu"), un("hardswish"), un("hardsigmoid"), un("softsign"), un("gelu"), un("leaky_relu"),
+        un("softplus"), un("abs"), un("relu"), un("sign"), un("floor"), un("ceil"), un("trunc"), un("round"),
+        un("hardtanh"), un("relu6"),
+        case("clamp", vec![a(), leaf(rnd(&[3], 10))], callf("clamp", |x| vec![t(&x[0]), t(&x[1]), Value::Float(0.5)])),
+        case("where", vec![a(), b()], callf("where", |x| vec![t(&mask(&[true, false, true], &[3])), t(&x[0]), t(&x[1])])),
+    ];
+    for o in op::all_ops() {
+        let n = o.name;
+        if o.backward.is_none() || !n.ends_with('_') || v.iter().any(|c| c.name == n) {
+            continue;
+        }
+        let base = &n[..n.len() - 1];
+        let positive = ["log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "pow"].contains(&base);
+        let other = match base {
+            "add" | "sub" | "mul" | "div" | "remainder" | "fmod" => Some(Value::Float(1.5)),
+            "pow" => Some(Value::Float(2.0)),
+            "clamp" => Some(Value::Float(-0.2)),
+            _ => None,
+        };
+        if op::lookup(base).map(|b| b.category == ferrofx_core::op::Category::Elementwise).unwrap_or(false) {
+            v.push(inpl(n, other, positive));
+        }
+    }
+    v
 }
 
 fn by_name() -> BTreeMap<&'static str, Case> {

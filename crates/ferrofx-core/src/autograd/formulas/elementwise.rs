@@ -43,6 +43,9 @@ macro_rules! table {
         /// The backward formula of an elementwise op, by name (in-place forms share the base's).
         pub const fn backward_for(name: &str) -> Option<BackwardFn> {
             let n = base(name);
+            if n.len() != name.len() && !inplace_ok(n) {
+                return None;
+            }
             $( if eq(n, $name) { return Some($f); } )*
             None
         }
@@ -53,6 +56,13 @@ macro_rules! table {
             Saves::NOTHING
         }
     };
+}
+
+/// In-place forms get the base's formula only when it does not need the overwritten input
+/// (`mul_`/`div_` need it only for the other operand's gradient, which then errors clearly).
+const fn inplace_ok(base: &str) -> bool {
+    let s = saves_for(base);
+    s.inputs & 1 == 0 || eq(base, "mul") || eq(base, "div")
 }
 
 const IN0: Saves = Saves::inputs(1);
