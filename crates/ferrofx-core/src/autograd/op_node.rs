@@ -306,7 +306,7 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
     let mut saved_outs: SmallVec<[Option<SavedVariable>; 1]> = SmallVec::new();
     for (j, o) in outs.iter().enumerate() {
         let save = j < 32 && op.saves.outputs & (1 << j) != 0;
-        saved_outs.push(if save { Some(SavedVariable::output(o, j as u32)) } else { None });
+        saved_outs.push(if save { Some(SavedVariable::output_of_new_node(o, j as u32, attach[j])) } else { None });
     }
     let node: NodeRef = Arc::new(OpNode {
         base: NodeBase::new(next_sequence_nr(), edges, input_meta),

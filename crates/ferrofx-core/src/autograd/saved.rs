@@ -45,6 +45,15 @@ impl SavedVariable {
         }
     }
 
+    /// Saves output `output_nr` of a node being created: `will_require_grad` says whether the
+    /// output gets history (its flag is set only after the node exists), so the unpacked alias
+    /// gets the node back as grad_fn under `create_graph`.
+    pub(crate) fn output_of_new_node(t: &Tensor, output_nr: u32, will_require_grad: bool) -> SavedVariable {
+        let mut s = SavedVariable::output(t, output_nr);
+        s.requires_grad = will_require_grad;
+        s
+    }
+
     /// Saves `t`, as an output of `owner` when `t`'s grad_fn is `owner` (custom functions).
     pub(crate) fn auto(t: &Tensor, is_output_of_owner: Option<u32>) -> SavedVariable {
         match is_output_of_owner {

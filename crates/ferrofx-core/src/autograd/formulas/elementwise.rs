@@ -261,7 +261,12 @@ fn remainder_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let gi = fit(ctx, 0, Ok(g.clone()))?;
     let go = if ctx.is_tensor_arg(1) && ctx.needs_grad(1) {
         let mode = if ctx.op().name.starts_with("fmod") { "trunc" } else { "floor" };
-        let q = p::call("div", vec![ctx.arg(0).clone(), ctx.arg(1).clone(), Value::Str(mode.into())])?;
+        let q = crate::op::call(
+            "div",
+            vec![ctx.arg(0).clone(), ctx.arg(1).clone()],
+            vec![("rounding_mode".into(), Value::Str(mode.into()))],
+        )?
+        .swap_remove(0);
         fit(ctx, 1, p::neg(&p::mul(g, &q)?))?
     } else {
         None
