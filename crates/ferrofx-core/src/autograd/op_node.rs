@@ -58,7 +58,12 @@ impl Node for OpNode {
         &mut self.base
     }
     fn name(&self) -> Cow<'static, str> {
-        backward_name(self.op, &self.metas, &self.state.lock().args)
+        // `try_lock`: `apply` holds the state while unpacking saved tensors, and an unpack error
+        // names this node (waiting here would deadlock).
+        match self.state.try_lock() {
+            Some(st) => backward_name(self.op, &self.metas, &st.args),
+            None => backward_name(self.op, &self.metas, &[]),
+        }
     }
     fn apply(&self, grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
         let n_edges = self.base.next_edges.len();
@@ -227,7 +232,11 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
     let mut saved_args: Vec<SavedArg> = Vec::with_capacity(args.len());
     for (p, a) in args.iter().enumerate() {
         let ty = op.schema.get(p).map(|s| s.ty);
-        let save = p < 32 && op.saves.inputs & (1 << p) != 0;
+        // The tensor an in-place op overwrites (with history) cannot be saved as its old value:
+        // formulas of in-place ops must not need it (they read it as `Value::None`).
+        let overwritten =
+            matches!(op.effect, Effect::Mutates(m) if m == p) && matches!(a, Value::Tensor(t) if t.requires_grad());
+        let save = p < 32 && op.saves.inputs & (1 << p) != 0 && !overwritten;
         match a {
             Value::Tensor(t) => {
                 let e = gradient_edge(t);
@@ -275,6 +284,13 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         let _g = set_grad_enabled(false);
         crate::op::run_kernel(op, args)?
     };
+    if mutated.is_some() || matches!(op.effect, Effect::Mutates(_)) {
+        for a in saved_args.iter_mut() {
+            if let SavedArg::Tensor(s) = a {
+                s.refresh_version_if_no_grad();
+            }
+        }
+    }
 
     // Which outputs get history.
     let mut input_meta: SmallVec<[InputMetadata; 1]> = SmallVec::with_capacity(outs.len());
@@ -290,7 +306,7 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
     let mut saved_outs: SmallVec<[Option<SavedVariable>; 1]> = SmallVec::new();
     for (j, o) in outs.iter().enumerate() {
         let save = j < 32 && op.saves.outputs & (1 << j) != 0;
-        saved_outs.push(if save { Some(SavedVariable::output(o, j as u32)) } else { None });
+        saved_outs.push(if save { Some(SavedVariable::output_of_new_node(o, j as u32, attach[j])) } else { None });
     }
     let node: NodeRef = Arc::new(OpNode {
         base: NodeBase::new(next_sequence_nr(), edges, input_meta),

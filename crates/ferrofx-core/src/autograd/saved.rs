@@ -45,11 +45,31 @@ impl SavedVariable {
         }
     }
 
+    /// Saves output `output_nr` of a node being created: `will_require_grad` says whether the
+    /// output gets history (its flag is set only after the node exists), so the unpacked alias
+    /// gets the node back as grad_fn under `create_graph`.
+    pub(crate) fn output_of_new_node(t: &Tensor, output_nr: u32, will_require_grad: bool) -> SavedVariable {
+        let mut s = SavedVariable::output(t, output_nr);
+        s.requires_grad = will_require_grad;
+        s
+    }
+
     /// Saves `t`, as an output of `owner` when `t`'s grad_fn is `owner` (custom functions).
     pub(crate) fn auto(t: &Tensor, is_output_of_owner: Option<u32>) -> SavedVariable {
         match is_output_of_owner {
             Some(nr) => SavedVariable::output(t, nr),
             None => SavedVariable::input(t),
+        }
+    }
+
+    /// Re-records the version of a saved tensor that does not require grad (state an op
+    /// updates as a side effect, like batch_norm's running statistics, is saved as it is after
+    /// the op).
+    pub(crate) fn refresh_version_if_no_grad(&mut self) {
+        if let Some(t) = &self.data {
+            if !t.requires_grad() {
+                self.version = t.version();
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use crate::dtype::{result_type, DType, Element, Operand, DEFAULT_FLOAT};
 use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Shape};
 use crate::op::args::scalar;
-use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef, Saves};
+use crate::op::{cost_elementwise, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, OpDef};
 use crate::ops::kernel::{binary_map, cast, unary_map};
 use crate::ops::num::{narrow_scalar, tensor_operand, torch_name, wide_dtype, Num};
 use crate::ops::unary::call1;
@@ -413,8 +413,8 @@ macro_rules! binary_op {
             cost: cost_elementwise,
             effect: Effect::Pure,
             category: Category::Elementwise,
-            backward: None,
-            saves: Saves::NOTHING,
+            backward: crate::autograd::formulas::elementwise::backward_for($name),
+            saves: crate::autograd::formulas::elementwise::saves_for($name),
             doc: $doc,
         };
     };

@@ -202,8 +202,8 @@ pub static WHERE: OpDef = OpDef {
     cost: cost_elementwise,
     effect: Effect::Pure,
     category: Category::Elementwise,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: crate::autograd::formulas::elementwise::backward_for("where"),
+    saves: crate::autograd::formulas::elementwise::saves_for("where"),
     doc: "Selects from input where condition is true, else from other (with broadcasting).",
 };
 

@@ -955,8 +955,8 @@ macro_rules! conv_op {
             },
             effect: Effect::Pure,
             category: Category::Convolution,
-            backward: None,
-            saves: Saves::NOTHING,
+            backward: Some(crate::autograd::formulas::nn::conv_backward),
+            saves: Saves::inputs(0b11),
             doc: $doc,
         };
     };
@@ -1000,8 +1000,8 @@ pub static CONV_TRANSPOSE2D: OpDef = OpDef {
     },
     effect: Effect::Pure,
     category: Category::Convolution,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::conv_transpose2d_backward),
+    saves: Saves { inputs: 3, outputs: 0 },
     doc: "2-D transposed convolution (the gradient of conv2d with respect to its input).",
 };
 

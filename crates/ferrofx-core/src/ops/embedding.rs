@@ -105,8 +105,8 @@ pub static EMBEDDING: OpDef = OpDef {
     cost: cost_memory,
     effect: Effect::Pure,
     category: Category::Indexing,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::index::embedding_backward),
+    saves: Saves { inputs: 1, outputs: 0 },
     doc: "Looks up rows of weight for integer indices.",
 };
 

@@ -102,6 +102,7 @@ opdef!(GATHER, "gather",
         })?)
     },
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::gather_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
     doc: "out[i][j] = input[i][index[i][j]] (for dim = 1): picks elements along dim by index.");
 
 // ---------------------------------------------------------------------------------------------
@@ -281,21 +282,25 @@ opdef!(SCATTER, "scatter", SCATTER_SCHEMA,
     meta: |a| scatter_meta("scatter", a, false),
     kernel: |a| scatter_kernel("scatter", a, false, false),
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::scatter_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
     doc: "A copy of input with out[i][index[i][j]] = src[i][j] (dim = 1); src may be a number; reduce='add'|'multiply' combines instead.");
 opdef!(SCATTER_, "scatter_", SCATTER_SCHEMA,
     meta: |a| scatter_meta("scatter_", a, false),
     kernel: |a| scatter_kernel("scatter_", a, false, true),
     cost: cost_memory, effect: Effect::Mutates(0), category: Category::Indexing,
+    backward: crate::autograd::formulas::index::scatter_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
     doc: "In-place scatter.");
 opdef!(SCATTER_ADD, "scatter_add", SCATTER_ADD_SCHEMA,
     meta: |a| scatter_meta("scatter_add", a, true),
     kernel: |a| scatter_kernel("scatter_add", a, true, false),
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::scatter_add_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
     doc: "A copy of input with out[i][index[i][j]] += src[i][j] (dim = 1).");
 opdef!(SCATTER_ADD_, "scatter_add_", SCATTER_ADD_SCHEMA,
     meta: |a| scatter_meta("scatter_add_", a, true),
     kernel: |a| scatter_kernel("scatter_add_", a, true, true),
     cost: cost_memory, effect: Effect::Mutates(0), category: Category::Indexing,
+    backward: crate::autograd::formulas::index::scatter_add_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
     doc: "In-place scatter_add.");
 
 // ---------------------------------------------------------------------------------------------
@@ -362,6 +367,7 @@ opdef!(INDEX_SELECT, "index_select",
         })?)
     },
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::index_select_backward_formula, saves: crate::op::Saves { inputs: 4, outputs: 0 },
     doc: "Selects the entries at the given indices (a 1-D int64/int32 tensor) along dim.");
 
 // ---------------------------------------------------------------------------------------------
@@ -456,11 +462,13 @@ opdef!(MASKED_FILL, "masked_fill", MASKED_FILL_SCHEMA,
     meta: |a| { let s = masked_fill_shape("masked_fill", a, false)?; Ok(meta1(&s, tensor("masked_fill", a, 0)?.dtype())) },
     kernel: |a| masked_fill_kernel("masked_fill", a, false),
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::masked_fill_backward, saves: crate::op::Saves { inputs: 2, outputs: 0 },
     doc: "A copy of input with value (a number or 0-dim tensor) where the bool mask is true (mask broadcasts).");
 opdef!(MASKED_FILL_, "masked_fill_", MASKED_FILL_SCHEMA,
     meta: |a| { let s = masked_fill_shape("masked_fill_", a, true)?; Ok(meta1(&s, tensor("masked_fill_", a, 0)?.dtype())) },
     kernel: |a| masked_fill_kernel("masked_fill_", a, true),
     cost: cost_memory, effect: Effect::Mutates(0), category: Category::Indexing,
+    backward: crate::autograd::formulas::index::masked_fill_backward, saves: crate::op::Saves { inputs: 2, outputs: 0 },
     doc: "In-place masked_fill.");
 
 opdef!(MASKED_SELECT, "masked_select", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("mask", T::Tensor)],
@@ -486,6 +494,7 @@ opdef!(MASKED_SELECT, "masked_select", &[ArgSpec::req("input", T::Tensor), ArgSp
         })
     },
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::masked_select_backward_formula, saves: crate::op::Saves { inputs: 2, outputs: 0 },
     doc: "The elements where the bool mask is true, as a 1-D tensor (data-dependent size).");
 
 /// The ops of this family.

@@ -179,8 +179,8 @@ macro_rules! binary_inplace_op {
             cost: cost_elementwise,
             effect: Effect::Mutates(0),
             category: Category::Elementwise,
-            backward: None,
-            saves: Saves::NOTHING,
+            backward: crate::autograd::formulas::elementwise::backward_for($name),
+            saves: crate::autograd::formulas::elementwise::saves_for($name),
             doc: $doc,
         };
     };

@@ -124,6 +124,7 @@ opdef!(CAT, "cat", &[ArgSpec::req("tensors", T::TensorList), ArgSpec::opt("dim",
         Ok(smallvec![cat_impl("cat", ts, &p)?])
     },
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::cat_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Concatenates tensors along an existing dim (dtypes promote as in PyTorch).");
 
 fn stack_check(op: &str, ts: &[Tensor], dim: i64) -> Result<usize> {
@@ -166,6 +167,7 @@ opdef!(STACK, "stack", &[ArgSpec::req("tensors", T::TensorList), ArgSpec::opt("d
         Ok(smallvec![cat_impl(op, &us, &p)?])
     },
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::stack_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Stacks equally shaped tensors along a new dim.");
 
 // ---------------------------------------------------------------------------------------------
@@ -277,21 +279,25 @@ opdef!(SPLIT, "split", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("split_s
     meta: |a| split_meta("split", a),
     kernel: |a| split_kernel("split", a),
     cost: cost_free, effect: Effect::Pure, category: Category::View,
+    backward: crate::autograd::formulas::index::split_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Splits into views of split_size along dim (the last may be smaller).");
 opdef!(SPLIT_WITH_SIZES, "split_with_sizes", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("split_sizes", T::IntList), ArgSpec::opt("dim", T::Int, D::Int(0))],
     meta: |a| split_meta("split_with_sizes", a),
     kernel: |a| split_kernel("split_with_sizes", a),
     cost: cost_free, effect: Effect::Pure, category: Category::View,
+    backward: crate::autograd::formulas::index::split_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Splits into views with the given sizes along dim (torch.split with a list).");
 opdef!(CHUNK, "chunk", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("chunks", T::Int), ArgSpec::opt("dim", T::Int, D::Int(0))],
     meta: |a| split_meta("chunk", a),
     kernel: |a| split_kernel("chunk", a),
     cost: cost_free, effect: Effect::Pure, category: Category::View,
+    backward: crate::autograd::formulas::index::split_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Splits into at most `chunks` views of size ceil(n / chunks) along dim.");
 opdef!(UNBIND, "unbind", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("dim", T::Int, D::Int(0))],
     meta: |a| { let a2 = [a[0].clone(), Value::None, a.get(1).cloned().unwrap_or(Value::Int(0))]; split_meta("unbind", &a2) },
     kernel: |a| { let a2 = [a[0].clone(), Value::None, a.get(1).cloned().unwrap_or(Value::Int(0))]; split_kernel("unbind", &a2) },
     cost: cost_free, effect: Effect::Pure, category: Category::View,
+    backward: crate::autograd::formulas::index::unbind_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Removes dim, returning every slice along it as a view.");
 
 /// The ops of this family.

@@ -635,8 +635,8 @@ pub static MATMUL: OpDef = OpDef {
     cost: matmul_cost,
     effect: Effect::Pure,
     category: Category::Linear,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::matmul_backward),
+    saves: Saves { inputs: 3, outputs: 0 },
     doc: "Matrix product with PyTorch's matmul semantics (dot, mv, mm, batched with broadcasting).",
 };
 
@@ -670,8 +670,8 @@ pub static MM: OpDef = OpDef {
     cost: matmul_cost,
     effect: Effect::Pure,
     category: Category::Linear,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::mm_backward),
+    saves: Saves { inputs: 3, outputs: 0 },
     doc: "Matrix product of two 2-D tensors.",
 };
 
@@ -712,8 +712,8 @@ pub static BMM: OpDef = OpDef {
     cost: matmul_cost,
     effect: Effect::Pure,
     category: Category::Linear,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::bmm_backward),
+    saves: Saves { inputs: 3, outputs: 0 },
     doc: "Batched matrix product of two 3-D tensors with equal batch sizes.",
 };
 
@@ -809,8 +809,8 @@ pub static ADDMM: OpDef = OpDef {
     cost: matmul_cost,
     effect: Effect::Pure,
     category: Category::Linear,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::addmm_backward),
+    saves: Saves { inputs: 6, outputs: 0 },
     doc: "beta * input + alpha * (mat1 @ mat2).",
 };
 
@@ -887,8 +887,8 @@ pub static LINEAR: OpDef = OpDef {
     cost: matmul_cost,
     effect: Effect::Pure,
     category: Category::Linear,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::linear_backward),
+    saves: Saves { inputs: 3, outputs: 0 },
     doc: "Affine map input @ weight.T + bias.",
 };
 

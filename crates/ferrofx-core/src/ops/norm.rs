@@ -227,8 +227,8 @@ pub static BATCH_NORM: OpDef = OpDef {
     cost: norm_cost,
     effect: Effect::Mutates(1),
     category: Category::Normalization,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::batch_norm_backward),
+    saves: Saves { inputs: 15, outputs: 0 },
     doc: "Batch normalisation; in training mode updates running_mean/running_var in place.",
 };
 
@@ -324,8 +324,8 @@ pub static LAYER_NORM: OpDef = OpDef {
     cost: norm_cost,
     effect: Effect::Pure,
     category: Category::Normalization,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::layer_norm_backward),
+    saves: Saves { inputs: 5, outputs: 0 },
     doc: "Layer normalisation over the trailing normalized_shape dims.",
 };
 
@@ -425,8 +425,8 @@ pub static GROUP_NORM: OpDef = OpDef {
     cost: norm_cost,
     effect: Effect::Pure,
     category: Category::Normalization,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::group_norm_backward),
+    saves: Saves { inputs: 5, outputs: 0 },
     doc: "Group normalisation over groups of channels.",
 };
 

@@ -450,8 +450,12 @@ macro_rules! max_pool_op {
             cost: pool_cost,
             effect: Effect::Pure,
             category: Category::Pooling,
-            backward: None,
-            saves: Saves::NOTHING,
+            backward: Some(if $idx {
+                crate::autograd::formulas::nn::max_pool_with_indices_backward
+            } else {
+                crate::autograd::formulas::nn::max_pool_backward
+            }),
+            saves: if $idx { Saves::outputs(0b10) } else { Saves::inputs(1) },
             doc: $doc,
         };
     };
@@ -528,8 +532,8 @@ pub static AVG_POOL1D: OpDef = OpDef {
     cost: pool_cost,
     effect: Effect::Pure,
     category: Category::Pooling,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::avg_pool_backward),
+    saves: Saves { inputs: 0, outputs: 0 },
     doc: "1-D average pooling.",
 };
 
@@ -554,8 +558,8 @@ pub static AVG_POOL2D: OpDef = OpDef {
     cost: pool_cost,
     effect: Effect::Pure,
     category: Category::Pooling,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::avg_pool_backward),
+    saves: Saves { inputs: 0, outputs: 0 },
     doc: "2-D average pooling.",
 };
 
@@ -625,8 +629,8 @@ pub static ADAPTIVE_AVG_POOL2D: OpDef = OpDef {
     cost: pool_cost,
     effect: Effect::Pure,
     category: Category::Pooling,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::adaptive_avg_pool2d_backward),
+    saves: Saves { inputs: 0, outputs: 0 },
     doc: "2-D adaptive average pooling to a fixed output size.",
 };
 
@@ -643,8 +647,8 @@ pub static ADAPTIVE_MAX_POOL2D: OpDef = OpDef {
     cost: pool_cost,
     effect: Effect::Pure,
     category: Category::Pooling,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: Some(crate::autograd::formulas::nn::max_pool_with_indices_backward),
+    saves: Saves { inputs: 0, outputs: 2 },
     doc: "2-D adaptive max pooling; returns (values, int64 flat indices into each input plane).",
 };
 

@@ -447,6 +447,7 @@ opdef!(DROPOUT, "dropout", &[ArgSpec::req("input", T::Tensor), ArgSpec::opt("p",
         Ok(smallvec![dropout_impl("dropout", t, p)?.0])
     },
     cost: cost_elementwise, effect: Effect::Random, category: Category::Random,
+    backward: crate::autograd::formulas::index::dropout_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Zeroes each element with probability p and scales the rest by 1/(1-p) when training; the input itself otherwise.");
 
 opdef!(NATIVE_DROPOUT, "native_dropout", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("p", T::Float), ArgSpec::opt("train", T::Bool, D::Bool(true))],
@@ -464,6 +465,7 @@ opdef!(NATIVE_DROPOUT, "native_dropout", &[ArgSpec::req("input", T::Tensor), Arg
         Ok(smallvec![o, m])
     },
     cost: cost_elementwise, effect: Effect::Random, category: Category::Random,
+    backward: crate::autograd::formulas::index::native_dropout_backward, saves: crate::op::Saves { inputs: 0, outputs: 2 },
     doc: "Dropout returning (output, keep mask); the mask lets backward rescale gradients.");
 
 // ---------------------------------------------------------------------------------------------

@@ -513,6 +513,7 @@ opdef!(MEAN, "mean", SUM_SCHEMA,
     meta: |a| sum_meta("mean", a, true),
     kernel: |a| sum_kernel("mean", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::mean_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Mean over dims (all when dim is None); floating inputs (or a floating dtype) only.");
 
 fn prod_params(args: &[Value]) -> Result<SumParams> {
@@ -552,6 +553,7 @@ opdef!(PROD, "prod",
         Ok(smallvec![out])
     },
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::prod_backward, saves: crate::op::Saves { inputs: 1, outputs: 0 },
     doc: "Product over one dim (all when dim is None); ints and bools multiply in int64.");
 
 /// `sum_to_size(size)`: sums broadcast dims so the result has `size` (the inverse of
@@ -711,11 +713,13 @@ opdef!(MAX, "max", SELF_ONLY,
     meta: |a| full_minmax_meta("max", a),
     kernel: |a| full_minmax_kernel("max", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::max_all_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Largest element (a 0-dim tensor); NaN propagates. With a dim, use max.dim.");
 opdef!(MIN, "min", SELF_ONLY,
     meta: |a| full_minmax_meta("min", a),
     kernel: |a| full_minmax_kernel("min", a, false),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::max_all_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Smallest element (a 0-dim tensor); NaN propagates. With a dim, use min.dim.");
 
 fn minmax_dim_meta(op: &str, a: &[Value]) -> Result<MetaOutputs> {
@@ -728,11 +732,13 @@ opdef!(MAX_DIM, "max.dim", DIM_KEEPDIM,
     meta: |a| minmax_dim_meta("max.dim", a),
     kernel: |a| minmax_dim_kernel("max.dim", a, true, true, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::max_dim_backward, saves: crate::op::Saves { inputs: 0, outputs: 2 },
     doc: "torch.max(input, dim, keepdim): (values, indices) of the largest elements along dim; ties give the first index.");
 opdef!(MIN_DIM, "min.dim", DIM_KEEPDIM,
     meta: |a| minmax_dim_meta("min.dim", a),
     kernel: |a| minmax_dim_kernel("min.dim", a, false, true, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::max_dim_backward, saves: crate::op::Saves { inputs: 0, outputs: 2 },
     doc: "torch.min(input, dim, keepdim): (values, indices) of the smallest elements along dim; ties give the first index.");
 
 fn amax_params(op: &str, a: &[Value]) -> Result<DimParams> {
@@ -760,11 +766,13 @@ opdef!(AMAX, "amax", DIMS_KEEPDIM,
     meta: |a| { let p = amax_params("amax", a)?; Ok(meta1(&p.out_shape, tensor("amax", a, 0)?.dtype())) },
     kernel: |a| amax_kernel("amax", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::amax_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Largest values over dims (all when dim is empty); NaN propagates.");
 opdef!(AMIN, "amin", DIMS_KEEPDIM,
     meta: |a| { let p = amax_params("amin", a)?; Ok(meta1(&p.out_shape, tensor("amin", a, 0)?.dtype())) },
     kernel: |a| amax_kernel("amin", a, false),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::amax_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Smallest values over dims (all when dim is empty); NaN propagates.");
 
 fn argmax_params(op: &str, a: &[Value]) -> Result<DimParams> {
@@ -860,11 +868,13 @@ opdef!(VAR, "var", VAR_SCHEMA,
     meta: |a| { let p = var_params("var", a)?; Ok(meta1(&p.out_shape, tensor("var", a, 0)?.dtype())) },
     kernel: |a| var_kernel("var", a, false),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::var_backward, saves: crate::op::Saves { inputs: 1, outputs: 0 },
     doc: "Variance over dims, dividing by N - correction (correction defaults to 1, or 0 when unbiased=False).");
 opdef!(STD, "std", VAR_SCHEMA,
     meta: |a| { let p = var_params("std", a)?; Ok(meta1(&p.out_shape, tensor("std", a, 0)?.dtype())) },
     kernel: |a| var_kernel("std", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::std_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Standard deviation over dims, dividing by N - correction (correction defaults to 1, or 0 when unbiased=False).");
 
 // ------------------------------------------------------------------------------------------
@@ -897,6 +907,7 @@ opdef!(LOGSUMEXP, "logsumexp", &[ArgSpec::req("input", T::Tensor), ArgSpec::req(
         Ok(smallvec![from_f64(vals, &shape, dt)?])
     },
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::logsumexp_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "log(sum(exp(x))) over dims, computed stably (integer inputs give the default float dtype).");
 
 struct NormParams {
@@ -957,6 +968,7 @@ opdef!(NORM, "norm",
         Ok(smallvec![from_f64(vals, &np.out_shape, dt)?])
     },
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::norm_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Vector p-norm over dims (all when dim is None): p = 2 (default; equals 'fro'), 1, inf, -inf, 0 (count of non-zeros) or any other p.");
 
 fn allany_params(op: &str, a: &[Value]) -> Result<(Vec<usize>, Vec<bool>, DType)> {

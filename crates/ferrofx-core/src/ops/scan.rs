@@ -111,11 +111,13 @@ opdef!(CUMSUM, "cumsum", SCHEMA,
     meta: |a| meta("cumsum", a),
     kernel: |a| run("cumsum", a, false),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::cumsum_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Cumulative sum along dim (integer and bool inputs give int64).");
 opdef!(CUMPROD, "cumprod", SCHEMA,
     meta: |a| meta("cumprod", a),
     kernel: |a| run("cumprod", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::cumprod_backward, saves: crate::op::Saves { inputs: 1, outputs: 1 },
     doc: "Cumulative product along dim (integer and bool inputs give int64).");
 
 /// The ops of this family.

@@ -210,6 +210,7 @@ opdef!(PAD, "pad",
     meta: |a| { let p = pad_plan(a)?; Ok(meta1(&p.out_shape, tensor("pad", a, 0)?.dtype())) },
     kernel: pad_kernel,
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
+    backward: crate::autograd::formulas::index::pad_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "F.pad: pads (left, right) of the last dim, then of the one before, ...; modes constant (value), reflect, replicate, circular.");
 
 // ---------------------------------------------------------------------------------------------
@@ -353,11 +354,13 @@ opdef!(PIXEL_SHUFFLE, "pixel_shuffle", &[ArgSpec::req("input", T::Tensor), ArgSp
     meta: |a| shuffle_meta(a, true),
     kernel: |a| shuffle_kernel(a, true),
     cost: cost_memory, effect: Effect::Pure, category: Category::Other,
+    backward: crate::autograd::formulas::index::pixel_shuffle_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Rearranges [*, C*r*r, H, W] into [*, C, H*r, W*r].");
 opdef!(PIXEL_UNSHUFFLE, "pixel_unshuffle", &[ArgSpec::req("input", T::Tensor), ArgSpec::req("downscale_factor", T::Int)],
     meta: |a| shuffle_meta(a, false),
     kernel: |a| shuffle_kernel(a, false),
     cost: cost_memory, effect: Effect::Pure, category: Category::Other,
+    backward: crate::autograd::formulas::index::pixel_unshuffle_backward, saves: crate::op::Saves { inputs: 0, outputs: 0 },
     doc: "Rearranges [*, C, H*r, W*r] into [*, C*r*r, H, W] (inverse of pixel_shuffle).");
 
 /// The ops of this family.

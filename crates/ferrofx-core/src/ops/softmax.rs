@@ -225,11 +225,13 @@ opdef!(SOFTMAX, "softmax", SCHEMA,
     meta: |a| meta("softmax", a),
     kernel: |a| run("softmax", a, false),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::softmax_backward, saves: crate::op::Saves { inputs: 0, outputs: 1 },
     doc: "exp(x) / sum(exp(x)) along dim, computed stably; dtype casts the input first.");
 opdef!(LOG_SOFTMAX, "log_softmax", SCHEMA,
     meta: |a| meta("log_softmax", a),
     kernel: |a| run("log_softmax", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::log_softmax_backward, saves: crate::op::Saves { inputs: 0, outputs: 1 },
     doc: "x - logsumexp(x) along dim, computed stably; dtype casts the input first.");
 
 /// The ops of this family.

@@ -150,6 +150,7 @@ opdef!(SORT, "sort", SORT_SCHEMA,
     meta: |a| sort_meta("sort", a, true),
     kernel: |a| sort_kernel("sort", a, true),
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::sort_backward, saves: crate::op::Saves { inputs: 0, outputs: 2 },
     doc: "Sorts along dim: (values, indices). Always stable; NaN sorts as the largest value.");
 opdef!(ARGSORT, "argsort", SORT_SCHEMA,
     meta: |a| sort_meta("argsort", a, false),
@@ -193,6 +194,7 @@ opdef!(TOPK, "topk",
         gather_rows("topk", t, dim, k, true, &|row| row.topk(k, largest))
     },
     cost: cost_reduce, effect: Effect::Pure, category: Category::Reduction,
+    backward: crate::autograd::formulas::reduce::sort_backward, saves: crate::op::Saves { inputs: 0, outputs: 2 },
     doc: "The k largest (or smallest) elements along dim: (values, indices), sorted; ties prefer lower indices.");
 
 /// The ops of this family.

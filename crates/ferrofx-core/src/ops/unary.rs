@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::op::args::{int, scalar, str_, tensor};
 use crate::op::{
     cost_elementwise, dispatch, ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef,
-    Outputs, Saves,
+    Outputs,
 };
 use crate::ops::kernel::{binary_map, cast, unary_map};
 use crate::ops::num::{narrow_scalar, tensor_operand, torch_name, wide_dtype, Float, Num};
@@ -131,8 +131,8 @@ macro_rules! unary_op {
             cost: cost_elementwise,
             effect: Effect::Pure,
             category: Category::Elementwise,
-            backward: None,
-            saves: Saves::NOTHING,
+            backward: crate::autograd::formulas::elementwise::backward_for($name),
+            saves: crate::autograd::formulas::elementwise::saves_for($name),
             doc: $doc,
         };
     };
@@ -599,8 +599,8 @@ pub static CLAMP: OpDef = OpDef {
     cost: cost_elementwise,
     effect: Effect::Pure,
     category: Category::Elementwise,
-    backward: None,
-    saves: Saves::NOTHING,
+    backward: crate::autograd::formulas::elementwise::backward_for("clamp"),
+    saves: crate::autograd::formulas::elementwise::saves_for("clamp"),
     doc: "Clamps every element to [min, max] (bounds may be numbers or tensors).",
 };
 

@@ -5,10 +5,15 @@
 //! Helper ops used only by backward formulas (`slice_backward`, `select_backward`, named as in
 //! ATen) are registered like any other op and have their own backward.
 
+pub mod elementwise;
+pub mod index;
+pub mod nn;
+pub(crate) mod prims;
 pub mod reduce;
 pub mod view;
 
 use crate::op::OpDef;
 
 /// Ops defined by the formulas (registered with the built-ins).
-pub(crate) static OPS: &[&OpDef] = &[&view::SLICE_BACKWARD, &view::SELECT_BACKWARD];
+pub(crate) static OPS: &[&OpDef] =
+    &[&view::SLICE_BACKWARD, &view::SELECT_BACKWARD, &index::INDEX_SELECT_BACKWARD, &index::MASKED_SELECT_BACKWARD];

@@ -1,0 +1,199 @@
+//! PyTorch gradient goldens (`tests/data/golden_grads.safetensors`, written by
+//! `scripts/goldens/gen_grads.py`): first-order gradients of every case and Hessian-vector
+//! products (double backward under `create_graph`) for the second-order subset, computed with
+//! the ops called by registry name (`op::call`) and compared in float64.
+
+use ferrofx_core::autograd;
+use ferrofx_core::{op, DType, Tensor, Value};
+use safetensors::{Dtype as StDtype, SafeTensors};
+use serde_json::Value as Json;
+use std::path::PathBuf;
+
+fn st_dtype(d: StDtype) -> Option<DType> {
+    Some(match d {
+        StDtype::BOOL => DType::Bool,
+        StDtype::U8 => DType::U8,
+        StDtype::I8 => DType::I8,
+        StDtype::I16 => DType::I16,
+        StDtype::I32 => DType::I32,
+        StDtype::I64 => DType::I64,
+        StDtype::F16 => DType::F16,
+        StDtype::BF16 => DType::BF16,
+        StDtype::F32 => DType::F32,
+        StDtype::F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+fn load_tensor(st: &SafeTensors, key: &str) -> Result<Tensor, String> {
+    let view = st.tensor(key).map_err(|e| format!("missing tensor {key}: {e}"))?;
+    let dtype = st_dtype(view.dtype()).ok_or_else(|| format!("{key}: unsupported dtype {:?}", view.dtype()))?;
+    let shape = view.shape().to_vec();
+    let bytes = view.data();
+    macro_rules! le {
+        ($t:ty, $n:expr) => {
+            bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().unwrap())).collect::<Vec<$t>>()
+        };
+    }
+    let t = match dtype {
+        DType::Bool => Tensor::from_vec(bytes.iter().map(|&b| b != 0).collect::<Vec<bool>>(), &shape),
+        DType::U8 => Tensor::from_vec(bytes.to_vec(), &shape),
+        DType::I8 => Tensor::from_vec(bytes.iter().map(|&b| b as i8).collect::<Vec<i8>>(), &shape),
+        DType::I16 => Tensor::from_vec(le!(i16, 2), &shape),
+        DType::I32 => Tensor::from_vec(le!(i32, 4), &shape),
+        DType::I64 => Tensor::from_vec(le!(i64, 8), &shape),
+        DType::F16 => Tensor::from_vec(le!(u16, 2).into_iter().map(half::f16::from_bits).collect::<Vec<_>>(), &shape),
+        DType::BF16 => Tensor::from_vec(le!(u16, 2).into_iter().map(half::bf16::from_bits).collect::<Vec<_>>(), &shape),
+        DType::F32 => Tensor::from_vec(le!(f32, 4), &shape),
+        DType::F64 => Tensor::from_vec(le!(f64, 8), &shape),
+    };
+    t.map_err(|e| format!("{key}: {e}"))
+}
+
+fn flatten(j: &Json, shape: &mut Vec<usize>, depth: usize, out: &mut Vec<Json>) {
+    match j {
+        Json::Array(a) => {
+            if shape.len() <= depth {
+                shape.push(a.len());
+            }
+            for x in a {
+                flatten(x, shape, depth + 1, out);
+            }
+        }
+        x => out.push(x.clone()),
+    }
+}
+
+fn to_value(j: &Json, inputs: &[Tensor]) -> Result<Value, String> {
+    Ok(match j {
+        Json::Null => Value::None,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::Int(i)
+            } else {
+                Value::Float(n.as_f64().ok_or("bad number")?)
+            }
+        }
+        Json::String(s) => Value::Str(s.clone()),
+        Json::Array(a) => Value::Ints(a.iter().map(|x| x.as_i64().ok_or("non-int list")).collect::<Result<_, _>>()?),
+        Json::Object(o) => {
+            if let Some(i) = o.get("t") {
+                Value::Tensor(inputs[i.as_u64().ok_or("bad t")? as usize].clone())
+            } else if let Some(l) = o.get("tl") {
+                let l = l.as_array().ok_or("bad tl")?;
+                Value::Tensors(l.iter().map(|i| inputs[i.as_u64().unwrap_or(0) as usize].clone()).collect())
+            } else if let Some(v) = o.get("i") {
+                let (mut shape, mut flat) = (vec![], vec![]);
+                flatten(v, &mut shape, 0, &mut flat);
+                let d: Vec<i64> = flat.iter().map(|x| x.as_i64().unwrap_or(0)).collect();
+                Value::Tensor(Tensor::from_vec(d, &shape).map_err(|e| e.to_string())?)
+            } else if let Some(v) = o.get("m") {
+                let (mut shape, mut flat) = (vec![], vec![]);
+                flatten(v, &mut shape, 0, &mut flat);
+                let d: Vec<bool> = flat.iter().map(|x| x.as_bool().unwrap_or(false)).collect();
+                Value::Tensor(Tensor::from_vec(d, &shape).map_err(|e| e.to_string())?)
+            } else {
+                return Err(format!("unknown arg {j}"));
+            }
+        }
+    })
+}
+
+fn close(name: &str, what: &str, got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if got.shape() != want.shape() {
+        return Err(format!("{name}: {what} shape {:?}, PyTorch {:?}", got.shape(), want.shape()));
+    }
+    let (g, w) = (got.to_vec_f64().map_err(|e| e.to_string())?, want.to_vec_f64().map_err(|e| e.to_string())?);
+    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+        if (a - b).abs() > 1e-8 + 1e-6 * b.abs() {
+            return Err(format!("{name}: {what}[{k}] = {a}, PyTorch {b}"));
+        }
+    }
+    Ok(())
+}
+
+fn run_case(st: &SafeTensors, c: &Json) -> Result<bool, String> {
+    let name = c["name"].as_str().ok_or("no name")?;
+    let opname = c["op"].as_str().ok_or("no op")?;
+    let grad: Vec<usize> =
+        c["grad"].as_array().ok_or("no grad")?.iter().map(|v| v.as_u64().unwrap_or(0) as usize).collect();
+    let second = c["second"].as_bool().unwrap_or(false);
+    let mut inputs = vec![];
+    while let Ok(t) = load_tensor(st, &format!("{name}/in{}", inputs.len())) {
+        inputs.push(t);
+        if inputs.len() > 16 {
+            break;
+        }
+    }
+    for &i in &grad {
+        inputs[i] = inputs[i].requires_grad_(true).map_err(|e| e.to_string())?;
+    }
+    let args: Vec<Value> =
+        c["args"].as_array().ok_or("no args")?.iter().map(|a| to_value(a, &inputs)).collect::<Result<_, _>>()?;
+    let kwargs: Vec<(String, Value)> = c["kwargs"]
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| Ok((k.clone(), to_value(v, &inputs)?))).collect::<Result<Vec<_>, String>>())
+        .transpose()?
+        .unwrap_or_default();
+    let outs: Vec<Tensor> = op::call(opname, args, kwargs)
+        .map_err(|e| format!("{name}: {e}"))?
+        .into_iter()
+        .filter(|t| t.dtype().is_floating_point())
+        .collect();
+    let vs: Vec<Option<Tensor>> =
+        (0..outs.len()).map(|j| load_tensor(st, &format!("{name}/v{j}")).map(Some)).collect::<Result<_, _>>()?;
+    let wrt: Vec<Tensor> = grad.iter().map(|&i| inputs[i].clone()).collect();
+    let gs = autograd::grad(&outs, &wrt, &vs, second, second, true).map_err(|e| format!("{name}: backward: {e}"))?;
+    for (k, &i) in grad.iter().enumerate() {
+        let want = load_tensor(st, &format!("{name}/grad{i}"))?;
+        let got = match &gs[k] {
+            Some(g) => g.clone(),
+            None => Tensor::from_vec(vec![0.0f64; want.numel()], want.shape()).map_err(|e| e.to_string())?,
+        };
+        close(name, &format!("grad{i}"), &got, &want)?;
+    }
+    if second {
+        let mut gouts = vec![];
+        let mut us = vec![];
+        for (k, &i) in grad.iter().enumerate() {
+            if let Some(g) = &gs[k] {
+                if g.requires_grad() {
+                    gouts.push(g.clone());
+                    us.push(Some(load_tensor(st, &format!("{name}/u{i}"))?));
+                }
+            }
+        }
+        let hv = autograd::grad(&gouts, &wrt, &us, false, false, true)
+            .map_err(|e| format!("{name}: double backward: {e}"))?;
+        for (k, &i) in grad.iter().enumerate() {
+            let want = load_tensor(st, &format!("{name}/hvp{i}"))?;
+            let got = match &hv[k] {
+                Some(g) => g.clone(),
+                None => Tensor::from_vec(vec![0.0f64; want.numel()], want.shape()).map_err(|e| e.to_string())?,
+            };
+            close(name, &format!("hvp{i}"), &got, &want)?;
+        }
+    }
+    Ok(second)
+}
+
+#[test]
+fn pytorch_gradient_goldens() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/golden_grads.safetensors");
+    let bytes = std::fs::read(&path).expect("golden_grads.safetensors (run scripts/goldens/gen_grads.py)");
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    let cases: Json =
+        serde_json::from_str(meta.metadata().as_ref().and_then(|m| m.get("cases")).expect("cases metadata")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let (mut n, mut n2, mut fails) = (0, 0, vec![]);
+    for c in cases.as_array().unwrap() {
+        n += 1;
+        match run_case(&st, c) {
+            Ok(s) => n2 += s as usize,
+            Err(e) => fails.push(e),
+        }
+    }
+    println!("gradient goldens: {n} cases ({n2} second-order passed), {} failures", fails.len());
+    assert!(fails.is_empty(), "{} of {n} gradient golden cases fail:\n{}", fails.len(), fails.join("\n"));
+}
