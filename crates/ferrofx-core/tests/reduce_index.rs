@@ -1,6 +1,5 @@
 //! Reductions, indexing, joining, creation and random ops: hand-checked values, non-contiguous
 //! inputs, reproducible random streams, and the error text of bad input for every family.
-#![allow(clippy::excessive_precision, clippy::approx_constant)]
 #![allow(clippy::excessive_precision, clippy::approx_constant)] // reference values copied from PyTorch
 
 use ferrofx_core::ops::{creation, index, join, random, reduce, shape_misc, softmax, sort};

@@ -375,7 +375,7 @@ fn silu_bw(ctx: &BackwardCtx<'_>) -> Grads {
 fn elu_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let selu = ctx.op().name.starts_with("selu");
     let (alpha, sc_, is) = if selu {
-        (1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0)
+        (1.673_263_242_354_377_3, 1.050_700_987_355_480_5, 1.0)
     } else {
         (sc(ctx, 1, 1.0), sc(ctx, 2, 1.0), sc(ctx, 3, 1.0))
     };

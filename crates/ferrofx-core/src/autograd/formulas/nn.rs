@@ -251,8 +251,8 @@ pub fn conv_backward(ctx: &BackwardCtx<'_>) -> Grads {
         // grad w.r.t. the input padded by `extra` after (asymmetric 'same'), then cropped
         let (h, wd) = (xs[2] + extra[0], xs[3] + extra[1]);
         let (oh, ow) = (g.shape()[2] as i64, g.shape()[3] as i64);
-        let full = |len: i64, o: i64, i: usize| (o - 1) * ca.s[i] - 2 * ca.pb[i] + ca.d[i] * (k[i] - 1) + 1 + 0 * len;
-        let op = [h - full(h, oh, 0), wd - full(wd, ow, 1)];
+        let full = |o: i64, i: usize| (o - 1) * ca.s[i] - 2 * ca.pb[i] + ca.d[i] * (k[i] - 1) + 1;
+        let op = [h - full(oh, 0), wd - full(ow, 1)];
         let mut r = conv_transpose2d(&g, &w, None, &ca.s, &ca.pb, &op, ca.groups, &ca.d)?;
         if extra != [0, 0] {
             r = r.narrow(2, 0, xs[2])?.narrow(3, 0, xs[3])?;

@@ -140,7 +140,7 @@ pub fn amax_backward(ctx: &BackwardCtx<'_>) -> Grads {
 fn value_selecting(ctx: &BackwardCtx<'_>, g: &Tensor, index: &Tensor, dim: usize) -> Result<Tensor> {
     let m = ctx.input_meta(0)?;
     if m.shape.is_empty() {
-        return Ok(g.reshape(&[])?);
+        return g.reshape(&[]);
     }
     let z = zeros(&m.shape, g.dtype())?;
     z.scatter(dim as i64, index, g)
@@ -310,7 +310,7 @@ pub fn cumprod_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let xx = to_dtype(x.clone(), g.dtype())?;
     let has_zero = {
         let _ng = crate::autograd::no_grad();
-        xx.to_vec_f64()?.iter().any(|&v| v == 0.0)
+        xx.to_vec_f64()?.contains(&0.0)
     };
     if !has_zero {
         let gi = prims::div(&reverse_cumsum(&prims::mul(g, out)?, d as i64)?, &xx)?;
