@@ -104,7 +104,9 @@ fn mlp_step() {
         let _ng = ferrofx_core::autograd::no_grad();
         for q in &params {
             let g = q.grad().unwrap();
-            call1("sub_", vec![Value::from(q), Value::from(&g), Value::Float(0.01)]);
+            let step =
+                op::call("sub_", vec![Value::from(q), Value::from(&g)], vec![("alpha".into(), Value::Float(0.01))]);
+            step.unwrap();
             q.set_grad(None).unwrap();
         }
     };
