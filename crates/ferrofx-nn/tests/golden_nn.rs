@@ -111,15 +111,10 @@ fn build(name: &str, kind: &str, a: &serde_json::Value) -> Box<dyn Module> {
     }
 }
 
-fn is_not_implemented(e: &ferrofx_core::Error) -> bool {
-    e.to_string().contains("is not implemented")
-}
-
 #[test]
 fn modules_forward_and_gradients_match_pytorch() {
     let g = load("golden_nn_modules.safetensors");
     let mut failures = Vec::new();
-    let mut no_formula = Vec::new();
     for c in &g.cases {
         let name = c["name"].as_str().unwrap();
         let kind = c["kind"].as_str().unwrap();
@@ -163,11 +158,7 @@ fn modules_forward_and_gradients_match_pytorch() {
         let gout = g.t(&format!("{name}/gout"));
         let res = out.mul(&gout).and_then(|l| l.sum()).and_then(|l| l.backward(None, false, false));
         if let Err(e) = res {
-            if is_not_implemented(&e) {
-                no_formula.push(format!("{name}: {e}"));
-            } else {
-                failures.push(format!("{name}: backward: {e}"));
-            }
+            failures.push(format!("{name}: backward: {e}"));
             continue;
         }
         for (i, x) in inputs.iter().enumerate() {
@@ -194,16 +185,6 @@ fn modules_forward_and_gradients_match_pytorch() {
             }
         }
     }
-    if !no_formula.is_empty() {
-        eprintln!(
-            "{} module case(s) need backward formulas not yet in the registry:\n  {}",
-            no_formula.len(),
-            no_formula.join("\n  ")
-        );
-    }
-    if std::env::var("FERROFX_NN_STRICT_GRADS").is_ok() {
-        failures.extend(no_formula);
-    }
     assert!(
         failures.is_empty(),
         "{} of {} module cases failed:\n{}",
@@ -222,7 +203,6 @@ fn reduction(o: &serde_json::Value) -> Reduction {
 fn losses_forward_and_gradients_match_pytorch() {
     let g = load("golden_nn_losses.safetensors");
     let mut failures = Vec::new();
-    let mut no_formula = Vec::new();
     for c in &g.cases {
         let name = c["name"].as_str().unwrap();
         let kind = c["kind"].as_str().unwrap();
@@ -264,7 +244,6 @@ fn losses_forward_and_gradients_match_pytorch() {
             continue;
         }
         match out.sum().and_then(|l| l.backward(None, false, false)) {
-            Err(e) if is_not_implemented(&e) => no_formula.push(format!("{name}: {e}")),
             Err(e) => failures.push(format!("{name}: backward: {e}")),
             Ok(()) => match x.grad() {
                 Some(gx) => {
@@ -276,16 +255,6 @@ fn losses_forward_and_gradients_match_pytorch() {
                 None => failures.push(format!("{name}: no gradient")),
             },
         }
-    }
-    if !no_formula.is_empty() {
-        eprintln!(
-            "{} loss case(s) need backward formulas not yet in the registry:\n  {}",
-            no_formula.len(),
-            no_formula.join("\n  ")
-        );
-    }
-    if std::env::var("FERROFX_NN_STRICT_GRADS").is_ok() {
-        failures.extend(no_formula);
     }
     assert!(failures.is_empty(), "{} of {} loss cases failed:\n{}", failures.len(), g.cases.len(), failures.join("\n"));
 }

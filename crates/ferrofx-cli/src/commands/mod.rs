@@ -1,0 +1,8 @@
+//! One file per subcommand.
+
+pub mod demo;
+pub mod train;
+
+/// Errors of the CLI: the library's errors plus file-system and argument problems, each already
+/// phrased for the user.
+pub type CliResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
