@@ -22,6 +22,7 @@ pub mod layers;
 pub mod loss;
 pub mod module;
 pub mod optim;
+pub mod spec;
 pub mod state_dict;
 pub mod train;
 pub mod zoo;

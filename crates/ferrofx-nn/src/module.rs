@@ -118,9 +118,16 @@ pub trait Module: ModuleStructure + Send + Sync + Any {
         let x = single_tensor_input(inputs, self.type_name())?;
         Ok(vec![Value::Tensor(self.forward(x)?)])
     }
-    /// `true` for ferrofx's built-in layers: tracers keep them as leaves (`call_module`).
+    /// `true` for ferrofx's built-in layers: tracers keep them as leaves (`call_module`). The
+    /// built-in layers are exactly the modules with a [`Module::spec`].
     fn is_builtin_leaf(&self) -> bool {
-        false
+        self.spec().is_some()
+    }
+    /// A built-in layer's type and configuration, from which
+    /// [`crate::spec::build_builtin`] rebuilds it with no source code (traced-module files store
+    /// leaves this way). `None` for user-defined modules.
+    fn spec(&self) -> Option<crate::spec::ModuleSpec> {
+        None
     }
     /// Extra text shown in the module's printout (`in_features=4, out_features=2, bias=True`).
     fn extra_repr(&self) -> String {

@@ -1,5 +1,6 @@
 //! Activation layers and Dropout.
 
+use crate::spec::{Attr, ModuleSpec};
 use crate::{functional as F, Module};
 use ferrofx_core::{Error, Result, Tensor};
 
@@ -19,8 +20,8 @@ macro_rules! simple_activation {
                 let f: fn(&Tensor) -> Result<Tensor> = $f;
                 f(x)
             }
-            fn is_builtin_leaf(&self) -> bool {
-                true
+            fn spec(&self) -> Option<ModuleSpec> {
+                Some(ModuleSpec::new(stringify!($name)))
             }
         }
     };
@@ -72,8 +73,8 @@ impl Module for GELU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::gelu(x, &self.approximate)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("GELU").with("approximate", Attr::Str(self.approximate.clone())))
     }
     fn extra_repr(&self) -> String {
         format!("approximate='{}'", self.approximate)
@@ -98,8 +99,8 @@ impl Module for LeakyReLU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::leaky_relu(x, self.negative_slope)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("LeakyReLU").with("negative_slope", Attr::Float(self.negative_slope)))
     }
     fn extra_repr(&self) -> String {
         format!("negative_slope={}", self.negative_slope)
@@ -124,8 +125,8 @@ impl Module for ELU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::elu(x, self.alpha)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("ELU").with("alpha", Attr::Float(self.alpha)))
     }
     fn extra_repr(&self) -> String {
         format!("alpha={:?}", self.alpha)
@@ -150,8 +151,8 @@ impl Module for Softmax {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::softmax(x, self.dim)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("Softmax").with("dim", Attr::Int(self.dim)))
     }
     fn extra_repr(&self) -> String {
         format!("dim={}", self.dim)
@@ -176,8 +177,8 @@ impl Module for LogSoftmax {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::log_softmax(x, self.dim)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("LogSoftmax").with("dim", Attr::Int(self.dim)))
     }
     fn extra_repr(&self) -> String {
         format!("dim={}", self.dim)
@@ -210,8 +211,8 @@ impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::dropout(x, self.p, self.training)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("Dropout").with("p", Attr::Float(self.p)).with("training", Attr::Bool(self.training)))
     }
     fn extra_repr(&self) -> String {
         format!("p={:?}, inplace=False", self.p)

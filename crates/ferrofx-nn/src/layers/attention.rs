@@ -1,6 +1,7 @@
 //! MultiheadAttention and TransformerEncoderLayer (PyTorch layout and key names).
 
 use super::{Dropout, LayerNorm, Linear};
+use crate::spec::{self, Attr, ModuleSpec, TensorSource};
 use crate::{functional as F, init, Module};
 use ferrofx_core::{DType, Error, Result, Tensor, Value};
 
@@ -161,8 +162,16 @@ impl Module for MultiheadAttention {
         let (o, w) = self.attend(q, k, v, t(3)?, need, t(5)?)?;
         Ok(vec![Value::Tensor(o), w.map(Value::Tensor).unwrap_or(Value::None)])
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("MultiheadAttention")
+                .with("embed_dim", Attr::Int(self.embed_dim as i64))
+                .with("num_heads", Attr::Int(self.num_heads as i64))
+                .with("dropout", Attr::Float(self.dropout))
+                .with("bias", Attr::Bool(self.in_proj_bias.is_some()))
+                .with("batch_first", Attr::Bool(self.batch_first))
+                .with("training", Attr::Bool(self.training)),
+        )
     }
 }
 
@@ -276,7 +285,105 @@ impl Module for TransformerEncoderLayer {
         let x = t(0).ok_or_else(|| Error::argument("TransformerEncoderLayer", "missing src"))?;
         Ok(vec![self.forward_masked(x, t(1), t(2))?.into()])
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("TransformerEncoderLayer")
+                .with("d_model", Attr::Int(self.linear1.in_features as i64))
+                .with("nhead", Attr::Int(self.self_attn.num_heads as i64))
+                .with("dim_feedforward", Attr::Int(self.linear1.out_features as i64))
+                .with("dropout", Attr::Float(self.dropout.p))
+                .with("activation", Attr::Str(self.activation.clone()))
+                .with("layer_norm_eps", Attr::Float(self.norm1.eps))
+                .with("batch_first", Attr::Bool(self.self_attn.batch_first))
+                .with("norm_first", Attr::Bool(self.norm_first))
+                .with("training", Attr::Bool(self.is_training())),
+        )
+    }
+}
+
+impl MultiheadAttention {
+    /// Rebuilds a MultiheadAttention from its spec and tensors (`out_proj.weight` ...).
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<MultiheadAttention> {
+        let (e, h) = (s.size("embed_dim", 1)?, s.size("num_heads", 1)?);
+        if !e.is_multiple_of(h) {
+            return Err(Error::argument(
+                "MultiheadAttention",
+                format!("embed_dim must be divisible by num_heads (got {e} and {h})"),
+            ));
+        }
+        let bias = s.bool("bias")?;
+        let in_proj_weight = spec::tensor(s, src, "in_proj_weight", &[3 * e, e])?;
+        let in_proj_bias = spec::opt_tensor(s, src, "in_proj_bias", &[3 * e], bias)?;
+        let weight = spec::tensor(s, src, "out_proj.weight", &[e, e])?;
+        let out_bias = spec::opt_tensor(s, src, "out_proj.bias", &[e], bias)?;
+        Ok(MultiheadAttention {
+            in_proj_weight,
+            in_proj_bias,
+            out_proj: Linear { weight, bias: out_bias, in_features: e, out_features: e },
+            embed_dim: e,
+            num_heads: h,
+            dropout: s.float("dropout")?,
+            batch_first: s.bool("batch_first")?,
+            training: s.bool("training")?,
+        })
+    }
+}
+
+impl TransformerEncoderLayer {
+    /// Rebuilds a TransformerEncoderLayer from its spec and tensors (`self_attn.*`, `linear1.*`,
+    /// `norm1.*` ...).
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<TransformerEncoderLayer> {
+        let (d, ff) = (s.size("d_model", 1)?, s.size("dim_feedforward", 1)?);
+        let activation = s.str("activation")?;
+        if activation != "relu" && activation != "gelu" {
+            return Err(Error::argument(
+                "TransformerEncoderLayer",
+                format!("activation should be relu/gelu, not {activation}"),
+            ));
+        }
+        let (p, eps, training) = (s.float("dropout")?, s.float("layer_norm_eps")?, s.bool("training")?);
+        let attn = ModuleSpec::new("MultiheadAttention")
+            .with("embed_dim", Attr::Int(d as i64))
+            .with("num_heads", Attr::Int(s.int("nhead")?))
+            .with("dropout", Attr::Float(p))
+            .with("bias", Attr::Bool(true))
+            .with("batch_first", Attr::Bool(s.bool("batch_first")?))
+            .with("training", Attr::Bool(training));
+        let lin = |i: usize, o: usize| {
+            ModuleSpec::new("Linear")
+                .with("in_features", Attr::Int(i as i64))
+                .with("out_features", Attr::Int(o as i64))
+                .with("bias", Attr::Bool(true))
+        };
+        let ln = ModuleSpec::new("LayerNorm")
+            .with("normalized_shape", Attr::Ints(vec![d as i64]))
+            .with("eps", Attr::Float(eps))
+            .with("elementwise_affine", Attr::Bool(true))
+            .with("bias", Attr::Bool(true));
+        let mut dropout = Dropout::new(p)?;
+        dropout.train(training);
+        let child = |prefix: &str| {
+            let prefix = format!("{prefix}.");
+            move |src: &mut TensorSource, name: &str| src(&format!("{prefix}{name}"))
+        };
+        let (f_attn, f_l1, f_l2, f_n1, f_n2) =
+            (child("self_attn"), child("linear1"), child("linear2"), child("norm1"), child("norm2"));
+        let self_attn = MultiheadAttention::from_spec(&attn, &mut |n: &str| f_attn(src, n))?;
+        let linear1 = Linear::from_spec(&lin(d, ff), &mut |n: &str| f_l1(src, n))?;
+        let linear2 = Linear::from_spec(&lin(ff, d), &mut |n: &str| f_l2(src, n))?;
+        let norm1 = LayerNorm::from_spec(&ln, &mut |n: &str| f_n1(src, n))?;
+        let norm2 = LayerNorm::from_spec(&ln, &mut |n: &str| f_n2(src, n))?;
+        Ok(TransformerEncoderLayer {
+            self_attn,
+            linear1,
+            dropout,
+            linear2,
+            norm1,
+            norm2,
+            dropout1: dropout,
+            dropout2: dropout,
+            activation: activation.to_string(),
+            norm_first: s.bool("norm_first")?,
+        })
     }
 }

@@ -1,5 +1,6 @@
 //! Conv1d, Conv2d, ConvTranspose2d.
 
+use crate::spec::{self, Attr, ModuleSpec, TensorSource};
 use crate::{functional as F, init, Module};
 use ferrofx_core::{Error, Result, Tensor};
 
@@ -97,8 +98,18 @@ impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.dilation, self.groups)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("Conv2d")
+                .with("in_channels", Attr::Int(self.in_channels as i64))
+                .with("out_channels", Attr::Int(self.out_channels as i64))
+                .with("kernel_size", spec::ints(&[self.kernel[0] as i64, self.kernel[1] as i64]))
+                .with("stride", spec::ints(&self.stride))
+                .with("padding", spec::ints(&self.padding))
+                .with("dilation", spec::ints(&self.dilation))
+                .with("groups", Attr::Int(self.groups))
+                .with("bias", Attr::Bool(self.bias.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         let mut s = format!(
@@ -166,8 +177,18 @@ impl Module for Conv1d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv1d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.dilation, self.groups)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("Conv1d")
+                .with("in_channels", Attr::Int(self.in_channels as i64))
+                .with("out_channels", Attr::Int(self.out_channels as i64))
+                .with("kernel_size", Attr::Int(self.kernel as i64))
+                .with("stride", Attr::Int(self.stride))
+                .with("padding", Attr::Int(self.padding))
+                .with("dilation", Attr::Int(self.dilation))
+                .with("groups", Attr::Int(self.groups))
+                .with("bias", Attr::Bool(self.bias.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -245,8 +266,19 @@ impl Module for ConvTranspose2d {
             self.dilation,
         )
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("ConvTranspose2d")
+                .with("in_channels", Attr::Int(self.in_channels as i64))
+                .with("out_channels", Attr::Int(self.out_channels as i64))
+                .with("kernel_size", Attr::Int(self.kernel as i64))
+                .with("stride", spec::ints(&self.stride))
+                .with("padding", spec::ints(&self.padding))
+                .with("output_padding", spec::ints(&self.output_padding))
+                .with("dilation", spec::ints(&self.dilation))
+                .with("groups", Attr::Int(self.groups))
+                .with("bias", Attr::Bool(self.bias.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -257,5 +289,99 @@ impl Module for ConvTranspose2d {
             if self.bias.is_none() { ", bias=False" } else { "" },
             k = self.kernel
         )
+    }
+}
+
+/// Reads `in_channels`, `out_channels` and `groups` of a conv spec and checks them.
+fn channels(s: &ModuleSpec) -> Result<(usize, usize, usize)> {
+    let (cin, cout, g) = (s.size("in_channels", 1)?, s.size("out_channels", 1)?, s.size("groups", 1)?);
+    check(&s.type_name, cin, cout, g)?;
+    Ok((cin, cout, g))
+}
+
+fn non_negative(s: &ModuleSpec, name: &str, v: &[i64], min: i64) -> Result<()> {
+    if v.iter().any(|&x| x < min || x > 1 << 20) {
+        return Err(Error::argument(&s.type_name, format!("attribute '{name}' = {v:?} is out of range (>= {min})")));
+    }
+    Ok(())
+}
+
+impl Conv2d {
+    /// Rebuilds a Conv2d from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<Conv2d> {
+        let (cin, cout, g) = channels(s)?;
+        let k = s.ints::<2>("kernel_size")?;
+        let (stride, padding, dilation) = (s.ints::<2>("stride")?, s.ints::<2>("padding")?, s.ints::<2>("dilation")?);
+        non_negative(s, "kernel_size", &k, 1)?;
+        non_negative(s, "stride", &stride, 1)?;
+        non_negative(s, "padding", &padding, 0)?;
+        non_negative(s, "dilation", &dilation, 1)?;
+        let kernel = [k[0] as usize, k[1] as usize];
+        let weight = spec::tensor(s, src, "weight", &[cout, cin / g, kernel[0], kernel[1]])?;
+        let bias = spec::opt_tensor(s, src, "bias", &[cout], s.bool("bias")?)?;
+        Ok(Conv2d {
+            weight,
+            bias,
+            stride,
+            padding,
+            dilation,
+            groups: g as i64,
+            in_channels: cin,
+            out_channels: cout,
+            kernel,
+        })
+    }
+}
+
+impl Conv1d {
+    /// Rebuilds a Conv1d from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<Conv1d> {
+        let (cin, cout, g) = channels(s)?;
+        let k = s.size("kernel_size", 1)?;
+        let (stride, padding, dilation) = (s.int("stride")?, s.int("padding")?, s.int("dilation")?);
+        non_negative(s, "stride", &[stride], 1)?;
+        non_negative(s, "padding", &[padding], 0)?;
+        non_negative(s, "dilation", &[dilation], 1)?;
+        let weight = spec::tensor(s, src, "weight", &[cout, cin / g, k])?;
+        let bias = spec::opt_tensor(s, src, "bias", &[cout], s.bool("bias")?)?;
+        Ok(Conv1d {
+            weight,
+            bias,
+            stride,
+            padding,
+            dilation,
+            groups: g as i64,
+            in_channels: cin,
+            out_channels: cout,
+            kernel: k,
+        })
+    }
+}
+
+impl ConvTranspose2d {
+    /// Rebuilds a ConvTranspose2d from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<ConvTranspose2d> {
+        let (cin, cout, g) = channels(s)?;
+        let k = s.size("kernel_size", 1)?;
+        let (stride, padding, dilation) = (s.ints::<2>("stride")?, s.ints::<2>("padding")?, s.ints::<2>("dilation")?);
+        let output_padding = s.ints::<2>("output_padding")?;
+        non_negative(s, "stride", &stride, 1)?;
+        non_negative(s, "padding", &padding, 0)?;
+        non_negative(s, "dilation", &dilation, 1)?;
+        non_negative(s, "output_padding", &output_padding, 0)?;
+        let weight = spec::tensor(s, src, "weight", &[cin, cout / g, k, k])?;
+        let bias = spec::opt_tensor(s, src, "bias", &[cout], s.bool("bias")?)?;
+        Ok(ConvTranspose2d {
+            weight,
+            bias,
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups: g as i64,
+            in_channels: cin,
+            out_channels: cout,
+            kernel: k,
+        })
     }
 }

@@ -1,5 +1,6 @@
 //! Embedding.
 
+use crate::spec::{self, Attr, ModuleSpec, TensorSource};
 use crate::{functional as F, init, Module};
 use ferrofx_core::{Error, Result, Tensor};
 
@@ -40,8 +41,13 @@ impl Module for Embedding {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::embedding(x, &self.weight, self.padding_idx)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("Embedding")
+                .with("num_embeddings", Attr::Int(self.num as i64))
+                .with("embedding_dim", Attr::Int(self.dim as i64))
+                .with("padding_idx", self.padding_idx.map_or(Attr::None, Attr::Int)),
+        )
     }
     fn extra_repr(&self) -> String {
         let mut s = format!("{}, {}", self.num, self.dim);
@@ -49,5 +55,18 @@ impl Module for Embedding {
             s += &format!(", padding_idx={p}");
         }
         s
+    }
+}
+
+impl Embedding {
+    /// Rebuilds an Embedding from its spec and weight.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<Embedding> {
+        let (num, dim) = (s.size("num_embeddings", 1)?, s.size("embedding_dim", 1)?);
+        let padding_idx = s.opt_int("padding_idx")?;
+        if matches!(padding_idx, Some(p) if p < 0 || p >= num as i64) {
+            return Err(Error::argument("Embedding", "Padding_idx must be within num_embeddings"));
+        }
+        let weight = spec::tensor(s, src, "weight", &[num, dim])?;
+        Ok(Embedding { weight, padding_idx, num, dim })
     }
 }

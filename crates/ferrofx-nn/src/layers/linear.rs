@@ -1,6 +1,7 @@
 //! Linear, Bilinear, Identity, Flatten.
 
 use crate::init;
+use crate::spec::{self, Attr, ModuleSpec, TensorSource};
 use crate::Module;
 use ferrofx_core::{Result, Tensor};
 
@@ -31,8 +32,13 @@ impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ferrofx_core::ops::linalg::linear(x, &self.weight, self.bias.as_ref())
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("Linear")
+                .with("in_features", Attr::Int(self.in_features as i64))
+                .with("out_features", Attr::Int(self.out_features as i64))
+                .with("bias", Attr::Bool(self.bias.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -67,8 +73,8 @@ impl Module for Identity {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.clone())
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("Identity"))
     }
 }
 
@@ -98,8 +104,12 @@ impl Module for Flatten {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.flatten(self.start_dim, self.end_dim)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("Flatten")
+                .with("start_dim", Attr::Int(self.start_dim))
+                .with("end_dim", Attr::Int(self.end_dim)),
+        )
     }
     fn extra_repr(&self) -> String {
         format!("start_dim={}, end_dim={}", self.start_dim, self.end_dim)
@@ -146,8 +156,14 @@ impl Module for Bilinear {
             _ => Err(ferrofx_core::Error::argument("Bilinear", format!("expected two tensors, got {inputs:?}"))),
         }
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("Bilinear")
+                .with("in1_features", Attr::Int(self.in1 as i64))
+                .with("in2_features", Attr::Int(self.in2 as i64))
+                .with("out_features", Attr::Int(self.out as i64))
+                .with("bias", Attr::Bool(self.bias.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -157,5 +173,25 @@ impl Module for Bilinear {
             self.out,
             py_bool(self.bias.is_some())
         )
+    }
+}
+
+impl Linear {
+    /// Rebuilds a Linear from its spec, adopting `weight` and `bias` from `src`.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<Linear> {
+        let (i, o) = (s.size("in_features", 0)?, s.size("out_features", 0)?);
+        let weight = spec::tensor(s, src, "weight", &[o, i])?;
+        let bias = spec::opt_tensor(s, src, "bias", &[o], s.bool("bias")?)?;
+        Ok(Linear { weight, bias, in_features: i, out_features: o })
+    }
+}
+
+impl Bilinear {
+    /// Rebuilds a Bilinear from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<Bilinear> {
+        let (in1, in2, out) = (s.size("in1_features", 1)?, s.size("in2_features", 1)?, s.size("out_features", 1)?);
+        let weight = spec::tensor(s, src, "weight", &[out, in1, in2])?;
+        let bias = spec::opt_tensor(s, src, "bias", &[out], s.bool("bias")?)?;
+        Ok(Bilinear { weight, bias, in1, in2, out })
     }
 }

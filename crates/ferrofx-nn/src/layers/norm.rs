@@ -1,5 +1,6 @@
 //! BatchNorm1d/2d, LayerNorm, GroupNorm.
 
+use crate::spec::{self, Attr, ModuleSpec, TensorSource};
 use crate::{functional as F, init, Module};
 use ferrofx_core::{Error, Result, Tensor};
 
@@ -150,8 +151,16 @@ impl Module for BatchNorm {
             self.eps,
         )
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new(if self.kind == BnKind::D1 { "BatchNorm1d" } else { "BatchNorm2d" })
+                .with("num_features", Attr::Int(self.num_features as i64))
+                .with("eps", Attr::Float(self.eps))
+                .with("momentum", self.momentum.map_or(Attr::None, Attr::Float))
+                .with("affine", Attr::Bool(self.weight.is_some()))
+                .with("track_running_stats", Attr::Bool(self.running_mean.is_some()))
+                .with("training", Attr::Bool(self.training)),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -197,8 +206,14 @@ impl Module for LayerNorm {
         let ns: Vec<i64> = self.normalized_shape.iter().map(|&d| d as i64).collect();
         F::layer_norm(x, &ns, self.weight.as_ref(), self.bias.as_ref(), self.eps)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("LayerNorm")
+                .with("normalized_shape", Attr::Ints(self.normalized_shape.iter().map(|&d| d as i64).collect()))
+                .with("eps", Attr::Float(self.eps))
+                .with("elementwise_affine", Attr::Bool(self.weight.is_some()))
+                .with("bias", Attr::Bool(self.bias.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -248,8 +263,14 @@ impl Module for GroupNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::group_norm(x, self.num_groups as i64, self.weight.as_ref(), self.bias.as_ref(), self.eps)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("GroupNorm")
+                .with("num_groups", Attr::Int(self.num_groups as i64))
+                .with("num_channels", Attr::Int(self.num_channels as i64))
+                .with("eps", Attr::Float(self.eps))
+                .with("affine", Attr::Bool(self.weight.is_some())),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -258,5 +279,59 @@ impl Module for GroupNorm {
             self.num_channels,
             super::linear::py_bool(self.weight.is_some())
         )
+    }
+}
+
+impl BatchNorm {
+    /// Rebuilds a BatchNorm1d/2d from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<BatchNorm> {
+        let kind = if s.type_name == "BatchNorm1d" { BnKind::D1 } else { BnKind::D2 };
+        let c = s.size("num_features", 1)?;
+        let (affine, track) = (s.bool("affine")?, s.bool("track_running_stats")?);
+        let weight = spec::opt_tensor(s, src, "weight", &[c], affine)?;
+        let bias = spec::opt_tensor(s, src, "bias", &[c], affine)?;
+        let running_mean = spec::opt_tensor(s, src, "running_mean", &[c], track)?;
+        let running_var = spec::opt_tensor(s, src, "running_var", &[c], track)?;
+        let num_batches_tracked = spec::opt_tensor(s, src, "num_batches_tracked", &[], track)?;
+        Ok(BatchNorm {
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            num_batches_tracked,
+            eps: s.float("eps")?,
+            momentum: s.opt_float("momentum")?,
+            num_features: c,
+            kind,
+            training: s.bool("training")?,
+        })
+    }
+}
+
+impl LayerNorm {
+    /// Rebuilds a LayerNorm from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<LayerNorm> {
+        let shape = s.sizes("normalized_shape")?;
+        let affine = s.bool("elementwise_affine")?;
+        let weight = spec::opt_tensor(s, src, "weight", &shape, affine)?;
+        let bias = spec::opt_tensor(s, src, "bias", &shape, affine && s.bool("bias")?)?;
+        Ok(LayerNorm { weight, bias, normalized_shape: shape, eps: s.float("eps")? })
+    }
+}
+
+impl GroupNorm {
+    /// Rebuilds a GroupNorm from its spec and tensors.
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<GroupNorm> {
+        let (g, c) = (s.size("num_groups", 1)?, s.size("num_channels", 1)?);
+        if !c.is_multiple_of(g) {
+            return Err(Error::argument(
+                "GroupNorm",
+                format!("num_channels must be divisible by num_groups (got {c} and {g})"),
+            ));
+        }
+        let affine = s.bool("affine")?;
+        let weight = spec::opt_tensor(s, src, "weight", &[c], affine)?;
+        let bias = spec::opt_tensor(s, src, "bias", &[c], affine)?;
+        Ok(GroupNorm { weight, bias, num_groups: g, num_channels: c, eps: s.float("eps")? })
     }
 }

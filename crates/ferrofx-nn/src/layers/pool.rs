@@ -1,5 +1,6 @@
 //! MaxPool2d, AvgPool2d, AdaptiveAvgPool2d.
 
+use crate::spec::{self, Attr, ModuleSpec};
 use crate::{functional as F, Module};
 use ferrofx_core::{Result, Tensor};
 
@@ -34,8 +35,15 @@ impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::max_pool2d(x, self.kernel, Some(self.stride), self.padding, self.dilation, self.ceil_mode)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("MaxPool2d")
+                .with("kernel_size", spec::ints(&self.kernel))
+                .with("stride", spec::ints(&self.stride))
+                .with("padding", spec::ints(&self.padding))
+                .with("dilation", spec::ints(&self.dilation))
+                .with("ceil_mode", Attr::Bool(self.ceil_mode)),
+        )
     }
     fn extra_repr(&self) -> String {
         format!(
@@ -81,8 +89,15 @@ impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::avg_pool2d(x, self.kernel, Some(self.stride), self.padding, self.ceil_mode, self.count_include_pad)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("AvgPool2d")
+                .with("kernel_size", spec::ints(&self.kernel))
+                .with("stride", spec::ints(&self.stride))
+                .with("padding", spec::ints(&self.padding))
+                .with("ceil_mode", Attr::Bool(self.ceil_mode))
+                .with("count_include_pad", Attr::Bool(self.count_include_pad)),
+        )
     }
     fn extra_repr(&self) -> String {
         format!("kernel_size={}, stride={}, padding={}", self.kernel[0], self.stride[0], self.padding[0])
@@ -107,10 +122,55 @@ impl Module for AdaptiveAvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::adaptive_avg_pool2d(x, self.output_size)
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(ModuleSpec::new("AdaptiveAvgPool2d").with("output_size", spec::ints(&self.output_size)))
     }
     fn extra_repr(&self) -> String {
         format!("output_size=({}, {})", self.output_size[0], self.output_size[1])
+    }
+}
+
+/// Checks that every entry of a pooling attribute is in `min..=2^20`.
+fn range<const N: usize>(s: &ModuleSpec, name: &str, min: i64) -> Result<[i64; N]> {
+    let v = s.ints::<N>(name)?;
+    if v.iter().any(|&x| x < min || x > 1 << 20) {
+        return Err(ferrofx_core::Error::argument(
+            &s.type_name,
+            format!("attribute '{name}' = {v:?} is out of range (>= {min})"),
+        ));
+    }
+    Ok(v)
+}
+
+impl MaxPool2d {
+    /// Rebuilds a MaxPool2d from its spec.
+    pub fn from_spec(s: &ModuleSpec) -> Result<MaxPool2d> {
+        Ok(MaxPool2d {
+            kernel: range(s, "kernel_size", 1)?,
+            stride: range(s, "stride", 1)?,
+            padding: range(s, "padding", 0)?,
+            dilation: range(s, "dilation", 1)?,
+            ceil_mode: s.bool("ceil_mode")?,
+        })
+    }
+}
+
+impl AvgPool2d {
+    /// Rebuilds an AvgPool2d from its spec.
+    pub fn from_spec(s: &ModuleSpec) -> Result<AvgPool2d> {
+        Ok(AvgPool2d {
+            kernel: range(s, "kernel_size", 1)?,
+            stride: range(s, "stride", 1)?,
+            padding: range(s, "padding", 0)?,
+            ceil_mode: s.bool("ceil_mode")?,
+            count_include_pad: s.bool("count_include_pad")?,
+        })
+    }
+}
+
+impl AdaptiveAvgPool2d {
+    /// Rebuilds an AdaptiveAvgPool2d from its spec.
+    pub fn from_spec(s: &ModuleSpec) -> Result<AdaptiveAvgPool2d> {
+        Ok(AdaptiveAvgPool2d { output_size: range(s, "output_size", 1)? })
     }
 }

@@ -1,6 +1,7 @@
 //! LSTM (single and multi-layer), with PyTorch's parameter names and gate order (i, f, g, o).
 
 use crate::module::{ModuleStructure, TensorKind};
+use crate::spec::{self, Attr, ModuleSpec, TensorSource};
 use crate::{functional as F, init, Module};
 use ferrofx_core::ops::join;
 use ferrofx_core::{Error, Result, Tensor, Value};
@@ -164,8 +165,15 @@ impl Module for LSTM {
         let (o, h, c) = self.run(x, t(1), t(2))?;
         Ok(vec![o.into(), h.into(), c.into()])
     }
-    fn is_builtin_leaf(&self) -> bool {
-        true
+    fn spec(&self) -> Option<ModuleSpec> {
+        Some(
+            ModuleSpec::new("LSTM")
+                .with("input_size", Attr::Int(self.input_size as i64))
+                .with("hidden_size", Attr::Int(self.hidden_size as i64))
+                .with("num_layers", Attr::Int(self.layers.len() as i64))
+                .with("bias", Attr::Bool(self.layers.first().is_some_and(|l| l[2].is_some())))
+                .with("batch_first", Attr::Bool(self.batch_first)),
+        )
     }
     fn extra_repr(&self) -> String {
         let mut s = format!("{}, {}", self.input_size, self.hidden_size);
@@ -176,5 +184,27 @@ impl Module for LSTM {
             s += ", batch_first=True";
         }
         s
+    }
+}
+
+impl LSTM {
+    /// Rebuilds an LSTM from its spec and tensors (`weight_ih_l0` ...).
+    pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<LSTM> {
+        let (input_size, h, nl) = (s.size("input_size", 1)?, s.size("hidden_size", 1)?, s.size("num_layers", 1)?);
+        if nl > 1024 {
+            return Err(Error::argument("LSTM", format!("num_layers = {nl} is out of range")));
+        }
+        let bias = s.bool("bias")?;
+        let mut layers = Vec::with_capacity(nl);
+        for k in 0..nl {
+            let inp = if k == 0 { input_size } else { h };
+            layers.push([
+                Some(spec::tensor(s, src, &format!("weight_ih_l{k}"), &[4 * h, inp])?),
+                Some(spec::tensor(s, src, &format!("weight_hh_l{k}"), &[4 * h, h])?),
+                spec::opt_tensor(s, src, &format!("bias_ih_l{k}"), &[4 * h], bias)?,
+                spec::opt_tensor(s, src, &format!("bias_hh_l{k}"), &[4 * h], bias)?,
+            ]);
+        }
+        Ok(LSTM { layers, input_size, hidden_size: h, batch_first: s.bool("batch_first")? })
     }
 }
