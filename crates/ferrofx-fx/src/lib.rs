@@ -33,5 +33,6 @@
 
 pub mod core_api;
 pub mod graph;
+pub mod serialize;
 
 pub use graph::*;

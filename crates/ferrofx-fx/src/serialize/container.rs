@@ -1,0 +1,192 @@
+//! The traced-module file: a safetensors file whose tensors are the module's parameters,
+//! buffers and constants, and whose metadata holds `ferrofx.format`, `ferrofx.version` and the
+//! module document (`ferrofx.module`, JSON): the graph, the leaf module specs and the declared
+//! tensors. Any safetensors reader can read the weights.
+//!
+//! ```
+//! use ferrofx_fx::serialize::{read_module_bytes, write_module_bytes, graph_to_doc, ModuleDoc};
+//! use ferrofx_fx::{Graph, Target};
+//! let mut g = Graph::new();
+//! let x = g.placeholder("x").unwrap();
+//! g.output(x.into()).unwrap();
+//! let doc = ModuleDoc::new("Identity", true, graph_to_doc(&g).unwrap());
+//! let bytes = write_module_bytes(&doc, &Default::default()).unwrap();
+//! let (back, tensors) = read_module_bytes(&bytes).unwrap();
+//! assert_eq!(back, doc);
+//! assert!(tensors.is_empty());
+//! ```
+
+use super::graph_doc::{tensor_meta_from_doc, GraphDoc, TensorMetaDoc, MAX_RANK};
+use super::FormatError;
+use ferrofx_nn::spec::ModuleSpec;
+use ferrofx_nn::StateDict;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Value of the `ferrofx.format` metadata key.
+pub const FORMAT: &str = "ferrofx.traced_module";
+/// The format version this build writes (and the newest it reads).
+pub const VERSION: u32 = 1;
+/// Largest module document accepted (bytes of JSON).
+pub const MAX_DOC_BYTES: usize = 64 << 20;
+
+/// What a declared tensor is to its module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorKind {
+    /// A trainable parameter.
+    Parameter,
+    /// A buffer (running statistics ...).
+    Buffer,
+    /// A constant captured while tracing (`_tensor_constant0`).
+    Constant,
+}
+
+/// A tensor the module owns, by qualified path (`layer1.0.conv1.weight`); its data is the
+/// safetensors entry of the same name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorDoc {
+    /// Qualified path.
+    pub path: String,
+    /// Parameter, buffer or constant.
+    pub kind: TensorKind,
+    /// PyTorch dtype name.
+    pub dtype: String,
+    /// Sizes.
+    pub shape: Vec<u64>,
+    /// Whether the parameter requires grad.
+    #[serde(default)]
+    pub requires_grad: bool,
+}
+
+/// A leaf module (`call_module` target) at a qualified path, rebuilt from its spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeafDoc {
+    /// Qualified path (`layer1.0.conv1`).
+    pub path: String,
+    /// Type and configuration.
+    pub spec: ModuleSpec,
+}
+
+/// The module document stored under `ferrofx.module`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleDoc {
+    /// What wrote the file (`ferrofx 0.1.0`).
+    pub producer: String,
+    /// The traced module's type name (informational: no code is looked up by it).
+    pub type_name: String,
+    /// Training mode of the root.
+    pub training: bool,
+    /// The graph.
+    pub graph: GraphDoc,
+    /// Leaf modules.
+    #[serde(default)]
+    pub leaves: Vec<LeafDoc>,
+    /// Declared tensors.
+    #[serde(default)]
+    pub tensors: Vec<TensorDoc>,
+}
+
+impl ModuleDoc {
+    /// A document with no leaves or tensors yet.
+    pub fn new(type_name: &str, training: bool, graph: GraphDoc) -> ModuleDoc {
+        ModuleDoc {
+            producer: format!("ferrofx {}", env!("CARGO_PKG_VERSION")),
+            type_name: type_name.to_string(),
+            training,
+            graph,
+            leaves: vec![],
+            tensors: vec![],
+        }
+    }
+}
+
+/// Serializes a module document and its tensors (keyed by the paths the document declares).
+/// Every declared tensor must be given with its declared dtype and shape, and nothing else.
+pub fn write_module_bytes(doc: &ModuleDoc, tensors: &StateDict) -> Result<Vec<u8>, FormatError> {
+    check_tensors(doc, |p| tensors.get(p).map(|t| (t.dtype().name().to_string(), t.shape().to_vec())), tensors.len())?;
+    let json =
+        serde_json::to_string(doc).map_err(|e| FormatError::Invalid(format!("cannot encode the module: {e}")))?;
+    let meta = HashMap::from([
+        ("ferrofx.format".to_string(), FORMAT.to_string()),
+        ("ferrofx.version".to_string(), VERSION.to_string()),
+        ("ferrofx.module".to_string(), json),
+    ]);
+    ferrofx_nn::state_dict_to_bytes(tensors, Some(meta)).map_err(|e| FormatError::Io(e.to_string()))
+}
+
+fn check_tensors(
+    doc: &ModuleDoc,
+    get: impl Fn(&str) -> Option<(String, Vec<usize>)>,
+    available: usize,
+) -> Result<(), FormatError> {
+    let mut seen = std::collections::HashSet::with_capacity(doc.tensors.len());
+    for t in &doc.tensors {
+        if !seen.insert(t.path.as_str()) {
+            return Err(FormatError::Invalid(format!("tensor '{}' is declared twice", t.path)));
+        }
+        if t.shape.len() > MAX_RANK {
+            return Err(FormatError::Invalid(format!("tensor '{}' has rank {} > {MAX_RANK}", t.path, t.shape.len())));
+        }
+        let declared = tensor_meta_from_doc(
+            &TensorMetaDoc {
+                shape: t.shape.clone(),
+                dtype: t.dtype.clone(),
+                strides: vec![0; t.shape.len()],
+                requires_grad: false,
+            },
+            &format!("tensor '{}'", t.path),
+        )?;
+        let (dtype, shape) = get(&t.path)
+            .ok_or_else(|| FormatError::Invalid(format!("tensor '{}' is declared but its data is missing", t.path)))?;
+        if dtype != t.dtype || shape != declared.shape {
+            return Err(FormatError::Invalid(format!(
+                "tensor '{}' is declared as {} {:?} but the data is {dtype} {shape:?}",
+                t.path, t.dtype, t.shape
+            )));
+        }
+    }
+    if available != doc.tensors.len() {
+        return Err(FormatError::Invalid(format!(
+            "the file holds {available} tensors but declares {}; undeclared tensors are not allowed",
+            doc.tensors.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Parses a traced-module file: checks the format tag and version, decodes the module
+/// document, and checks that the stored tensors are exactly the declared ones (names, dtypes,
+/// shapes). The graph itself is checked by [`super::graph_from_doc`]; leaf specs by
+/// [`ferrofx_nn::spec::build_builtin`].
+pub fn read_module_bytes(bytes: &[u8]) -> Result<(ModuleDoc, StateDict), FormatError> {
+    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
+        .map_err(|e| FormatError::Invalid(format!("the file is truncated or corrupt, or not safetensors ({e})")))?;
+    let m = meta.metadata().as_ref().ok_or_else(|| {
+        FormatError::NotTracedModule("the safetensors header has no metadata (a plain state dict?)".to_string())
+    })?;
+    match m.get("ferrofx.format") {
+        Some(f) if f == FORMAT => {}
+        Some(f) => return Err(FormatError::NotTracedModule(format!("ferrofx.format is '{f}', expected '{FORMAT}'"))),
+        None => {
+            return Err(FormatError::NotTracedModule(
+                "no ferrofx.format in the metadata (a plain state dict? load it with load_state_dict)".to_string(),
+            ))
+        }
+    }
+    let version = m.get("ferrofx.version").ok_or_else(|| FormatError::Invalid("no ferrofx.version".to_string()))?;
+    match version.parse::<u32>() {
+        Ok(v) if (1..=VERSION).contains(&v) => {}
+        Ok(v) if v > VERSION => return Err(FormatError::Version { found: version.clone(), supported: VERSION }),
+        _ => return Err(FormatError::Invalid(format!("ferrofx.version '{version}' is not a version number"))),
+    }
+    let json = m.get("ferrofx.module").ok_or_else(|| FormatError::Invalid("no ferrofx.module document".to_string()))?;
+    if json.len() > MAX_DOC_BYTES {
+        return Err(FormatError::Invalid(format!("module document of {} bytes exceeds {MAX_DOC_BYTES}", json.len())));
+    }
+    let doc: ModuleDoc =
+        serde_json::from_str(json).map_err(|e| FormatError::Invalid(format!("module document: {e}")))?;
+    let tensors = ferrofx_nn::state_dict_from_bytes(bytes).map_err(|e| FormatError::Invalid(e.to_string()))?;
+    check_tensors(&doc, |p| tensors.get(p).map(|t| (t.dtype().name().to_string(), t.shape().to_vec())), tensors.len())?;
+    Ok((doc, tensors))
+}
