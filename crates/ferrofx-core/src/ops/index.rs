@@ -103,7 +103,7 @@ opdef!(GATHER, "gather",
     },
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
     backward: crate::autograd::formulas::index::gather_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
-    doc: "out[i][j] = input[i][index[i][j]] (for dim = 1): picks elements along dim by index.");
+    doc: "`out[i][j] = input[i][index[i][j]]` (for dim = 1): picks elements along dim by index.");
 
 // ---------------------------------------------------------------------------------------------
 // scatter / scatter_add (+ in-place)
@@ -283,7 +283,7 @@ opdef!(SCATTER, "scatter", SCATTER_SCHEMA,
     kernel: |a| scatter_kernel("scatter", a, false, false),
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
     backward: crate::autograd::formulas::index::scatter_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
-    doc: "A copy of input with out[i][index[i][j]] = src[i][j] (dim = 1); src may be a number; reduce='add'|'multiply' combines instead.");
+    doc: "A copy of input with `out[i][index[i][j]] = src[i][j]` (dim = 1); src may be a number; reduce='add'|'multiply' combines instead.");
 opdef!(SCATTER_, "scatter_", SCATTER_SCHEMA,
     meta: |a| scatter_meta("scatter_", a, false),
     kernel: |a| scatter_kernel("scatter_", a, false, true),
@@ -295,7 +295,7 @@ opdef!(SCATTER_ADD, "scatter_add", SCATTER_ADD_SCHEMA,
     kernel: |a| scatter_kernel("scatter_add", a, true, false),
     cost: cost_memory, effect: Effect::Pure, category: Category::Indexing,
     backward: crate::autograd::formulas::index::scatter_add_backward, saves: crate::op::Saves { inputs: 4, outputs: 0 },
-    doc: "A copy of input with out[i][index[i][j]] += src[i][j] (dim = 1).");
+    doc: "A copy of input with `out[i][index[i][j]] += src[i][j]` (dim = 1).");
 opdef!(SCATTER_ADD_, "scatter_add_", SCATTER_ADD_SCHEMA,
     meta: |a| scatter_meta("scatter_add_", a, true),
     kernel: |a| scatter_kernel("scatter_add_", a, true, true),
