@@ -33,6 +33,7 @@
 
 pub mod core_api;
 pub mod graph;
+pub mod passes;
 pub mod serialize;
 
 pub use graph::*;

@@ -101,6 +101,9 @@ pub enum GraphError {
     /// Moving a node relative to itself, or anchoring at an erased node.
     #[error("invalid move: {0}")]
     InvalidMove(String),
+    /// A pattern or replacement graph a rewrite cannot use, or a match it cannot apply.
+    #[error("replace_pattern: {0}")]
+    Pattern(String),
     /// The graph is inconsistent; the findings name the nodes.
     #[error("lint failed with {} finding(s): {}", .0.len(), .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("; "))]
     Lint(Vec<LintFinding>),
