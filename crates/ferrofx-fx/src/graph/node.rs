@@ -1,5 +1,6 @@
 //! [`Node`]: a read-only view of one operation of a graph.
 
+use crate::core_api;
 use crate::graph::argument::{Argument, Kwargs};
 use crate::graph::edge_set::{NodeSetRef, SetKind};
 use crate::graph::graph::Graph;
@@ -119,7 +120,7 @@ impl<'g> Node<'g> {
     }
 
     /// FX's `Node.is_impure`: placeholders and outputs are impure, as are calls of impure ops
-    /// and impure user functions. Others are pure; pass a callback to
+    /// (in-place, random; as functions or as methods) and impure user functions. Others are pure; pass a callback to
     /// [`Graph::eliminate_dead_code`] for custom rules (e.g. impure modules).
     pub fn is_impure(&self) -> bool {
         match self.op() {
@@ -129,7 +130,13 @@ impl<'g> Node<'g> {
                 Target::Function(f) => f.is_impure(),
                 Target::Str(_) => false,
             },
-            Opcode::GetAttr | Opcode::CallMethod | Opcode::CallModule => false,
+            // a method named like an in-place or random registry op (`add_`, `bernoulli`) has
+            // side effects
+            Opcode::CallMethod => match self.target() {
+                Target::Str(m) => core_api::lookup(m).is_some_and(|def| !def.is_pure()),
+                _ => false,
+            },
+            Opcode::GetAttr | Opcode::CallModule => false,
         }
     }
 

@@ -2,10 +2,16 @@
 //!
 //! * [`matcher`]: FX's `SubgraphMatcher`: every occurrence of a pattern graph in a graph;
 //! * [`subgraph_rewriter`]: FX's `replace_pattern`: replace each occurrence by a replacement
-//!   graph.
+//!   graph;
+//! * [`cse`]: common subexpression elimination;
+//! * [`simplify`](mod@simplify): algebraic simplification.
 
+pub mod cse;
 pub mod matcher;
+pub mod simplify;
 pub mod subgraph_rewriter;
 
+pub use cse::eliminate_common_subexpressions;
 pub use matcher::{Match, SubgraphMatcher};
+pub use simplify::simplify;
 pub use subgraph_rewriter::replace_pattern;
