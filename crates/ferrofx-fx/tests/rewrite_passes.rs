@@ -155,3 +155,29 @@ fn dce_keeps_in_place_methods() {
     assert!(g.eliminate_dead_code(None));
     assert_eq!(g.len(), 3, "the unused add is removed, the in-place add_ stays:\n{g}");
 }
+
+#[test]
+fn drawing_has_kinds_shapes_and_module_clusters() {
+    use ferrofx_fx::passes::draw::{to_dot, to_svg};
+    use ferrofx_fx::ModuleStackEntry;
+    let mut g = Graph::new();
+    let x = g.placeholder("x").unwrap();
+    let c = g.call_module("layer1.conv", vec![x.into()]).unwrap();
+    let r = g.call_method("relu", vec![c.into()]).unwrap();
+    let w = g.get_attr("fc.weight").unwrap();
+    let o = f(&mut g, "matmul", vec![r.into(), w.into()]);
+    g.output(o.into()).unwrap();
+    for (id, path) in [(c, "layer1"), (r, "layer1")] {
+        let m = g.meta_mut(id).unwrap();
+        m.nn_module_stack = vec![ModuleStackEntry { key: path.into(), path: path.into(), type_name: "Block".into() }];
+    }
+    g.meta_mut(c).unwrap().tensor_meta = Some(TensorMetadata::contiguous(vec![1, 8, 4, 4], DType::F32));
+    let dot = to_dot(&g, "digits cnn");
+    assert!(dot.starts_with("digraph digits_cnn {"), "{dot}");
+    assert!(dot.contains("subgraph cluster_0 {\n    label=\"layer1\";"), "{dot}");
+    assert!(dot.contains("\"layer1_conv\" -> \"relu\" [label=\"[1, 8, 4, 4] float32\"];"), "{dot}");
+    assert!(dot.contains("fillcolor=\"#fff6b3\""), "call_module colour: {dot}");
+    assert!(dot.contains("layer1_conv\\ncall_module\\nlayer1.conv\\n[1, 8, 4, 4] float32"), "{dot}");
+    let svg = to_svg(&g, "digits cnn").unwrap();
+    assert!(svg.contains("<svg") && svg.contains("matmul") && svg.contains("fc_weight"), "{svg}");
+}

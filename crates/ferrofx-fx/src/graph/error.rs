@@ -104,6 +104,9 @@ pub enum GraphError {
     /// A pattern or replacement graph a rewrite cannot use, or a match it cannot apply.
     #[error("replace_pattern: {0}")]
     Pattern(String),
+    /// The drawing backend could not lay the graph out.
+    #[error("drawing: {0}")]
+    Draw(String),
     /// The graph is inconsistent; the findings name the nodes.
     #[error("lint failed with {} finding(s): {}", .0.len(), .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("; "))]
     Lint(Vec<LintFinding>),

@@ -4,9 +4,11 @@
 //! * [`subgraph_rewriter`]: FX's `replace_pattern`: replace each occurrence by a replacement
 //!   graph;
 //! * [`cse`]: common subexpression elimination;
+//! * [`draw`]: Graphviz DOT and SVG drawings;
 //! * [`simplify`](mod@simplify): algebraic simplification.
 
 pub mod cse;
+pub mod draw;
 pub mod matcher;
 pub mod simplify;
 pub mod subgraph_rewriter;
