@@ -17,6 +17,7 @@ extern crate self as ferrofx_nn;
 pub mod containers;
 pub mod datasets;
 pub mod functional;
+pub mod fusion;
 pub mod init;
 pub mod layers;
 pub mod loss;

@@ -37,9 +37,9 @@ pub struct Conv2d {
     pub dilation: [i64; 2],
     /// Groups.
     pub groups: i64,
-    in_channels: usize,
-    out_channels: usize,
-    kernel: [usize; 2],
+    pub(crate) in_channels: usize,
+    pub(crate) out_channels: usize,
+    pub(crate) kernel: [usize; 2],
 }
 
 /// Builder options of [`Conv2d`] (PyTorch's defaults).

@@ -27,9 +27,9 @@ pub struct BatchNorm {
     pub eps: f64,
     /// `momentum` (Some(0.1)); `None` = cumulative moving average.
     pub momentum: Option<f64>,
-    num_features: usize,
+    pub(crate) num_features: usize,
     kind: BnKind,
-    training: bool,
+    pub(crate) training: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
