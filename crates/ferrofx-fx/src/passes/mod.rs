@@ -8,6 +8,8 @@
 //! * [`simplify`](mod@simplify): algebraic simplification.
 
 pub mod cse;
+#[doc = include_str!("../../../../docs/writing-a-pass.md")]
+pub mod guide {}
 pub mod draw;
 pub mod matcher;
 pub mod simplify;
