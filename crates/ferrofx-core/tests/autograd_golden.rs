@@ -3,52 +3,13 @@
 //! products (double backward under `create_graph`) for the second-order subset, computed with
 //! the ops called by registry name (`op::call`) and compared in float64.
 
+mod golden_common;
 use ferrofx_core::autograd;
-use ferrofx_core::{op, DType, Tensor, Value};
-use safetensors::{Dtype as StDtype, SafeTensors};
+use ferrofx_core::{op, Tensor, Value};
+use golden_common::load_tensor;
+use safetensors::SafeTensors;
 use serde_json::Value as Json;
 use std::path::PathBuf;
-
-fn st_dtype(d: StDtype) -> Option<DType> {
-    Some(match d {
-        StDtype::BOOL => DType::Bool,
-        StDtype::U8 => DType::U8,
-        StDtype::I8 => DType::I8,
-        StDtype::I16 => DType::I16,
-        StDtype::I32 => DType::I32,
-        StDtype::I64 => DType::I64,
-        StDtype::F16 => DType::F16,
-        StDtype::BF16 => DType::BF16,
-        StDtype::F32 => DType::F32,
-        StDtype::F64 => DType::F64,
-        _ => return None,
-    })
-}
-
-fn load_tensor(st: &SafeTensors, key: &str) -> Result<Tensor, String> {
-    let view = st.tensor(key).map_err(|e| format!("missing tensor {key}: {e}"))?;
-    let dtype = st_dtype(view.dtype()).ok_or_else(|| format!("{key}: unsupported dtype {:?}", view.dtype()))?;
-    let shape = view.shape().to_vec();
-    let bytes = view.data();
-    macro_rules! le {
-        ($t:ty, $n:expr) => {
-            bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().unwrap())).collect::<Vec<$t>>()
-        };
-    }
-    let t = match dtype {
-        DType::Bool => Tensor::from_vec(bytes.iter().map(|&b| b != 0).collect::<Vec<bool>>(), &shape),
-        DType::U8 => Tensor::from_vec(bytes.to_vec(), &shape),
-        DType::I8 => Tensor::from_vec(bytes.iter().map(|&b| b as i8).collect::<Vec<i8>>(), &shape),
-        DType::I16 => Tensor::from_vec(le!(i16, 2), &shape),
-        DType::I32 => Tensor::from_vec(le!(i32, 4), &shape),
-        DType::I64 => Tensor::from_vec(le!(i64, 8), &shape),
-        DType::F16 => Tensor::from_vec(le!(u16, 2).into_iter().map(half::f16::from_bits).collect::<Vec<_>>(), &shape),
-        DType::BF16 => Tensor::from_vec(le!(u16, 2).into_iter().map(half::bf16::from_bits).collect::<Vec<_>>(), &shape),
-        DType::F32 => Tensor::from_vec(le!(f32, 4), &shape),
-        DType::F64 => Tensor::from_vec(le!(f64, 8), &shape),
-    };
-    t.map_err(|e| format!("{key}: {e}"))
-}
 
 fn flatten(j: &Json, shape: &mut Vec<usize>, depth: usize, out: &mut Vec<Json>) {
     match j {

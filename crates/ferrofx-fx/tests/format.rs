@@ -1,6 +1,9 @@
 //! Traced-module file format: graphs survive a round trip exactly; every kind of corrupted or
 //! hostile file gives its own clear error (never a panic).
 
+#[path = "support/mutate.rs"]
+mod mutate;
+
 use ferrofx_core::{DType, Tensor};
 use ferrofx_fx::serialize::{
     graph_from_doc, graph_to_doc, read_module_bytes, write_module_bytes, ArgDoc, FormatError, LeafDoc, ModuleDoc,
@@ -137,20 +140,8 @@ fn edited(edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
     with_doc(&v.to_string(), &sd)
 }
 
-/// The full load path a program without the model's source runs: file, graph, leaf specs.
-fn load(bytes: &[u8]) -> Result<(), String> {
-    let (doc, tensors) = read_module_bytes(bytes).map_err(|e| e.to_string())?;
-    graph_from_doc(&doc.graph).map_err(|e| e.to_string())?;
-    for leaf in &doc.leaves {
-        let prefix = format!("{}.", leaf.path);
-        ferrofx_nn::spec::build_builtin(&leaf.spec, &mut |n: &str| tensors.get(&format!("{prefix}{n}")).cloned())
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 fn expect(name: &str, bytes: &[u8], want: &str) {
-    match load(bytes) {
+    match mutate::load(bytes) {
         Ok(()) => panic!("corruption '{name}' was accepted"),
         Err(e) => assert!(e.contains(want), "corruption '{name}': got «{e}», expected it to contain «{want}»"),
     }
@@ -160,7 +151,7 @@ fn expect(name: &str, bytes: &[u8], want: &str) {
 fn corrupted_files_give_clear_errors() {
     let (doc, sd) = valid();
     let good = write_module_bytes(&doc, &sd).unwrap();
-    load(&good).unwrap();
+    mutate::load(&good).unwrap();
     let n = |i: usize| format!("/graph/nodes/{i}");
     let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty file", vec![], "the file is truncated or corrupt"),
