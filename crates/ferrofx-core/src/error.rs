@@ -107,6 +107,12 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.message
     }
+    /// The same error with `context` appended to its message (where it happened: a graph node,
+    /// a file).
+    pub fn with_context(mut self, context: &str) -> Self {
+        self.message = format!("{} ({context})", self.message);
+        self
+    }
     /// The same error re-attributed to `op` (used when an op is implemented with other ops).
     pub fn in_op(mut self, op: &str) -> Self {
         if self.op != op {

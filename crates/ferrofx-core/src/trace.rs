@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::op::{CallKind, OpDef, Outputs};
 use crate::tensor::TensorMeta;
 use crate::value::Value;
+use crate::Tensor;
 use std::any::Any;
 use std::cell::RefCell;
 use std::panic::Location;
@@ -39,6 +40,13 @@ pub trait TraceHook {
     /// `"shape"`, `"dtype"`, `"item()"`, ...). The tracer should fail the trace with an
     /// explanation.
     fn concrete_query(&self, what: &str, location: &'static Location<'static>);
+    /// Whether an op on this concrete tensor must be recorded too (the traced module's own
+    /// parameters and buffers: `self.pos.narrow(..)` is part of the program, not a constant).
+    /// Asked only while a tracer is installed.
+    fn captures(&self, t: &Tensor) -> bool {
+        let _ = t;
+        false
+    }
 }
 
 thread_local! {
@@ -58,6 +66,18 @@ pub fn with_trace_hook<R>(hook: Rc<dyn TraceHook>, f: impl FnOnce() -> R) -> R {
     let prev = HOOK.with(|h| h.borrow_mut().replace(hook));
     let _restore = Restore(prev);
     f()
+}
+
+/// Whether the active tracer (if any) wants an op on these concrete arguments recorded.
+pub(crate) fn captures_any(args: &[Value]) -> bool {
+    HOOK.with(|h| match h.borrow().as_ref() {
+        None => false,
+        Some(hook) => args.iter().any(|a| match a {
+            Value::Tensor(t) => hook.captures(t),
+            Value::Tensors(ts) => ts.iter().any(|t| hook.captures(t)),
+            _ => false,
+        }),
+    })
 }
 
 /// `true` while a tracer is active on this thread.

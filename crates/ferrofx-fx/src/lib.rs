@@ -32,8 +32,14 @@
 #![warn(missing_docs)]
 
 pub mod core_api;
+pub mod getitem;
 pub mod graph;
+pub mod graph_module;
 pub mod passes;
 pub mod serialize;
+pub mod tracer;
+mod values;
 
 pub use graph::*;
+pub use graph_module::GraphModule;
+pub use tracer::{symbolic_trace, trace_with_inputs, Tracer};

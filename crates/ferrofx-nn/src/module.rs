@@ -141,20 +141,7 @@ pub trait Module: ModuleStructure + Send + Sync + Any {
     fn call(&self, x: &Tensor) -> Result<Tensor> {
         match current_hook() {
             None => self.forward(x),
-            Some(h) => {
-                let out = h.call_module(self.as_module(), &[Value::Tensor(x.clone())])?;
-                match <[Value; 1]>::try_from(out) {
-                    Ok([Value::Tensor(t)]) => Ok(t),
-                    Ok([other]) => Err(Error::argument(
-                        self.type_name(),
-                        format!("call: expected the module to return one tensor, got {other:?}"),
-                    )),
-                    Err(v) => Err(Error::argument(
-                        self.type_name(),
-                        format!("call: expected the module to return one tensor, got {} values", v.len()),
-                    )),
-                }
-            }
+            Some(h) => h.call_module_single(self.as_module(), x),
         }
     }
 
@@ -474,8 +461,24 @@ fn repr_into(m: &dyn Module, s: &mut String, indent: usize) {
 /// it records one `call_module` node and returns its symbolic outputs; otherwise it runs
 /// `module.forward_values(inputs)` to trace through (and can keep a module stack meanwhile).
 pub trait ModuleCallHook {
-    /// Handles a call of `module` with `inputs`.
+    /// Handles a call of `module` with `inputs` ([`Module::call_values`]).
     fn call_module(&self, module: &dyn Module, inputs: &[Value]) -> Result<Vec<Value>>;
+    /// Handles a single-tensor call ([`Module::call`], which runs [`Module::forward`]); by
+    /// default [`ModuleCallHook::call_module`] with one input, expecting one tensor back.
+    fn call_module_single(&self, module: &dyn Module, x: &Tensor) -> Result<Tensor> {
+        let out = self.call_module(module, &[Value::Tensor(x.clone())])?;
+        match <[Value; 1]>::try_from(out) {
+            Ok([Value::Tensor(t)]) => Ok(t),
+            Ok([other]) => Err(Error::argument(
+                module.type_name(),
+                format!("call: expected the module to return one tensor, got {other:?}"),
+            )),
+            Err(v) => Err(Error::argument(
+                module.type_name(),
+                format!("call: expected the module to return one tensor, got {} values", v.len()),
+            )),
+        }
+    }
 }
 
 thread_local! {

@@ -38,7 +38,7 @@ fn any_symbolic(args: &[Value]) -> bool {
 /// Runs `op` on bound arguments (schema order, defaults filled).
 #[inline]
 pub fn dispatch(op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Outputs> {
-    if any_symbolic(args) {
+    if any_symbolic(args) || crate::trace::captures_any(args) {
         return crate::trace::record(op, kind, args);
     }
     if crate::autograd::needs_grad(op, args) {
@@ -54,10 +54,23 @@ pub fn run_kernel(op: &'static OpDef, args: &[Value]) -> Result<Outputs> {
     let out = (op.kernel)(args)?;
     if let Effect::Mutates(i) = op.effect {
         if let Some(Value::Tensor(t)) = args.get(i) {
-            t.bump_version();
+            if writes(op, args) {
+                t.bump_version();
+            }
         }
     }
     Ok(out)
+}
+
+/// Whether a mutating op writes on this call: ops whose side effect depends on a `training`
+/// flag (`batch_norm` updates its running statistics only in training mode) write nothing when
+/// it is false, so the version counters of their arguments stay as they were (as in PyTorch,
+/// where evaluating a BatchNorm twice does not invalidate the first graph).
+fn writes(op: &OpDef, args: &[Value]) -> bool {
+    match op.schema.iter().position(|s| s.name == "training") {
+        Some(p) => !matches!(args.get(p), Some(Value::Bool(false))),
+        None => true,
+    }
 }
 
 /// Calls an op by name with positional and keyword arguments, binding them to its schema

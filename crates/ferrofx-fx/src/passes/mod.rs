@@ -5,12 +5,16 @@
 //!   graph;
 //! * [`cse`]: common subexpression elimination;
 //! * [`draw`]: Graphviz DOT and SVG drawings;
+//! * [`flops`]: MACs and parameter counts;
+//! * [`fuse`]: Conv/Linear+BatchNorm folding and identity-dropout removal on GraphModules;
 //! * [`simplify`](mod@simplify): algebraic simplification.
 
 pub mod cse;
 #[doc = include_str!("../../../../docs/writing-a-pass.md")]
 pub mod guide {}
 pub mod draw;
+pub mod flops;
+pub mod fuse;
 pub mod matcher;
 pub mod simplify;
 pub mod subgraph_rewriter;

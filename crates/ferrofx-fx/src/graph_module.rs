@@ -1,0 +1,659 @@
+//! `GraphModule`: a module whose forward is a graph (FX's `GraphModule`).
+//!
+//! It owns the graph, the leaf modules the graph calls (rebuilt from their specs, sharing the
+//! traced model's tensors, as FX's GraphModule shares the root's submodules), and the tensors
+//! its `get_attr` nodes read (parameters, buffers, traced constants). It is a [`Module`]: it
+//! runs, trains (gradients flow to the shared parameters), nests, and has a state dict with the
+//! original model's keys.
+//!
+//! **Execution plan.** [`GraphModule::recompile`] lints the graph (including that every target
+//! resolves) and turns it into a plan: ops resolved from the registry once, one value slot per
+//! node, each value dropped right after its last use. [`GraphModule::code`] prints the plan.
+//!
+//! **No stale code.** The graph can only be edited through [`GraphModule::graph_mut`], which
+//! marks the plan stale; the next forward recompiles automatically (an invalid edit then
+//! surfaces as the forward's `Err`). Call `recompile()` yourself to see errors early.
+
+use crate::graph::{Argument, Graph, NodeId, Opcode, Target};
+use crate::serialize::{
+    graph_from_doc, graph_to_doc, read_module_bytes, write_module_bytes, FormatError, LeafDoc, ModuleDoc, TensorDoc,
+    TensorKind as DocKind,
+};
+use crate::values::{to_value, Slots};
+use ferrofx_core::op::{bind, dispatch, ArgType, CallKind, OpDef};
+use ferrofx_core::{Error, Result, Tensor, Value};
+use ferrofx_nn::module::ModuleStructure;
+use ferrofx_nn::{Module, StateDict, TensorKind};
+use indexmap::IndexMap;
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+/// A tensor a `get_attr` node reads.
+#[derive(Clone)]
+pub struct TensorEntry {
+    /// The tensor (shared with the traced model).
+    pub tensor: Tensor,
+    /// Parameter or buffer.
+    pub kind: TensorKind,
+    /// A constant captured while tracing (`_tensor_constant0`).
+    pub constant: bool,
+}
+
+/// A module whose forward is a graph.
+pub struct GraphModule {
+    graph: Graph,
+    modules: IndexMap<String, Box<dyn Module>>,
+    attrs: IndexMap<String, TensorEntry>,
+    type_name: String,
+    training: bool,
+    plan: RwLock<Option<Arc<Plan>>>,
+}
+
+impl GraphModule {
+    /// Assembles a GraphModule and compiles its plan.
+    pub fn from_parts(
+        graph: Graph,
+        modules: IndexMap<String, Box<dyn Module>>,
+        attrs: IndexMap<String, TensorEntry>,
+        type_name: &str,
+        training: bool,
+    ) -> Result<GraphModule> {
+        let gm =
+            GraphModule { graph, modules, attrs, type_name: type_name.to_string(), training, plan: RwLock::new(None) };
+        gm.recompile()?;
+        Ok(gm)
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The graph, for editing; the plan is rebuilt before the next run.
+    pub fn graph_mut(&mut self) -> &mut Graph {
+        if let Ok(mut p) = self.plan.write() {
+            *p = None;
+        }
+        &mut self.graph
+    }
+
+    /// Name of the traced module's type.
+    pub fn traced_type_name(&self) -> &str {
+        &self.type_name
+    }
+
+    /// The leaf modules by path.
+    pub fn leaf_modules(&self) -> &IndexMap<String, Box<dyn Module>> {
+        &self.modules
+    }
+
+    /// The tensors `get_attr` nodes read, by path.
+    pub fn attributes(&self) -> &IndexMap<String, TensorEntry> {
+        &self.attrs
+    }
+
+    /// FX's `get_submodule` for the modules this GraphModule owns.
+    pub fn get_submodule_owned(&self, path: &str) -> Result<&dyn Module> {
+        self.modules.get(path).map(|m| m.as_ref()).ok_or_else(|| {
+            Error::argument(
+                "get_submodule",
+                format!("GraphModule has no submodule '{path}'; it has: {:?}", self.modules.keys().collect::<Vec<_>>()),
+            )
+        })
+    }
+
+    /// FX's `get_parameter`: a `get_attr` tensor or a leaf module's tensor by qualified path.
+    pub fn get_parameter(&self, path: &str) -> Result<Tensor> {
+        if let Some(e) = self.attrs.get(path) {
+            return Ok(e.tensor.clone());
+        }
+        self.get_tensor(path)
+    }
+
+    /// FX's `add_submodule`: adds (or replaces) a leaf module at `path`.
+    pub fn add_submodule(&mut self, path: &str, module: Box<dyn Module>) -> Result<()> {
+        if path.is_empty() || path.split('.').any(|p| p.is_empty()) {
+            return Err(Error::argument("add_submodule", format!("'{path}' is not a valid module path")));
+        }
+        if module.spec().is_none() {
+            return Err(Error::argument(
+                "add_submodule",
+                format!("{} is not a built-in layer: a GraphModule holds built-in layers only", module.type_name()),
+            ));
+        }
+        self.modules.insert(path.to_string(), module);
+        self.invalidate();
+        Ok(())
+    }
+
+    /// FX's `delete_submodule`: removes the module at `path`; `false` if there was none.
+    pub fn delete_submodule(&mut self, path: &str) -> bool {
+        let found = self.modules.shift_remove(path).is_some();
+        self.invalidate();
+        found
+    }
+
+    /// FX's `delete_all_unused_submodules`: removes modules and tensors no node refers to.
+    pub fn delete_all_unused_submodules(&mut self) -> usize {
+        let used_modules: std::collections::HashSet<String> =
+            self.graph.iter().filter(|n| n.op() == Opcode::CallModule).map(|n| n.target().name().to_string()).collect();
+        let used_attrs: std::collections::HashSet<String> =
+            self.graph.iter().filter(|n| n.op() == Opcode::GetAttr).map(|n| n.target().name().to_string()).collect();
+        let before = self.modules.len() + self.attrs.len();
+        self.modules.retain(|p, _| used_modules.contains(p));
+        self.attrs.retain(|p, _| used_attrs.contains(p));
+        self.invalidate();
+        before - self.modules.len() - self.attrs.len()
+    }
+
+    /// Adds (or replaces) a tensor read by `get_attr` nodes.
+    pub fn register_attribute(&mut self, path: &str, tensor: Tensor, kind: TensorKind) {
+        self.attrs.insert(path.to_string(), TensorEntry { tensor, kind, constant: false });
+        self.invalidate();
+    }
+
+    fn invalidate(&self) {
+        if let Ok(mut p) = self.plan.write() {
+            *p = None;
+        }
+    }
+
+    /// Validates the graph and builds the execution plan.
+    pub fn recompile(&self) -> Result<()> {
+        let plan = Plan::build(self)?;
+        *self.plan.write().map_err(|_| Error::argument("recompile", "the plan lock is poisoned"))? =
+            Some(Arc::new(plan));
+        Ok(())
+    }
+
+    fn plan(&self) -> Result<Arc<Plan>> {
+        if let Some(p) = self.plan.read().map_err(|_| Error::argument("forward", "the plan lock is poisoned"))?.as_ref()
+        {
+            return Ok(p.clone());
+        }
+        self.recompile()?;
+        self.plan
+            .read()
+            .map_err(|_| Error::argument("forward", "the plan lock is poisoned"))?
+            .clone()
+            .ok_or_else(|| Error::argument("forward", "no plan"))
+    }
+
+    /// The plan as readable source: one line per node, with the values dropped after their
+    /// last use (FX's `code`).
+    pub fn code(&self) -> Result<String> {
+        Ok(self.plan()?.code.clone())
+    }
+
+    /// FX's `print_readable`: the module's code under its type name.
+    pub fn print_readable(&self) -> Result<String> {
+        Ok(format!("// GraphModule traced from {}\n{}", self.type_name, self.code()?))
+    }
+
+    /// Saves the module (graph, leaf specs, tensors) as a traced-module file (`docs/format.md`).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let bytes = self.to_bytes()?;
+        std::fs::write(path.as_ref(), bytes)
+            .map_err(|e| Error::io("GraphModule::save", format!("cannot write {}: {e}", path.as_ref().display())))
+    }
+
+    /// The traced-module file as bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut doc = ModuleDoc::new(&self.type_name, self.training, graph_to_doc(&self.graph)?);
+        let mut sd = StateDict::new();
+        let mut declare = |path: String, t: &Tensor, kind: DocKind, doc: &mut ModuleDoc| -> Result<()> {
+            let t = if t.is_contiguous() { t.detach() } else { t.detach().contiguous()? };
+            doc.tensors.push(TensorDoc {
+                path: path.clone(),
+                kind,
+                dtype: t.dtype().name().to_string(),
+                shape: t.shape().iter().map(|&d| d as u64).collect(),
+                requires_grad: matches!(kind, DocKind::Parameter),
+            });
+            sd.insert(path, t);
+            Ok(())
+        };
+        for (path, m) in &self.modules {
+            let spec = m.spec().ok_or_else(|| {
+                Error::argument("GraphModule::save", format!("module '{path}' is not a built-in layer"))
+            })?;
+            doc.leaves.push(LeafDoc { path: path.clone(), spec });
+            for (n, t) in m.named_parameters() {
+                declare(format!("{path}.{n}"), &t, DocKind::Parameter, &mut doc)?;
+            }
+            for (n, t) in m.named_buffers() {
+                declare(format!("{path}.{n}"), &t, DocKind::Buffer, &mut doc)?;
+            }
+        }
+        for (path, e) in &self.attrs {
+            let kind = match (e.constant, e.kind) {
+                (true, _) => DocKind::Constant,
+                (false, TensorKind::Parameter) => DocKind::Parameter,
+                (false, TensorKind::Buffer) => DocKind::Buffer,
+            };
+            declare(path.clone(), &e.tensor, kind, &mut doc)?;
+        }
+        Ok(write_module_bytes(&doc, &sd)?)
+    }
+
+    /// Loads a traced-module file. Nothing in the file is executed; everything is validated
+    /// (see `docs/format.md`), and the module is compiled before it is returned.
+    pub fn load(path: impl AsRef<Path>) -> Result<GraphModule> {
+        let bytes = std::fs::read(path.as_ref())
+            .map_err(|e| Error::io("GraphModule::load", format!("cannot read {}: {e}", path.as_ref().display())))?;
+        GraphModule::from_bytes(&bytes)
+    }
+
+    /// Parses and validates a traced-module file.
+    pub fn from_bytes(bytes: &[u8]) -> Result<GraphModule> {
+        let (doc, tensors) = read_module_bytes(bytes)?;
+        let graph = graph_from_doc(&doc.graph)?;
+        let kinds: HashMap<&str, &TensorDoc> = doc.tensors.iter().map(|t| (t.path.as_str(), t)).collect();
+        let mut modules = IndexMap::new();
+        let mut owned: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for leaf in &doc.leaves {
+            let prefix = format!("{}.", leaf.path);
+            let m = ferrofx_nn::spec::build_builtin(&leaf.spec, &mut |n: &str| {
+                let key = format!("{prefix}{n}");
+                let t = tensors.get(&key).cloned();
+                if t.is_some() {
+                    owned.insert(key);
+                }
+                t
+            })
+            .map_err(|e| Error::io("GraphModule::load", format!("leaf module '{}': {e}", leaf.path)))?;
+            if modules.insert(leaf.path.clone(), m).is_some() {
+                return Err(FormatError::Invalid(format!("leaf module '{}' is declared twice", leaf.path)).into());
+            }
+        }
+        let mut attrs = IndexMap::new();
+        for (path, t) in &tensors {
+            if owned.contains(path) {
+                continue;
+            }
+            let decl =
+                kinds.get(path.as_str()).ok_or_else(|| FormatError::Invalid(format!("tensor '{path}' undeclared")))?;
+            let (kind, constant) = match decl.kind {
+                DocKind::Parameter => (TensorKind::Parameter, false),
+                DocKind::Buffer => (TensorKind::Buffer, false),
+                DocKind::Constant => (TensorKind::Buffer, true),
+            };
+            let t = if decl.requires_grad { t.requires_grad_(true)? } else { t.clone() };
+            attrs.insert(path.clone(), TensorEntry { tensor: t, kind, constant });
+        }
+        // parameters of leaves are trainable again
+        for m in modules.values() {
+            for p in m.parameters() {
+                p.requires_grad_(true)?;
+            }
+        }
+        GraphModule::from_parts(graph, modules, attrs, &doc.type_name, doc.training)
+    }
+}
+
+// ----- the execution plan --------------------------------------------------------------------
+
+enum Step {
+    Input(usize),
+    Attr(Tensor),
+    Op { def: &'static OpDef, kind: CallKind, args: Vec<Argument>, kwargs: Vec<(String, Argument)> },
+    Module { path: String, args: Vec<Argument>, single: bool },
+    GetItem { from: NodeId, index: usize },
+    Output(Argument),
+}
+
+struct Plan {
+    steps: Vec<(NodeId, usize, Step, Vec<usize>)>,
+    slot_of: HashMap<NodeId, usize>,
+    num_inputs: usize,
+    code: String,
+}
+
+struct Env<'a> {
+    values: &'a [Option<Value>],
+    slot_of: &'a HashMap<NodeId, usize>,
+}
+
+impl Slots for Env<'_> {
+    fn get(&self, node: NodeId) -> Result<Value> {
+        self.slot_of
+            .get(&node)
+            .and_then(|&s| self.values[s].clone())
+            .ok_or_else(|| Error::argument("GraphModule", format!("value of node {node:?} used after it was freed")))
+    }
+}
+
+fn fmt_arg(g: &Graph, a: &Argument) -> String {
+    match a {
+        Argument::Node(n) => g.node(*n).map(|n| n.name().to_string()).unwrap_or_else(|_| "?".into()),
+        Argument::List(v) => format!("[{}]", v.iter().map(|x| fmt_arg(g, x)).collect::<Vec<_>>().join(", ")),
+        Argument::Tuple(v) => format!("({})", v.iter().map(|x| fmt_arg(g, x)).collect::<Vec<_>>().join(", ")),
+        Argument::Str(s) => format!("{s:?}"),
+        Argument::Bool(b) => b.to_string(),
+        Argument::Int(i) => i.to_string(),
+        Argument::Float(f) => format!("{f:?}"),
+        Argument::None => "None".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Plan {
+    fn build(gm: &GraphModule) -> Result<Plan> {
+        let g = &gm.graph;
+        g.lint().map_err(|e| Error::argument("recompile", format!("the graph fails lint: {e}")))?;
+        let mut slot_of = HashMap::new();
+        let mut last_use: HashMap<NodeId, usize> = HashMap::new();
+        let mut steps = vec![];
+        let mut num_inputs = 0;
+        let mut code = String::from("fn forward(&self");
+        let placeholders: Vec<String> =
+            g.iter().filter(|n| n.op() == Opcode::Placeholder).map(|n| format!(", {}: Tensor", n.name())).collect();
+        code.push_str(&placeholders.concat());
+        code.push_str(") -> Result<Value> {\n");
+        for (i, n) in g.iter().enumerate() {
+            slot_of.insert(n.id(), i);
+            for input in n.all_input_nodes() {
+                last_use.insert(input, i);
+            }
+            let name = n.name();
+            let step = match n.op() {
+                Opcode::Placeholder => {
+                    num_inputs += 1;
+                    Step::Input(num_inputs - 1)
+                }
+                Opcode::GetAttr => {
+                    let path = n.target().name();
+                    let t =
+                        gm.attrs.get(path).map(|e| e.tensor.clone()).or_else(|| gm.get_tensor(path).ok()).ok_or_else(
+                            || {
+                                Error::argument(
+                                    "recompile",
+                                    format!("node '{name}': get_attr target '{path}' does not exist"),
+                                )
+                            },
+                        )?;
+                    let _ = writeln!(code, "    let {name} = self.{path};");
+                    Step::Attr(t)
+                }
+                Opcode::CallFunction | Opcode::CallMethod => {
+                    let (def, kind) = match (n.op(), n.target()) {
+                        (Opcode::CallFunction, Target::Op(def)) => (*def, CallKind::Function),
+                        (Opcode::CallMethod, Target::Str(m)) => (
+                            ferrofx_core::op::lookup(m).ok_or_else(|| {
+                                Error::argument("recompile", format!("node '{name}': no tensor method '{m}'"))
+                            })?,
+                            CallKind::Method,
+                        ),
+                        (_, t) => {
+                            return Err(Error::argument(
+                                "recompile",
+                                format!("node '{name}': target '{}' is not a registry op; user functions cannot run in a GraphModule", t.name()),
+                            ))
+                        }
+                    };
+                    let args = n.args().to_vec();
+                    let kwargs: Vec<(String, Argument)> =
+                        n.kwargs().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                    let shown: Vec<String> = args
+                        .iter()
+                        .map(|a| fmt_arg(g, a))
+                        .chain(kwargs.iter().map(|(k, v)| format!("{k}={}", fmt_arg(g, v))))
+                        .collect();
+                    if def.name == "getitem" {
+                        let from = args.first().and_then(Argument::as_node);
+                        let index = match args.get(1) {
+                            Some(Argument::Int(i)) if *i >= 0 => Some(*i as usize),
+                            _ => None,
+                        };
+                        match (from, index) {
+                            (Some(from), Some(index)) => {
+                                let _ = writeln!(code, "    let {name} = {}[{index}];", fmt_arg(g, &args[0]));
+                                Step::GetItem { from, index }
+                            }
+                            _ => return Err(Error::argument("recompile", format!("node '{name}': malformed getitem"))),
+                        }
+                    } else {
+                        if kind == CallKind::Method {
+                            let _ = writeln!(
+                                code,
+                                "    let {name} = {}.{}({})?;",
+                                shown[0],
+                                def.name,
+                                shown[1..].join(", ")
+                            );
+                        } else {
+                            let _ = writeln!(code, "    let {name} = {}({})?;", def.name, shown.join(", "));
+                        }
+                        Step::Op { def, kind, args, kwargs }
+                    }
+                }
+                Opcode::CallModule => {
+                    let path = n.target().name().to_string();
+                    if !gm.modules.contains_key(&path) {
+                        return Err(Error::argument(
+                            "recompile",
+                            format!(
+                                "node '{name}': call_module target '{path}' is not a submodule of this GraphModule"
+                            ),
+                        ));
+                    }
+                    let args = n.args().to_vec();
+                    let shown: Vec<String> = args.iter().map(|a| fmt_arg(g, a)).collect();
+                    let _ = writeln!(code, "    let {name} = self.{path}({})?;", shown.join(", "));
+                    // a module whose results are picked by getitem returns several values
+                    // (call_values); otherwise a one-input call is the single-tensor forward
+                    let multi = n.users().any(|u| crate::tracer::is_getitem(g, u));
+                    Step::Module { path, single: args.len() == 1 && !multi, args }
+                }
+                Opcode::Output => {
+                    let a = n.args().first().cloned().unwrap_or(Argument::None);
+                    let _ = writeln!(code, "    return {};", fmt_arg(g, &a));
+                    Step::Output(a)
+                }
+            };
+            steps.push((n.id(), i, step, vec![]));
+        }
+        // frees: after step i, drop every value whose last use is i
+        let mut frees: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (node, &i) in &last_use {
+            if let Some(&s) = slot_of.get(node) {
+                frees.entry(i).or_default().push(s);
+            }
+        }
+        let mut annotated = String::new();
+        let lines: Vec<&str> = code.lines().collect();
+        let mut line = 1; // line 0 is the signature
+        annotated.push_str(lines[0]);
+        annotated.push('\n');
+        for (_, i, step, f) in steps.iter_mut() {
+            if let Some(v) = frees.remove(i) {
+                *f = v;
+                f.sort_unstable();
+            }
+            if matches!(step, Step::Input(_)) {
+                continue;
+            }
+            if let Some(l) = lines.get(line) {
+                annotated.push_str(l);
+                let names: Vec<String> =
+                    f.iter().filter_map(|s| g.iter().nth(*s).map(|n| n.name().to_string())).collect();
+                if !names.is_empty() && !matches!(step, Step::Output(_)) {
+                    let _ = write!(annotated, "  drop({});", names.join(", "));
+                }
+                annotated.push('\n');
+            }
+            line += 1;
+        }
+        annotated.push_str("}\n");
+        Ok(Plan { steps, slot_of, num_inputs, code: annotated })
+    }
+
+    fn run(&self, gm: &GraphModule, inputs: &[Value]) -> Result<Vec<Value>> {
+        if inputs.len() != self.num_inputs {
+            return Err(Error::argument(
+                "GraphModule.forward",
+                format!("{} takes {} inputs, got {}", gm.type_name, self.num_inputs, inputs.len()),
+            ));
+        }
+        let mut values: Vec<Option<Value>> = vec![None; self.steps.len()];
+        for (node, i, step, frees) in &self.steps {
+            let v = {
+                let env = Env { values: &values, slot_of: &self.slot_of };
+                match step {
+                    Step::Input(k) => inputs[*k].clone(),
+                    Step::Attr(t) => Value::Tensor(t.clone()),
+                    Step::Op { def, kind, args, kwargs } => {
+                        let what = def.name;
+                        let vals = args
+                            .iter()
+                            .enumerate()
+                            .map(|(j, a)| to_value(a, def.schema.get(j).map(|s| s.ty), &env, what))
+                            .collect::<Result<Vec<_>>>()?;
+                        let kw = kwargs
+                            .iter()
+                            .map(|(k, a)| {
+                                let ty: Option<ArgType> =
+                                    def.schema.iter().find(|s| s.name == k.as_str()).map(|s| s.ty);
+                                Ok((k.clone(), to_value(a, ty, &env, what)?))
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        let bound = if kw.is_empty() && vals.len() == def.schema.len() {
+                            vals
+                        } else {
+                            bind(def.name, def.schema, vals, kw)?
+                        };
+                        let mut out = dispatch(def, *kind, &bound).map_err(|e| node_err(gm, *node, e))?;
+                        if out.len() == 1 {
+                            Value::Tensor(out.remove(0))
+                        } else {
+                            Value::Tensors(out.into_iter().collect())
+                        }
+                    }
+                    Step::Module { path, args, single } => {
+                        let m = gm
+                            .modules
+                            .get(path)
+                            .ok_or_else(|| Error::argument("forward", format!("no module '{path}'")))?;
+                        let vals = args.iter().map(|a| to_value(a, None, &env, path)).collect::<Result<Vec<_>>>()?;
+                        let mut out = match (single, vals.first()) {
+                            (true, Some(Value::Tensor(x))) => {
+                                vec![Value::Tensor(m.call(x).map_err(|e| node_err(gm, *node, e))?)]
+                            }
+                            _ => m.call_values(&vals).map_err(|e| node_err(gm, *node, e))?,
+                        };
+                        if out.len() == 1 {
+                            out.remove(0)
+                        } else {
+                            Value::Tensors(out.into_iter().filter_map(|v| v.as_tensor().cloned()).collect())
+                        }
+                    }
+                    Step::GetItem { from, index } => match env.get(*from)? {
+                        Value::Tensors(ts) => ts.get(*index).cloned().map(Value::Tensor).ok_or_else(|| {
+                            Error::index("getitem", format!("index {index} out of range for {} values", ts.len()))
+                        })?,
+                        other => {
+                            return Err(Error::argument("getitem", format!("expected several values, got {other:?}")))
+                        }
+                    },
+                    Step::Output(a) => {
+                        let out = match a {
+                            Argument::Tuple(items) | Argument::List(items) => {
+                                items.iter().map(|x| to_value(x, None, &env, "output")).collect::<Result<Vec<_>>>()?
+                            }
+                            single => vec![to_value(single, None, &env, "output")?],
+                        };
+                        return Ok(out);
+                    }
+                }
+            };
+            values[*i] = Some(v);
+            for &s in frees {
+                values[s] = None;
+            }
+        }
+        Err(Error::argument("GraphModule.forward", "the graph has no output node"))
+    }
+}
+
+fn node_err(gm: &GraphModule, node: NodeId, e: Error) -> Error {
+    let name = gm.graph.node(node).map(|n| n.name().to_string()).unwrap_or_default();
+    e.with_context(&format!("while running node '{name}' of the GraphModule traced from {}", gm.type_name))
+}
+
+// ----- Module ----------------------------------------------------------------------------------
+
+impl ModuleStructure for GraphModule {
+    fn type_name(&self) -> &'static str {
+        "GraphModule"
+    }
+    fn visit_tensors(&self, f: &mut dyn FnMut(&str, TensorKind, &Tensor)) {
+        for (p, e) in &self.attrs {
+            f(p, e.kind, &e.tensor);
+        }
+    }
+    fn visit_tensors_mut(&mut self, f: &mut dyn FnMut(&str, TensorKind, &mut Tensor)) {
+        for (p, e) in self.attrs.iter_mut() {
+            f(p, e.kind, &mut e.tensor);
+        }
+    }
+    fn visit_children<'a>(&'a self, f: &mut dyn FnMut(&str, &'a dyn Module)) {
+        for (p, m) in &self.modules {
+            f(p, m.as_ref());
+        }
+    }
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module)) {
+        for (p, m) in self.modules.iter_mut() {
+            f(p, m.as_mut());
+        }
+    }
+    fn local_training(&self) -> Option<bool> {
+        Some(self.training)
+    }
+    fn set_local_training(&mut self, mode: bool) {
+        self.training = mode;
+    }
+    fn as_module(&self) -> &dyn Module {
+        self
+    }
+    fn as_module_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+impl Module for GraphModule {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let out = self.forward_values(&[Value::Tensor(x.clone())])?;
+        match <[Value; 1]>::try_from(out) {
+            Ok([Value::Tensor(t)]) => Ok(t),
+            Ok([other]) => {
+                Err(Error::argument("GraphModule.forward", format!("the graph returned {other:?}, not a tensor")))
+            }
+            Err(v) => Err(Error::argument(
+                "GraphModule.forward",
+                format!("the graph returns {} values: use forward_values", v.len()),
+            )),
+        }
+    }
+    fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
+        self.plan()?.run(self, inputs)
+    }
+}
+
+impl std::fmt::Display for GraphModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "GraphModule({})", self.type_name)?;
+        for (p, m) in &self.modules {
+            writeln!(f, "  ({p}): {}({})", m.spec().map(|s| s.type_name).unwrap_or_default(), m.extra_repr())?;
+        }
+        write!(f, "{}", self.graph)
+    }
+}

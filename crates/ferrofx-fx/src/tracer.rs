@@ -1,0 +1,564 @@
+//! Symbolic tracing (FX's `symbolic_trace` / `Tracer`, MegEngine's `trace_module`): runs a
+//! module's forward on symbolic tensors and records every op, method and module call as a
+//! graph node.
+//!
+//! Tracing goes through the one dispatch point of `ferrofx-core`: an op that receives a
+//! symbolic tensor is handed to the tracer ([`ferrofx_core::trace::TraceHook`]), which records a
+//! `call_function` (functions and operators) or `call_method` node and returns symbolic outputs;
+//! module calls go through [`ferrofx_nn::ModuleCallHook`], which records a `call_module` node for
+//! leaf modules (the built-in layers by default) and traces through the others. Parameters and
+//! buffers used directly become `get_attr` nodes with their qualified path; other concrete
+//! tensors become constants (`_tensor_constant0`, ...) owned by the [`GraphModule`].
+//!
+//! Without example inputs ([`symbolic_trace`]) values have no shape, as in FX: code that asks
+//! for a shape, a value or a Python-level decision fails with a trace error explaining where
+//! and what to do. With example inputs ([`trace_with_inputs`]) every node records its
+//! `tensor_meta` and shape queries answer.
+//!
+//! ```
+//! use ferrofx_fx::tracer::symbolic_trace;
+//! use ferrofx_nn::{zoo::DigitsCnn, Module};
+//! let cnn = DigitsCnn::new().unwrap();
+//! let gm = symbolic_trace(&cnn).unwrap();
+//! assert!(gm.graph().to_string().contains("call_module[target=conv1]"));
+//! let x = ferrofx_core::Tensor::from_vec(vec![0.5f32; 64], &[1, 1, 8, 8]).unwrap();
+//! assert_eq!(gm.forward(&x).unwrap().shape(), &[1, 10]);
+//! ```
+
+use crate::graph::{Argument, Graph, GraphId, ModuleStackEntry, NodeId, Opcode, Target, TensorMetadata};
+use crate::graph_module::{GraphModule, TensorEntry};
+use crate::values::literal;
+use ferrofx_core::op::{CallKind, OpDef, Outputs};
+use ferrofx_core::trace::{with_trace_hook, Symbolic, TraceHook};
+use ferrofx_core::{Error, Result, Tensor, TensorMeta, Value};
+use ferrofx_nn::{with_module_call_hook, Module, ModuleCallHook, TensorKind};
+use indexmap::IndexMap;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::panic::Location;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The proxy payload of a symbolic tensor made by this tracer.
+#[derive(Debug, Clone, Copy)]
+struct Proxy {
+    graph: GraphId,
+    /// `None` while probing a leaf module's outputs (nothing is recorded then).
+    node: Option<NodeId>,
+}
+
+/// Decides whether a module call is recorded as one `call_module` node (a leaf) or traced
+/// through. Arguments: the module and its qualified path.
+pub type LeafPredicate = dyn Fn(&dyn Module, &str) -> bool;
+
+/// Ops that return several tensors; without example inputs their output count is unknown.
+const MULTI_OUTPUT: &[&str] = &[
+    "sort",
+    "topk",
+    "split",
+    "chunk",
+    "unbind",
+    "max_pool2d_with_indices",
+    "max_pool1d_with_indices",
+    "var_mean",
+    "std_mean",
+];
+
+/// A configurable tracer (FX's `Tracer`).
+pub struct Tracer {
+    leaf: Rc<LeafPredicate>,
+    input_names: Vec<String>,
+    concrete_args: HashMap<usize, Value>,
+}
+
+impl Default for Tracer {
+    fn default() -> Self {
+        Tracer { leaf: Rc::new(|m, _| m.is_builtin_leaf()), input_names: vec![], concrete_args: HashMap::new() }
+    }
+}
+
+impl Tracer {
+    /// A tracer with FX's defaults: built-in layers are leaves.
+    pub fn new() -> Tracer {
+        Tracer::default()
+    }
+
+    /// Overrides the leaf decision (FX's `is_leaf_module`). Leaves must be built-in layers
+    /// (they have a [`Module::spec`]) so the [`GraphModule`] can own them and files can store
+    /// them; returning `true` for other modules makes the trace fail with an explanation.
+    pub fn is_leaf_module(mut self, f: impl Fn(&dyn Module, &str) -> bool + 'static) -> Tracer {
+        self.leaf = Rc::new(f);
+        self
+    }
+
+    /// Names of the placeholders, in input order (default `x`, `x_1`, ...).
+    pub fn input_names(mut self, names: &[&str]) -> Tracer {
+        self.input_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// FX's `concrete_args`: input `index` is fixed to `value` (a flag, a number, a tensor);
+    /// code depending on it is specialised and no placeholder is made for it.
+    pub fn concrete_arg(mut self, index: usize, value: impl Into<Value>) -> Tracer {
+        self.concrete_args.insert(index, value.into());
+        self
+    }
+
+    /// Traces `module` symbolically (no shapes) with `num_inputs` inputs.
+    pub fn trace(&self, module: &dyn Module, num_inputs: usize) -> Result<GraphModule> {
+        self.run(module, Inputs::Symbolic(num_inputs))
+    }
+
+    /// Traces `module` on example inputs: every node gets its `tensor_meta`.
+    pub fn trace_with_inputs(&self, module: &dyn Module, inputs: &[Value]) -> Result<GraphModule> {
+        self.run(module, Inputs::Examples(inputs))
+    }
+
+    fn run(&self, module: &dyn Module, inputs: Inputs<'_>) -> Result<GraphModule> {
+        let state = Rc::new(State::new(module, self.leaf.clone()));
+        let n = match inputs {
+            Inputs::Symbolic(n) => n,
+            Inputs::Examples(v) => v.len(),
+        };
+        let mut args = Vec::with_capacity(n);
+        for i in 0..n {
+            if let Some(v) = self.concrete_args.get(&i) {
+                args.push(v.clone());
+                continue;
+            }
+            let name = self.input_names.get(i).cloned().unwrap_or_else(|| "x".to_string());
+            let node = state.graph.borrow_mut().placeholder(&name).map_err(trace_err)?;
+            let meta =
+                match inputs {
+                    Inputs::Symbolic(_) => None,
+                    Inputs::Examples(v) => match &v[i] {
+                        Value::Tensor(t) => t.meta(),
+                        other => return Err(Error::trace(
+                            "trace_with_inputs",
+                            format!(
+                                "example input {i} is {other:?}; inputs must be tensors (fix others with concrete_arg)"
+                            ),
+                        )),
+                    },
+                };
+            state.set_meta(node, meta.as_ref(), None)?;
+            args.push(Value::Tensor(state.symbolic(node, meta)));
+        }
+        let hook: Rc<Hooks> = Rc::new(Hooks(state.clone()));
+        let outputs = with_trace_hook(hook.clone(), || {
+            with_module_call_hook(hook.clone(), || {
+                let _g = ferrofx_core::autograd::no_grad();
+                module.forward_values(&args)
+            })
+        });
+        if let Some(e) = state.failure.borrow_mut().take() {
+            return Err(e);
+        }
+        let outputs = outputs?;
+        let out_arg = if outputs.len() == 1 {
+            state.to_arg(&outputs[0])?
+        } else {
+            Argument::tuple(outputs.iter().map(|v| state.to_arg(v)).collect::<Result<Vec<_>>>()?)
+        };
+        state.graph.borrow_mut().output(out_arg).map_err(trace_err)?;
+        drop(hook);
+        let state = Rc::try_unwrap(state).map_err(|_| Error::trace("trace", "the tracer is still referenced"))?;
+        state.finish(module)
+    }
+}
+
+enum Inputs<'a> {
+    Symbolic(usize),
+    Examples(&'a [Value]),
+}
+
+/// `symbolic_trace(module)`: FX's entry point, one input named `x`, no shapes.
+pub fn symbolic_trace(module: &dyn Module) -> Result<GraphModule> {
+    Tracer::new().trace(module, 1)
+}
+
+/// `trace_with_inputs(module, inputs)`: MegEngine's `trace_module`; every node gets shapes.
+pub fn trace_with_inputs(module: &dyn Module, inputs: &[Value]) -> Result<GraphModule> {
+    Tracer::new().trace_with_inputs(module, inputs)
+}
+
+fn trace_err(e: crate::graph::GraphError) -> Error {
+    Error::trace("trace", e.to_string())
+}
+
+struct LeafRecord {
+    spec: ferrofx_nn::spec::ModuleSpec,
+    tensors: Vec<(String, Tensor, TensorKind)>,
+}
+
+struct State {
+    graph: RefCell<Graph>,
+    gid: GraphId,
+    tensor_paths: HashMap<usize, (String, TensorKind)>,
+    module_paths: HashMap<(usize, std::any::TypeId), String>,
+    leaf: Rc<LeafPredicate>,
+    attr_nodes: RefCell<HashMap<String, NodeId>>,
+    attrs: RefCell<IndexMap<String, TensorEntry>>,
+    leaves: RefCell<IndexMap<String, LeafRecord>>,
+    stack: RefCell<Vec<ModuleStackEntry>>,
+    scratch: Cell<usize>,
+    probing: Cell<bool>,
+    failure: RefCell<Option<Error>>,
+    getitem: &'static OpDef,
+}
+
+/// A module's identity during a trace: its address and concrete type (a struct and its first
+/// field can share an address).
+fn module_key(m: &dyn Module) -> (usize, std::any::TypeId) {
+    (m as *const dyn Module as *const () as usize, m.as_any().type_id())
+}
+
+impl State {
+    fn new(root: &dyn Module, leaf: Rc<LeafPredicate>) -> State {
+        let graph = Graph::new();
+        let gid = graph.id();
+        let mut tensor_paths = HashMap::new();
+        for (p, t) in root.named_parameters() {
+            tensor_paths.entry(t.id()).or_insert((p, TensorKind::Parameter));
+        }
+        for (p, t) in root.named_buffers() {
+            tensor_paths.entry(t.id()).or_insert((p, TensorKind::Buffer));
+        }
+        let mut module_paths = HashMap::new();
+        for (p, m) in root.named_modules() {
+            module_paths.entry(module_key(m)).or_insert(p);
+        }
+        State {
+            graph: RefCell::new(graph),
+            gid,
+            tensor_paths,
+            module_paths,
+            leaf,
+            attr_nodes: RefCell::new(HashMap::new()),
+            attrs: RefCell::new(IndexMap::new()),
+            leaves: RefCell::new(IndexMap::new()),
+            stack: RefCell::new(vec![]),
+            scratch: Cell::new(0),
+            probing: Cell::new(false),
+            failure: RefCell::new(None),
+            getitem: crate::getitem::op(),
+        }
+    }
+
+    fn is_leaf(&self, m: &dyn Module, path: &str) -> bool {
+        (self.leaf)(m, path)
+    }
+
+    fn symbolic(&self, node: NodeId, meta: Option<TensorMeta>) -> Tensor {
+        Tensor::symbolic(Symbolic { meta, proxy: Arc::new(Proxy { graph: self.gid, node: Some(node) }) })
+    }
+
+    fn probe_tensor(&self, meta: Option<TensorMeta>) -> Tensor {
+        Tensor::symbolic(Symbolic { meta, proxy: Arc::new(Proxy { graph: self.gid, node: None }) })
+    }
+
+    fn set_meta(&self, node: NodeId, meta: Option<&TensorMeta>, _kind: Option<CallKind>) -> Result<()> {
+        let stack = self.stack.borrow().clone();
+        let mut g = self.graph.borrow_mut();
+        let m = g.meta_mut(node).map_err(trace_err)?;
+        if let Some(t) = meta {
+            m.tensor_meta = Some(TensorMetadata {
+                shape: t.shape.to_vec(),
+                dtype: t.dtype,
+                strides: t.strides.iter().map(|&s| s as isize).collect(),
+                requires_grad: false,
+            });
+        }
+        m.nn_module_stack = stack;
+        Ok(())
+    }
+
+    fn attr_node(&self, path: &str, t: &Tensor, kind: TensorKind, constant: bool) -> Result<NodeId> {
+        if let Some(&n) = self.attr_nodes.borrow().get(path) {
+            return Ok(n);
+        }
+        let n = self.graph.borrow_mut().get_attr(path).map_err(trace_err)?;
+        self.set_meta(n, t.meta().as_ref(), None)?;
+        self.attr_nodes.borrow_mut().insert(path.to_string(), n);
+        self.attrs.borrow_mut().insert(path.to_string(), TensorEntry { tensor: t.clone(), kind, constant });
+        Ok(n)
+    }
+
+    fn tensor_arg(&self, t: &Tensor) -> Result<Argument> {
+        if let Some(sym) = t.as_symbolic() {
+            let p = sym
+                .proxy
+                .downcast_ref::<Proxy>()
+                .filter(|p| p.graph == self.gid)
+                .ok_or_else(|| Error::trace("trace", "a symbolic tensor of another trace was used in this one"))?;
+            return p.node.map(Argument::Node).ok_or_else(|| {
+                Error::trace("trace", "a value computed inside a leaf module escaped it while probing its outputs")
+            });
+        }
+        if let Some((path, kind)) = self.tensor_paths.get(&t.id()) {
+            return Ok(Argument::Node(self.attr_node(path, t, *kind, false)?));
+        }
+        let key = format!("#{}", t.id());
+        if let Some(&n) = self.attr_nodes.borrow().get(&key) {
+            return Ok(Argument::Node(n));
+        }
+        let name = format!("_tensor_constant{}", self.attrs.borrow().values().filter(|e| e.constant).count());
+        let n = self.attr_node(&name, t, TensorKind::Buffer, true)?;
+        self.attr_nodes.borrow_mut().insert(key, n);
+        Ok(Argument::Node(n))
+    }
+
+    fn to_arg(&self, v: &Value) -> Result<Argument> {
+        match v {
+            Value::Tensor(t) => self.tensor_arg(t),
+            Value::Tensors(ts) => {
+                Ok(Argument::list(ts.iter().map(|t| self.tensor_arg(t)).collect::<Result<Vec<_>>>()?))
+            }
+            other => Ok(literal(other).unwrap_or(Argument::None)),
+        }
+    }
+
+    /// Output metadata of `op` on `args`, or `None` when some input's shape is unknown.
+    fn probe(&self, op: &'static OpDef, args: &[Value]) -> Result<Option<Vec<TensorMeta>>> {
+        let unknown = args.iter().any(|a| match a {
+            Value::Tensor(t) => t.meta().is_none(),
+            Value::Tensors(ts) => ts.iter().any(|t| t.meta().is_none()),
+            _ => false,
+        });
+        if unknown {
+            return Ok(None);
+        }
+        self.probing.set(true);
+        let r = (op.meta)(args);
+        self.probing.set(false);
+        r.map(|m| Some(m.into_iter().collect())).map_err(|e| e.in_op(op.name))
+    }
+
+    /// Symbolic outputs of a node whose value has `count` tensors (`getitem` nodes for several).
+    fn outputs(&self, node: NodeId, metas: Option<Vec<TensorMeta>>, count: usize) -> Result<Vec<Tensor>> {
+        if count == 1 {
+            let meta = metas.and_then(|m| m.into_iter().next());
+            self.set_meta(node, meta.as_ref(), None)?;
+            return Ok(vec![self.symbolic(node, meta)]);
+        }
+        self.set_meta(node, None, None)?;
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            let item = self
+                .graph
+                .borrow_mut()
+                .call_function(Target::Op(self.getitem), vec![Argument::Node(node), Argument::Int(i as i64)])
+                .map_err(trace_err)?;
+            let meta = metas.as_ref().and_then(|m| m.get(i).cloned());
+            self.set_meta(item, meta.as_ref(), None)?;
+            out.push(self.symbolic(item, meta));
+        }
+        Ok(out)
+    }
+
+    fn record_op(&self, op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Outputs> {
+        let metas = self.probe(op, args)?;
+        if self.scratch.get() > 0 {
+            let metas = metas.ok_or_else(|| Error::trace(op.name, "output shapes unknown"))?;
+            return Ok(metas.into_iter().map(|m| self.probe_tensor(Some(m))).collect());
+        }
+        // FX records what the user wrote: trailing defaults are left out, keyword-only
+        // arguments go to kwargs
+        let mut keep = args.len();
+        while keep > 0 && op.schema.get(keep - 1).is_some_and(|s| is_default(&args[keep - 1], &s.default)) {
+            keep -= 1;
+        }
+        let mut positional = vec![];
+        let mut kwargs = crate::graph::Kwargs::new();
+        for (i, a) in args[..keep].iter().enumerate() {
+            match op.schema.get(i) {
+                Some(spec) if spec.kwarg_only => {
+                    if !is_default(a, &spec.default) {
+                        kwargs.insert(spec.name.to_string(), self.to_arg(a)?);
+                    }
+                }
+                _ if !kwargs.is_empty() => {
+                    let name = op.schema.get(i).map(|s| s.name).unwrap_or("arg");
+                    kwargs.insert(name.to_string(), self.to_arg(a)?);
+                }
+                _ => positional.push(self.to_arg(a)?),
+            }
+        }
+        let node = {
+            let mut g = self.graph.borrow_mut();
+            match kind {
+                CallKind::Method => g.call_method_with(op.name, positional, kwargs),
+                CallKind::Function | CallKind::Operator => g.call_function_with(Target::Op(op), positional, kwargs),
+            }
+            .map_err(trace_err)?
+        };
+        let count = match &metas {
+            Some(m) => m.len(),
+            None if MULTI_OUTPUT.contains(&op.name) => {
+                return Err(Error::trace(
+                    op.name,
+                    format!(
+                        "'{}' returns several tensors, and how many is unknown without shapes: trace with example inputs (trace_with_inputs)",
+                        op.name
+                    ),
+                ))
+            }
+            None => 1,
+        };
+        Ok(self.outputs(node, metas, count)?.into_iter().collect())
+    }
+
+    fn record_leaf(&self, module: &dyn Module, path: &str, inputs: &[Value], single: bool) -> Result<Vec<Value>> {
+        let spec = module.spec().ok_or_else(|| {
+            Error::trace(
+                module.type_name(),
+                format!(
+                    "module '{path}' ({}) was chosen as a leaf, but only built-in layers can be leaves of a GraphModule (they can be rebuilt from their spec); trace through it instead",
+                    module.type_name()
+                ),
+            )
+        })?;
+        let arguments = inputs.iter().map(|a| self.to_arg(a)).collect::<Result<Vec<_>>>()?;
+        let node = self.graph.borrow_mut().call_module(path, arguments).map_err(trace_err)?;
+        // output count and shapes: trace the leaf's body without recording it
+        self.scratch.set(self.scratch.get() + 1);
+        let probe_inputs: Vec<Value> = inputs
+            .iter()
+            .map(|v| match v {
+                Value::Tensor(t) if t.is_symbolic() => Value::Tensor(self.probe_tensor(t.meta())),
+                other => other.clone(),
+            })
+            .collect();
+        let probed = match (single, probe_inputs.first()) {
+            (true, Some(Value::Tensor(x))) => module.forward(x).map(|t| vec![Value::Tensor(t)]),
+            _ => module.forward_values(&probe_inputs),
+        };
+        self.scratch.set(self.scratch.get() - 1);
+        let (metas, count) = match probed {
+            Ok(vals) => {
+                let metas: Option<Vec<TensorMeta>> =
+                    vals.iter().map(|v| v.as_tensor().and_then(|t| t.meta())).collect();
+                let n = vals.len();
+                (metas, n)
+            }
+            Err(_) if inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.meta().is_none())) => (None, 1),
+            Err(e) => return Err(e),
+        };
+        if !self.leaves.borrow().contains_key(path) {
+            let mut tensors: Vec<(String, Tensor, TensorKind)> =
+                module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
+            tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
+            self.leaves.borrow_mut().insert(path.to_string(), LeafRecord { spec, tensors });
+        }
+        Ok(self.outputs(node, metas, count)?.into_iter().map(Value::Tensor).collect())
+    }
+
+    fn finish(self, root: &dyn Module) -> Result<GraphModule> {
+        let mut graph = self.graph.into_inner();
+        graph.eliminate_dead_code(None);
+        let mut modules = IndexMap::new();
+        for (path, leaf) in self.leaves.into_inner() {
+            let map: HashMap<String, Tensor> = leaf.tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
+            let m = ferrofx_nn::spec::build_builtin(&leaf.spec, &mut |n: &str| map.get(n).cloned())?;
+            modules.insert(path, m);
+        }
+        GraphModule::from_parts(graph, modules, self.attrs.into_inner(), root.type_name(), root.is_training())
+    }
+}
+
+fn is_default(v: &Value, d: &ferrofx_core::op::Default) -> bool {
+    use ferrofx_core::op::Default as D;
+    match (v, d) {
+        (Value::None, D::None) => true,
+        (Value::Bool(a), D::Bool(b)) => a == b,
+        (Value::Int(a), D::Int(b)) => a == b,
+        (Value::Float(a), D::Float(b)) => a.to_bits() == b.to_bits(),
+        (Value::Str(a), D::Str(b)) => a == b,
+        (Value::Ints(a), D::Ints(b)) => a.as_slice() == *b,
+        (Value::DType(a), D::DType(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The hook object installed for the duration of a trace.
+struct Hooks(Rc<State>);
+
+impl TraceHook for Hooks {
+    fn record(&self, op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Outputs> {
+        self.0.record_op(op, kind, args)
+    }
+
+    fn captures(&self, t: &Tensor) -> bool {
+        self.0.tensor_paths.contains_key(&t.id())
+    }
+
+    fn concrete_query(&self, what: &str, location: &'static Location<'static>) {
+        let s = &self.0;
+        if s.probing.get() || s.scratch.get() > 0 {
+            return;
+        }
+        let mut f = s.failure.borrow_mut();
+        if f.is_none() {
+            *f = Some(Error::trace(
+                what,
+                format!(
+                    "TraceError: {what} of a symbolic tensor was requested at {location}; its value is not known while tracing \
+                     symbolically (data-dependent control flow). Fix the value with Tracer::concrete_arg, or trace with example \
+                     inputs (trace_with_inputs) so shapes are known"
+                ),
+            ));
+        }
+    }
+}
+
+impl Hooks {
+    fn module_call(&self, module: &dyn Module, inputs: &[Value], single: bool) -> Result<Vec<Value>> {
+        let s = &self.0;
+        let run = |m: &dyn Module| match (single, inputs.first()) {
+            (true, Some(Value::Tensor(x))) => m.forward(x).map(|t| vec![Value::Tensor(t)]),
+            _ => m.forward_values(inputs),
+        };
+        if s.scratch.get() > 0 {
+            return run(module);
+        }
+        let path = s.module_paths.get(&module_key(module)).cloned();
+        match path {
+            Some(p) if !p.is_empty() && s.is_leaf(module, &p) => s.record_leaf(module, &p, inputs, single),
+            Some(p) => {
+                let pushed = !p.is_empty();
+                if pushed {
+                    s.stack.borrow_mut().push(ModuleStackEntry {
+                        key: p.clone(),
+                        path: p.clone(),
+                        type_name: module.type_name().to_string(),
+                    });
+                }
+                let r = run(module);
+                if pushed {
+                    s.stack.borrow_mut().pop();
+                }
+                r
+            }
+            None => run(module),
+        }
+    }
+}
+
+impl ModuleCallHook for Hooks {
+    fn call_module(&self, module: &dyn Module, inputs: &[Value]) -> Result<Vec<Value>> {
+        self.module_call(module, inputs, false)
+    }
+
+    fn call_module_single(&self, module: &dyn Module, x: &Tensor) -> Result<Tensor> {
+        let mut out = self.module_call(module, &[Value::Tensor(x.clone())], true)?;
+        match out.pop() {
+            Some(Value::Tensor(t)) if out.is_empty() => Ok(t),
+            _ => Err(Error::trace(module.type_name(), "call: expected the module to return one tensor")),
+        }
+    }
+}
+
+/// Whether `node` is a `call_function` of the tracer's `getitem`.
+pub fn is_getitem(g: &Graph, node: NodeId) -> bool {
+    g.node(node).is_ok_and(|n| n.op() == Opcode::CallFunction && n.target().name() == "getitem")
+}
