@@ -21,15 +21,21 @@ fn demo_trains_saves_reloads_and_reports() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = ferrofx().args(["demo", "--quiet", "--out-dir"]).arg(dir.path()).assert().success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
-    assert!(text.contains("same predictions         yes"), "{text}");
-    let acc: f64 = text
-        .lines()
-        .find(|l| l.contains("test accuracy (reloaded)"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.trim_end_matches('%').parse().ok())
-        .expect("accuracy line");
-    assert!(acc >= 97.0, "reloaded accuracy {acc}");
-    assert!(dir.path().join("digits_cnn.safetensors").exists());
+    let pct = |label: &str| -> f64 {
+        text.lines()
+            .find(|l| l.contains(label))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("no '{label}' line in:\n{text}"))
+    };
+    for label in ["test accuracy (trained)", "test accuracy (optimised)", "test accuracy (reloaded)"] {
+        assert!(pct(label) >= 97.0, "{label}: {}", pct(label));
+    }
+    assert_eq!(pct("reloaded = optimised"), 100.0);
+    assert!(pct("optimised = eager predictions") >= 99.0);
+    assert!(text.contains("2 BatchNorm folded, 1 dropout removed"), "{text}");
+    assert!(text.contains("call_module[target=conv1]"), "the traced graph is printed: {text}");
+    assert!(dir.path().join("digits_cnn.fxm").exists());
 }
 
 #[test]
