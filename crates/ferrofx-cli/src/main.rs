@@ -32,6 +32,16 @@ enum Command {
     },
     /// Train a model of the zoo on the embedded digits data and save its state dict.
     Train(commands::train::TrainArgs),
+    /// Print a traced-module file: graph, table, code or summary.
+    Show(commands::show::ShowArgs),
+    /// Run a traced-module file on inputs from a safetensors file.
+    Run(commands::run::RunArgs),
+    /// Latency and throughput of a traced-module file.
+    Bench(commands::bench::BenchArgs),
+    /// Draw the graph of a traced-module file as DOT or SVG.
+    Draw(commands::draw::DrawArgs),
+    /// A zoo architecture plus a state dict (e.g. from PyTorch) becomes a traced-module file.
+    Convert(commands::convert::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +50,11 @@ fn main() -> ExitCode {
         None => commands::demo::run(&PathBuf::from("ferrofx-out"), 0, false),
         Some(Command::Demo { out_dir, seed, quiet }) => commands::demo::run(&out_dir, seed, quiet),
         Some(Command::Train(args)) => commands::train::run(&args),
+        Some(Command::Show(args)) => commands::show::run(&args),
+        Some(Command::Run(args)) => commands::run::run(&args),
+        Some(Command::Bench(args)) => commands::bench::run(&args),
+        Some(Command::Draw(args)) => commands::draw::run(&args),
+        Some(Command::Convert(args)) => commands::convert::run(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

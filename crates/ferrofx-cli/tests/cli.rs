@@ -82,3 +82,138 @@ fn train_reports_an_unwritable_output() {
 fn unknown_subcommand_fails_with_usage() {
     ferrofx().arg("frobnicate").assert().failure().stderr(predicate::str::contains("unrecognized subcommand"));
 }
+
+/// A traced module file made by `convert` from a fresh state dict written by `train`.
+fn fixture(dir: &std::path::Path) -> std::path::PathBuf {
+    let weights = dir.join("w.safetensors");
+    ferrofx().args(["train", "--quiet", "--epochs", "1", "--out"]).arg(&weights).assert().success();
+    let file = dir.join("m.fxm");
+    ferrofx()
+        .args(["convert", "--model", "digits-cnn", "--weights"])
+        .arg(&weights)
+        .arg("--out")
+        .arg(&file)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nodes, traced from DigitsCnn"));
+    file
+}
+
+#[test]
+fn convert_show_run_bench_draw_on_a_traced_module() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = fixture(dir.path());
+    ferrofx().arg("show").arg(&file).assert().success().stdout(predicate::str::contains("call_module[target=conv1]"));
+    ferrofx()
+        .arg("show")
+        .arg(&file)
+        .args(["--view", "tabular"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("call_module").and(predicate::str::contains("[1, 16, 8, 8]")));
+    ferrofx()
+        .arg("show")
+        .arg(&file)
+        .args(["--view", "code"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("drop("));
+    ferrofx()
+        .arg("show")
+        .arg(&file)
+        .args(["--view", "summary"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("parameters       38378"));
+    // run: inputs from safetensors, outputs to safetensors
+    let mut sd = ferrofx_nn::StateDict::new();
+    sd.insert("input0".into(), ferrofx_core::Tensor::from_vec(vec![0.5f32; 2 * 64], &[2, 1, 8, 8]).unwrap());
+    let inp = dir.path().join("in.safetensors");
+    ferrofx_nn::save_state_dict(&sd, &inp).unwrap();
+    let out = dir.path().join("out.safetensors");
+    ferrofx().arg("run").arg(&file).arg("--input").arg(&inp).arg("--out").arg(&out).assert().success();
+    let o = ferrofx_nn::load_state_dict_file(&out).unwrap();
+    assert_eq!(o["output0"].shape(), &[2, 10]);
+    ferrofx()
+        .arg("bench")
+        .arg(&file)
+        .args(["--shape", "4,1,8,8", "--runs", "5"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("median latency").and(predicate::str::contains("samples/s at batch 4")));
+    for ext in ["dot", "svg"] {
+        let d = dir.path().join(format!("g.{ext}"));
+        ferrofx().arg("draw").arg(&file).arg("-o").arg(&d).assert().success();
+        let text = std::fs::read_to_string(&d).unwrap();
+        assert!(text.contains("conv1"), "{ext}: {text}");
+    }
+}
+
+#[test]
+fn file_commands_reject_bad_input_with_clear_messages() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let junk = dir.path().join("junk.fxm");
+    std::fs::write(&junk, b"not a model").unwrap();
+    for cmd in ["show", "draw", "bench", "run"] {
+        let mut c = ferrofx();
+        c.arg(cmd).arg(&junk);
+        match cmd {
+            "draw" => {
+                c.arg("-o").arg(dir.path().join("x.svg"));
+            }
+            "bench" => {
+                c.args(["--shape", "1,1,8,8"]);
+            }
+            "run" => {
+                c.arg("--input").arg(&junk).arg("--out").arg(dir.path().join("o.safetensors"));
+            }
+            _ => {}
+        }
+        c.assert()
+            .failure()
+            .stderr(predicate::str::contains("cannot load").and(predicate::str::contains("truncated or corrupt")));
+    }
+    let file = fixture(dir.path());
+    ferrofx()
+        .arg("draw")
+        .arg(&file)
+        .arg("-o")
+        .arg(dir.path().join("g.png"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("use .dot or .svg"));
+    ferrofx()
+        .arg("bench")
+        .arg(&file)
+        .args(["--shape", "0,1"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--shape [0, 1] must be"));
+    // a state dict of the wrong architecture
+    let w = dir.path().join("w.safetensors");
+    ferrofx()
+        .args(["convert", "--model", "resnet18", "--weights"])
+        .arg(&w)
+        .arg("-o")
+        .arg(dir.path().join("r.fxm"))
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("the weights do not fit Resnet18").and(predicate::str::contains("Missing key(s)")),
+        );
+    // run with inputs of the wrong shape names the node
+    let mut sd = ferrofx_nn::StateDict::new();
+    sd.insert("input0".into(), ferrofx_core::Tensor::from_vec(vec![0.5f32; 64], &[1, 64]).unwrap());
+    let inp = dir.path().join("in.safetensors");
+    ferrofx_nn::save_state_dict(&sd, &inp).unwrap();
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("--input")
+        .arg(&inp)
+        .arg("-o")
+        .arg(dir.path().join("o.safetensors"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("while running node 'conv1'"));
+}

@@ -1,6 +1,11 @@
 //! One file per subcommand.
 
+pub mod bench;
+pub mod convert;
 pub mod demo;
+pub mod draw;
+pub mod run;
+pub mod show;
 pub mod train;
 
 /// Errors of the CLI: the library's errors plus file-system and argument problems, each already
