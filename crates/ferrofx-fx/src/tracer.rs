@@ -128,19 +128,20 @@ impl Tracer {
             }
             let name = self.input_names.get(i).cloned().unwrap_or_else(|| "x".to_string());
             let node = state.graph.borrow_mut().placeholder(&name).map_err(trace_err)?;
-            let meta =
-                match inputs {
-                    Inputs::Symbolic(_) => None,
-                    Inputs::Examples(v) => match &v[i] {
-                        Value::Tensor(t) => t.meta(),
-                        other => return Err(Error::trace(
+            let meta = match inputs {
+                Inputs::Symbolic(_) => None,
+                Inputs::Examples(v) => match &v[i] {
+                    Value::Tensor(t) => t.meta(),
+                    other => {
+                        return Err(Error::trace(
                             "trace_with_inputs",
                             format!(
                                 "example input {i} is {other:?}; inputs must be tensors (fix others with concrete_arg)"
                             ),
-                        )),
-                    },
-                };
+                        ))
+                    }
+                },
+            };
             state.set_meta(node, meta.as_ref(), None)?;
             args.push(Value::Tensor(state.symbolic(node, meta)));
         }

@@ -36,7 +36,7 @@ pub fn run(a: &ShowArgs) -> CliResult<()> {
         View::Graph => println!("{gm}"),
         View::Code => println!("{}", gm.print_readable()?),
         View::Tabular => {
-            println!("{:<14} {:<16} {:<22} {:<40} {:<20} {}", "opcode", "name", "target", "args", "shape", "dtype");
+            println!("{:<14} {:<16} {:<22} {:<40} {:<20} dtype", "opcode", "name", "target", "args", "shape");
             for n in gm.graph().iter() {
                 let (shape, dtype) = n
                     .meta()
