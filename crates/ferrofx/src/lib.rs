@@ -3,13 +3,18 @@
 //! Capture, transform, run and train neural-network programs: a torch.fx-style graph IR, an
 //! eager autograd engine and traced modules that save without source code.
 //!
-//! This facade re-exports the layers; see [`prelude`] for the common names.
+//! This facade re-exports the layers; see [`prelude`] for the common names. The README's tour
+//! below is compiled and run as this crate's documentation tests.
+#![doc = include_str!("../../../README.md")]
 #![warn(missing_docs)]
 
 pub use ferrofx_core as core;
 pub use ferrofx_fx as fx;
+pub use ferrofx_nn as nn;
 
 /// The names most programs need.
 pub mod prelude {
-    pub use ferrofx_core::{DType, Error, Result, Scalar, Tensor};
+    pub use ferrofx_core::{DType, Error, Result, Scalar, Tensor, Value};
+    pub use ferrofx_fx::{symbolic_trace, trace_with_inputs, Graph, GraphModule, Tracer};
+    pub use ferrofx_nn::{Module, ModuleStructure};
 }
