@@ -11,7 +11,7 @@
 //! the other processes of a shared machine), `--script PATH` (default: the repository's `scripts/bench_fx_graph.py`), `--only WORKLOAD`
 //! (ferrofx only, one workload: for profiling).
 
-use ferrofx_fx::{Graph, NodeId, Opcode, Target};
+use ferrofx_fx::{Graph, NodeId, NodeMap, Opcode, Target};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::process::Command;
@@ -154,10 +154,14 @@ fn w_dce(g: &mut Graph, _ops: &Ops) -> Option<Graph> {
 
 /// Returns the copy, so that it is freed after the clock stops: the reference script's copy is
 /// freed only by the garbage collector between runs (its nodes form reference cycles), and
-/// `build_chain` likewise frees its graph outside the timing on both sides.
+/// `build_chain` likewise frees its graph outside the timing on both sides. The old → new map
+/// is recorded in a [`NodeMap`] (FX records it in a dict; `graph_copy` with a `HashMap` is
+/// the same copy with a hash per node).
 fn w_copy(g: &mut Graph, _ops: &Ops) -> Option<Graph> {
     let mut g2 = Graph::new();
-    let out = g2.graph_copy(g, &mut HashMap::new()).expect("copy").expect("output");
+    let mut val_map = NodeMap::new();
+    let out = g2.graph_copy_with(g, &mut val_map).expect("copy").expect("output");
+    assert_eq!(val_map.len(), g.len() - 1);
     g2.output(out).expect("output");
     assert_eq!(g2.len(), g.len());
     Some(g2)

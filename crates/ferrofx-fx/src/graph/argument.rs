@@ -126,7 +126,18 @@ impl Argument {
     }
 
     /// Calls `f` on every node leaf, depth first, left to right (dict values in order).
+    #[inline]
     pub fn visit_nodes(&self, f: &mut impl FnMut(NodeId)) {
+        match self {
+            Argument::Node(n) => f(*n),
+            Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => self.visit_nested(f),
+            _ => {}
+        }
+    }
+
+    /// [`Argument::visit_nodes`] on a container (kept out of line: the common node and scalar
+    /// cases are handled inline by the caller, without a call).
+    fn visit_nested(&self, f: &mut impl FnMut(NodeId)) {
         match self {
             Argument::Node(n) => f(*n),
             Argument::List(items) | Argument::Tuple(items) => {

@@ -6,6 +6,7 @@ use crate::graph::graph::Args;
 use crate::graph::graph::Graph;
 use crate::graph::node::Node;
 use crate::graph::node_id::NodeId;
+use crate::graph::node_map::{NodeMap, ValMap};
 use crate::graph::target::Opcode;
 use std::collections::HashMap;
 
@@ -65,18 +66,28 @@ impl Graph {
     /// assert_eq!(dst.to_string(), src.to_string());
     /// ```
     pub fn graph_copy(&mut self, src: &Graph, val_map: &mut HashMap<NodeId, NodeId>) -> Result<Option<Argument>> {
+        self.graph_copy_impl(src, val_map)
+    }
+
+    /// [`Graph::graph_copy`] recording old node → new node in a dense [`NodeMap`] instead of a
+    /// `HashMap` (no hashing per node; same result otherwise).
+    pub fn graph_copy_with(&mut self, src: &Graph, val_map: &mut NodeMap) -> Result<Option<Argument>> {
+        self.graph_copy_impl(src, val_map)
+    }
+
+    fn graph_copy_impl(&mut self, src: &Graph, val_map: &mut impl ValMap) -> Result<Option<Argument>> {
         let fresh = self.links.len() == 1 && self.namespace.count() == 0;
-        if fresh && !src.unordered && !val_map.keys().any(|k| k.graph == src.id) {
+        if fresh && !src.unordered && !val_map.has_key_of(src.id) {
             return Ok(self.graph_copy_whole(src, val_map));
         }
         // Slot-indexed map of src nodes (faster than hashing every lookup).
         let mut fast: Vec<Option<NodeId>> = vec![None; src.links.len()];
-        for (k, v) in val_map.iter() {
-            if src.contains(*k) {
-                fast[k.index as usize] = Some(*v);
+        val_map.for_each(|k, v| {
+            if src.contains(k) {
+                fast[k.index as usize] = Some(v);
             }
-        }
-        val_map.reserve(src.len());
+        });
+        val_map.reserve_for(src.len(), src.links.len());
         self.reserve(src.len() + 1);
         let mut result = None;
         for node in src.iter() {
@@ -98,7 +109,7 @@ impl Graph {
             }
             let new = self.node_copy(&node, map)?;
             fast[node.idx as usize] = Some(new);
-            val_map.insert(node.id(), new);
+            val_map.record(node.id(), new);
         }
         Ok(result)
     }
@@ -109,7 +120,7 @@ impl Graph {
     /// ids (the name arena is cloned, then the copied names are marked used), slots are
     /// assigned in order so node references map by a slot table, and the use-def edges still
     /// come from the one routine.
-    fn graph_copy_whole(&mut self, src: &Graph, val_map: &mut HashMap<NodeId, NodeId>) -> Option<Argument> {
+    fn graph_copy_whole(&mut self, src: &Graph, val_map: &mut impl ValMap) -> Option<Argument> {
         let mut order: Vec<u32> = Vec::with_capacity(src.len());
         let mut new_index = vec![u32::MAX; src.links.len()];
         let mut output = None;
@@ -125,7 +136,7 @@ impl Graph {
         // Room for the output the caller adds next (FX: `g.output(g.graph_copy(src, {}))`), so
         // that the arrays do not grow (and get copied) right after the copy.
         self.reserve(order.len() + 1);
-        val_map.reserve(order.len());
+        val_map.reserve_for(order.len(), src.links.len());
         let graph = self.id;
         let remap = |n: NodeId| Argument::Node(NodeId { index: new_index[n.index as usize], generation: 0, graph });
         for &s in &order {
@@ -146,7 +157,7 @@ impl Graph {
                 .map(|k| Box::new(k.iter().map(|(k, v)| (k.clone(), v.map_nodes(&mut { remap }))).collect::<Kwargs>()));
             let d = self.append_copied_slot(src, s);
             self.apply_args_kwargs(d, Some(args), Some(kwargs));
-            val_map.insert(src.id_of(s), self.id_of(d));
+            val_map.record(src.id_of(s), self.id_of(d));
         }
         output.map(|o| src.args[o as usize].first().map_or(Argument::None, |a| a.map_nodes(&mut { remap })))
     }

@@ -538,6 +538,29 @@ impl Graph {
     /// (`None` for a node being created): live, of this graph, not the user itself, and no
     /// cycle through the user.
     pub(crate) fn validate_inputs(&self, user: Option<u32>, args: &[Argument], kwargs: Option<&Kwargs>) -> Result<()> {
+        // Common case inline: node and scalar arguments, no kwargs.
+        if kwargs.is_none() {
+            for a in args {
+                match a {
+                    Argument::Node(n) => {
+                        let idx = self.check(*n)?;
+                        if let Some(u) = user {
+                            self.check_no_cycle(u, idx)?;
+                        }
+                    }
+                    Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => {
+                        return self.validate_inputs_nested(user, args, kwargs)
+                    }
+                    _ => {}
+                }
+            }
+            return Ok(());
+        }
+        self.validate_inputs_nested(user, args, kwargs)
+    }
+
+    /// [`Graph::validate_inputs`] for any arguments (containers, kwargs).
+    fn validate_inputs_nested(&self, user: Option<u32>, args: &[Argument], kwargs: Option<&Kwargs>) -> Result<()> {
         let mut result = Ok(());
         let mut visit = |n: NodeId| {
             if result.is_err() {

@@ -1,6 +1,8 @@
 //! [`Graph::lint`]: the five checks of FX's `Graph.lint` (seed 000 §9) plus use-def
 //! consistency, output placement, cycles and the integrity of the order itself.
 
+use crate::graph::argument::Argument;
+use crate::graph::edge_set::TOMB;
 use crate::graph::error::{GraphError, Result};
 use crate::graph::graph::{Graph, ROOT};
 use crate::graph::target::{check_target, Opcode};
@@ -198,6 +200,25 @@ impl Graph {
             }
             last_seq = l.seq;
             let op = self.ops[c];
+            // The common case first: a node that passes every check, verified straight from the
+            // packed arrays; anything unusual (or any finding) takes the full path below.
+            let name = self.names[c].0 as usize;
+            let name_bit = 1u64 << (name % 64);
+            let name_fresh = seen_name.get(name / 64).is_some_and(|w| w & name_bit == 0);
+            let resolve = resolver.is_some() && matches!(op, Opcode::GetAttr | Opcode::CallModule);
+            if name_fresh && !resolve {
+                if let Some((ni, nu)) = self.lint_node_fast(cur, op, l.seq) {
+                    seen_name[name / 64] |= name_bit;
+                    input_pairs += ni;
+                    user_pairs += nu;
+                    if op == Opcode::Output {
+                        outputs.push(cur);
+                    }
+                    prev = cur;
+                    cur = l.next;
+                    continue;
+                }
+            }
             // 1. opcode legality and the target rule (opcodes are an enum; the rule is checked).
             let target = &self.targets[c];
             if target.is_callable() != (op == Opcode::CallFunction) {
@@ -252,7 +273,6 @@ impl Graph {
                 }
             });
             // 4. unique names.
-            let name = self.names[c].0 as usize;
             match seen_name.get_mut(name / 64) {
                 Some(word) if *word & (1 << (name % 64)) == 0 => *word |= 1 << (name % 64),
                 _ => findings.push(LintFinding::DuplicateName { name: self.name_of(cur).to_string() }),
@@ -371,11 +391,198 @@ impl Graph {
         findings
     }
 
+    /// Every per-node check of [`Graph::lint_with`] (except target reachability) for a node
+    /// without kwargs or nested arguments, in one pass over its packed data: `Some((inputs,
+    /// live users))` when the node is clean, `None` when the full path must look (it then
+    /// finds exactly the same problems it always did).
+    #[inline]
+    fn lint_node_fast(&self, cur: u32, op: Opcode, seq: u64) -> Option<(usize, usize)> {
+        let c = cur as usize;
+        if self.targets[c].is_callable() != (op == Opcode::CallFunction) || self.kwargs[c].is_some() {
+            return None;
+        }
+        // input_nodes must be the referenced nodes, deduplicated, in first-appearance order;
+        // each reference must be a live node of this graph defined earlier.
+        let inputs = &self.inputs[c].entries;
+        let mut k = 0usize;
+        for a in self.args[c].iter() {
+            let n = match a {
+                Argument::Node(n) => *n,
+                Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => return None,
+                _ => continue,
+            };
+            let l = self.links.get(n.index as usize)?;
+            if n.graph != self.id || !l.alive || l.generation != n.generation || n.index == ROOT || l.seq >= seq {
+                return None;
+            }
+            if inputs[..k].iter().any(|e| e.node == n.index) {
+                continue;
+            }
+            if inputs.get(k)?.node != n.index {
+                return None;
+            }
+            k += 1;
+        }
+        if k != inputs.len() {
+            return None;
+        }
+        // Every user is live and records this node as an input at the edge's position.
+        let mut live = 0usize;
+        for (p, &u) in self.users[c].entries.iter().enumerate() {
+            if u == TOMB {
+                continue;
+            }
+            live += 1;
+            let ok = u != ROOT
+                && self.links.get(u as usize).is_some_and(|l| l.alive)
+                && self.inputs[u as usize].find(cur).is_some_and(|e| e.pos as usize == p);
+            if !ok {
+                return None;
+            }
+        }
+        (live == self.nusers[c] as usize).then_some((k, live))
+    }
+
     /// Name of a slot for messages (`?` when it is not a live node).
     fn slot_name(&self, idx: u32) -> String {
         match self.links.get(idx as usize) {
             Some(l) if l.alive && idx != ROOT => self.name_of(idx).to_string(),
             _ => format!("<slot {idx}>"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Lint must report corruption of the internal arrays (which the public API cannot cause)
+    //! whether or not the node would otherwise take the fast path.
+    use super::LintFinding;
+    use crate::graph::argument::Argument;
+    use crate::graph::edge_set::TOMB;
+    use crate::graph::graph::Graph;
+    use crate::graph::node_id::NodeId;
+    use crate::graph::target::Target;
+
+    /// x, a = add(x, x), b = mul(a, x), output(b); returns the graph and (x, a, b, out).
+    fn chain() -> (Graph, [NodeId; 4]) {
+        let mut g = Graph::new();
+        let x = g.placeholder("x").unwrap();
+        let a = g.call_function(Target::named("add"), [x.into(), x.into()]).unwrap();
+        let b = g.call_function(Target::named("mul"), [a.into(), x.into()]).unwrap();
+        let out = g.output(b.into()).unwrap();
+        g.lint().unwrap();
+        (g, [x, a, b, out])
+    }
+
+    fn findings(g: &Graph) -> Vec<LintFinding> {
+        g.lint_with(None)
+    }
+
+    #[test]
+    fn wrong_edge_position_is_reported() {
+        let (mut g, [_, _, b, _]) = chain();
+        g.inputs[b.index as usize].entries[1].pos += 1;
+        let f = findings(&g);
+        assert!(
+            f.iter().any(|f| matches!(f, LintFinding::UseDefMismatch { node, message }
+            if node == "x" && message.contains("wrong position"))),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn wrong_user_count_is_reported() {
+        let (mut g, [_, a, _, _]) = chain();
+        g.nusers[a.index as usize] = 2;
+        let f = findings(&g);
+        assert!(
+            f.iter().any(|f| matches!(f, LintFinding::UseDefMismatch { node, message }
+            if node == "add" && message.contains("user count 2 but 1 users"))),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn reference_to_an_erased_node_is_reported() {
+        let (mut g, [x, _, b, _]) = chain();
+        let stale = NodeId { generation: x.generation + 1, ..x };
+        g.args[b.index as usize][1] = Argument::Node(stale);
+        let f = findings(&g);
+        assert!(f.iter().any(|f| matches!(f, LintFinding::ErasedReference { node, .. } if node == "mul")), "{f:?}");
+    }
+
+    #[test]
+    fn foreign_reference_is_reported() {
+        let (mut g, [_, _, b, _]) = chain();
+        let mut other = Graph::new();
+        let y = other.placeholder("y").unwrap();
+        g.args[b.index as usize][1] = Argument::Node(y);
+        let f = findings(&g);
+        assert!(f.iter().any(|f| matches!(f, LintFinding::ForeignReference { node, .. } if node == "mul")), "{f:?}");
+    }
+
+    #[test]
+    fn input_nodes_differing_from_args_are_reported() {
+        let (mut g, [x, a, b, _]) = chain();
+        // mul's args name (a, x); make them (x, a): same set, other first-appearance order.
+        g.args[b.index as usize] = [Argument::Node(x), Argument::Node(a)].into_iter().collect();
+        let f = findings(&g);
+        assert!(
+            f.iter().any(|f| matches!(f, LintFinding::UseDefMismatch { node, message }
+            if node == "mul" && message.contains("differ"))),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn use_before_definition_is_reported() {
+        let (mut g, [_, a, b, _]) = chain();
+        // add uses mul, which comes after it (the edge lists are left as they were).
+        g.args[a.index as usize][1] = Argument::Node(b);
+        let f = findings(&g);
+        assert!(
+            f.iter().any(|f| matches!(f, LintFinding::UsedBeforeDefined { node, input }
+            if node == "add" && input == "mul")),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn duplicate_name_is_reported() {
+        let (mut g, [_, a, b, _]) = chain();
+        g.names[b.index as usize] = g.names[a.index as usize];
+        let f = findings(&g);
+        assert!(f.contains(&LintFinding::DuplicateName { name: "add".into() }), "{f:?}");
+    }
+
+    #[test]
+    fn user_that_is_not_live_is_reported() {
+        let (mut g, [_, a, _, _]) = chain();
+        let dead = g.links.len() as u32 + 5;
+        g.users[a.index as usize].entries.push(dead);
+        g.nusers[a.index as usize] += 1;
+        let f = findings(&g);
+        assert!(
+            f.iter().any(|f| matches!(f, LintFinding::UseDefMismatch { node, message }
+            if node == "add" && message.contains("not a live node"))),
+            "{f:?}"
+        );
+        // A tombstone is not a user.
+        let (mut g, [_, a, _, _]) = chain();
+        g.users[a.index as usize].entries.insert(0, TOMB);
+        let f = findings(&g);
+        assert!(
+            f.iter().any(|f| matches!(f, LintFinding::UseDefMismatch { node, message }
+            if node == "add" && message.contains("wrong position"))),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn callable_target_on_a_placeholder_is_reported() {
+        let (mut g, [x, _, _, _]) = chain();
+        g.targets[x.index as usize] = Target::named("add");
+        let f = findings(&g);
+        assert!(f.iter().any(|f| matches!(f, LintFinding::BadTarget { node, .. } if node == "x")), "{f:?}");
     }
 }

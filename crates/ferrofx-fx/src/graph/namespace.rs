@@ -224,6 +224,12 @@ pub struct Namespace {
     /// `(base id, suffix)` of names handed out or reserved whose suffix is too large for the
     /// base's bitset.
     sparse: FxHashSet<(u32, u64)>,
+    /// The last few candidates that were plain identifiers without a numeric suffix, with their
+    /// base ids: consecutive nodes usually derive their names from a few targets (`add`, `mul`,
+    /// `add`, ...), and such a candidate needs no sanitising, splitting or base lookup.
+    recent: [Option<(Box<str>, u32)>; 4],
+    /// The entry of `recent` replaced next.
+    next_recent: usize,
 }
 
 /// Per base: FX's `_base_count`, whether the bare base is reserved or used, and a bitset of
@@ -264,7 +270,9 @@ fn is_ident_char(c: char) -> bool {
 
 /// Whether `s` is a valid identifier (`[A-Za-z_][A-Za-z0-9_]*`).
 pub(crate) fn is_identifier(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(is_ident_char) && !s.starts_with(|c: char| c.is_ascii_digit())
+    // Bytes suffice: every byte of a non-ASCII character is >= 0x80, never an identifier byte.
+    let b = s.as_bytes();
+    !b.is_empty() && !b[0].is_ascii_digit() && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 /// FX's sanitising: runs of characters that are not `[0-9a-zA-Z_]` become one `_`; an empty
@@ -306,21 +314,35 @@ fn split_suffix(name: &str) -> (&str, Option<u64>) {
     }
 }
 
+/// The two-digit decimal strings `00` ... `99`, concatenated.
+const PAIRS: &str = "00010203040506070809101112131415161718192021222324252627282930313233343536373839\
+40414243444546474849505152535455565758596061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Appends the decimal digits of `n` (no formatting machinery: this is on the node creation
-/// path).
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// path), two at a time from a table.
+fn push_u64(out: &mut String, n: u64) {
+    if n < 10 {
+        out.push(char::from(b'0' + n as u8));
+        return;
     }
-    // The buffer holds ASCII digits only.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+    // Split into two-digit groups, most significant first (at most 10 groups for a u64).
+    let mut groups = [0u8; 10];
+    let mut k = 0;
+    let mut m = n;
+    while m >= 100 {
+        groups[k] = (m % 100) as u8;
+        m /= 100;
+        k += 1;
+    }
+    if m >= 10 {
+        out.push_str(&PAIRS[2 * m as usize..2 * m as usize + 2]);
+    } else {
+        out.push(char::from(b'0' + m as u8));
+    }
+    for &g in groups[..k].iter().rev() {
+        out.push_str(&PAIRS[2 * g as usize..2 * g as usize + 2]);
+    }
 }
 
 impl Namespace {
@@ -333,6 +355,8 @@ impl Namespace {
             base_ids: FxHashMap::default(),
             bases: Vec::new(),
             sparse: FxHashSet::default(),
+            recent: Default::default(),
+            next_recent: 0,
         }
     }
 
@@ -391,6 +415,8 @@ impl Namespace {
             base_ids: src.base_ids.clone(),
             bases: src.bases.iter().map(|b| BaseInfo { reserved: b.reserved, ..BaseInfo::default() }).collect(),
             sparse: FxHashSet::default(),
+            recent: Default::default(),
+            next_recent: 0,
         }
     }
 
@@ -432,15 +458,33 @@ impl Namespace {
 
     /// [`Namespace::create_name`], returning the interned id.
     pub(crate) fn create(&mut self, candidate: &str) -> NameId {
-        let sanitized = sanitize(candidate);
-        let (base, num) = split_suffix(&sanitized);
-        let b = self.base_id(base);
+        let hit = self.recent.iter().flatten().find(|(c, _)| **c == *candidate).map(|&(_, b)| b);
+        let sanitized;
+        let (b, base, num) = match hit {
+            Some(b) => (b, candidate, None),
+            None => {
+                sanitized = sanitize(candidate);
+                let (base, num) = split_suffix(&sanitized);
+                let b = self.base_id(base);
+                if num.is_none() && matches!(sanitized, std::borrow::Cow::Borrowed(_)) {
+                    self.recent[self.next_recent % 4] = Some((candidate.into(), b));
+                    self.next_recent = self.next_recent.wrapping_add(1);
+                }
+                (b, base, num)
+            }
+        };
         let mut key = num.unwrap_or(NO_NUM);
         let mut count = match num {
             Some(n) if n != 0 => n,
             _ => self.bases[b as usize].count,
         };
-        let reserved = self.bases[b as usize].reserved;
+        let info = &self.bases[b as usize];
+        if key == NO_NUM && (info.reserved || info.bare_used) {
+            // The bare base is taken: go straight to the suffixes.
+            count += 1;
+            key = count;
+        }
+        let reserved = info.reserved;
         while (key == NO_NUM && reserved) || !self.use_key(b, key) {
             count += 1;
             key = count;
@@ -472,5 +516,22 @@ impl Namespace {
     /// Number of names handed out (ids are `0..count`).
     pub(crate) fn count(&self) -> usize {
         self.spans.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_u64;
+
+    #[test]
+    fn push_u64_matches_display() {
+        let mut values = vec![0u64, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 100_000, 9_999_999, u64::MAX];
+        values.extend((0..64).map(|s| 1u64 << s));
+        values.extend((0..64).map(|s| (1u64 << s) - 1));
+        for v in values {
+            let mut out = String::from("x_");
+            push_u64(&mut out, v);
+            assert_eq!(out, format!("x_{v}"));
+        }
     }
 }
