@@ -591,25 +591,32 @@ fn matmul_kernel(op: &str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     })
 }
 
-fn matmul_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
+/// FLOPs of a matrix product: 2 × output elements × inner dimension, the inner dimension
+/// being the last dim of the left operand (argument `left`).
+fn product_cost(args: &[Value], outs: &[TensorMeta], left: usize) -> Cost {
     let mut bytes = 0u64;
-    let mut k = 1u64;
-    for (i, a) in args.iter().enumerate() {
+    for a in args {
         if let Value::Tensor(t) = a {
             bytes += t.meta_nbytes() as u64;
-            if i == 1 || (i == 0 && args.len() == 2) {
-                if let Some(s) = t.meta_shape() {
-                    // inner dim: last dim of the left operand
-                    if i == 0 {
-                        k = *s.last().unwrap_or(&1) as u64;
-                    }
-                }
-            }
         }
     }
+    let k = match args.get(left) {
+        Some(Value::Tensor(t)) => t.meta_shape().and_then(|s| s.last().copied()).unwrap_or(1) as u64,
+        _ => 1,
+    };
     let out_numel: u64 = outs.iter().map(|o| o.numel() as u64).sum();
     bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
     Cost { flops: 2 * out_numel * k, bytes }
+}
+
+/// `matmul`, `mm`, `bmm`, `linear`: the left operand is argument 0.
+fn matmul_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
+    product_cost(args, outs, 0)
+}
+
+/// `addmm(input, mat1, mat2)`: the left operand is argument 1.
+fn addmm_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
+    product_cost(args, outs, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -806,7 +813,7 @@ pub static ADDMM: OpDef = OpDef {
         let (beta, alpha) = (scalar("addmm", args, 3)?, scalar("addmm", args, 4)?);
         Ok(smallvec![addmm_like("addmm", Some(i), a, b, beta, alpha)?])
     },
-    cost: matmul_cost,
+    cost: addmm_cost,
     effect: Effect::Pure,
     category: Category::Linear,
     backward: Some(crate::autograd::formulas::nn::addmm_backward),
