@@ -39,43 +39,22 @@ fn kernel(a: &[Value]) -> Result<Outputs> {
 
 const SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", ArgType::TensorList), ArgSpec::req("index", ArgType::Int)];
 
-/// The registered `getitem` op.
+static GETITEM: OpDef = OpDef {
+    name: "getitem",
+    schema: SCHEMA,
+    meta,
+    kernel,
+    cost: |_, _| Cost::default(),
+    effect: Effect::Pure,
+    category: Category::Other,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "Picks one value of a node that returns several (FX's operator.getitem).",
+};
+
+/// The registered `getitem` op (registered on first use; a `getitem` registered by someone
+/// else first is used as is).
 pub fn op() -> &'static OpDef {
     static OP: OnceLock<&'static OpDef> = OnceLock::new();
-    OP.get_or_init(|| {
-        if let Some(def) = op::lookup("getitem") {
-            return def;
-        }
-        op::register(OpDef {
-            name: "getitem",
-            schema: SCHEMA,
-            meta,
-            kernel,
-            cost: |_, _| Cost::default(),
-            effect: Effect::Pure,
-            category: Category::Other,
-            backward: None,
-            saves: Saves::NOTHING,
-            doc: "Picks one value of a node that returns several (FX's operator.getitem).",
-        })
-        .or_else(|_| op::require("getitem"))
-        .unwrap_or_else(|_| unreachable_op())
-    })
-}
-
-fn unreachable_op() -> &'static OpDef {
-    // registration only fails when the name is taken, and then lookup finds it
-    static FALLBACK: OpDef = OpDef {
-        name: "getitem",
-        schema: SCHEMA,
-        meta,
-        kernel,
-        cost: |_, _| Cost::default(),
-        effect: Effect::Pure,
-        category: Category::Other,
-        backward: None,
-        saves: Saves::NOTHING,
-        doc: "Picks one value of a node that returns several (FX's operator.getitem).",
-    };
-    &FALLBACK
+    OP.get_or_init(|| op::lookup("getitem").or_else(|| op::register(OpDef { ..GETITEM }).ok()).unwrap_or(&GETITEM))
 }

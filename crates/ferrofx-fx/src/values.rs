@@ -32,6 +32,23 @@ fn tensor_of(v: Value, what: &str) -> Result<Tensor> {
     }
 }
 
+fn ints(items: &[Argument]) -> Value {
+    Value::Ints(items.iter().filter_map(|x| if let Argument::Int(i) = x { Some(*i) } else { None }).collect())
+}
+
+fn floats(items: &[Argument]) -> Value {
+    Value::Floats(
+        items
+            .iter()
+            .filter_map(|x| match x {
+                Argument::Int(i) => Some(*i as f64),
+                Argument::Float(f) => Some(*f),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
 /// A graph argument as a runtime value, guided by the schema type when known.
 pub(crate) fn to_value(a: &Argument, ty: Option<ArgType>, slots: &dyn Slots, what: &str) -> Result<Value> {
     Ok(match a {
@@ -62,19 +79,8 @@ pub(crate) fn to_value(a: &Argument, ty: Option<ArgType>, slots: &dyn Slots, wha
                 Some(ArgType::TensorList) => Value::Tensors(
                     items.iter().map(|x| tensor_of(to_value(x, None, slots, what)?, what)).collect::<Result<_>>()?,
                 ),
-                _ if !items.is_empty() && all_int => Value::Ints(
-                    items.iter().filter_map(|x| if let Argument::Int(i) = x { Some(*i) } else { None }).collect(),
-                ),
-                _ if !items.is_empty() && all_num => Value::Floats(
-                    items
-                        .iter()
-                        .filter_map(|x| match x {
-                            Argument::Int(i) => Some(*i as f64),
-                            Argument::Float(f) => Some(*f),
-                            _ => None,
-                        })
-                        .collect(),
-                ),
+                _ if !items.is_empty() && all_int => ints(items),
+                _ if !items.is_empty() && all_num => floats(items),
                 _ if items.iter().all(|x| matches!(x, Argument::Node(_))) && !items.is_empty() => Value::Tensors(
                     items.iter().map(|x| tensor_of(to_value(x, None, slots, what)?, what)).collect::<Result<_>>()?,
                 ),
