@@ -407,17 +407,33 @@ impl Namespace {
     /// A namespace sharing `src`'s name arena (so name ids stay valid) but with no name marked
     /// used: the start of a whole-graph copy, which then [`marks`](Namespace::mark) the names
     /// of the nodes it copies, reaching the state node-by-node creation would.
-    pub(crate) fn arena_copy(src: &Namespace) -> Namespace {
+    /// `headroom` names can be added before the arena grows.
+    pub(crate) fn arena_copy(src: &Namespace, headroom: usize) -> Namespace {
+        fn with_room<T: Clone>(v: &[T], extra: usize) -> Vec<T> {
+            let mut out = Vec::with_capacity(v.len() + extra);
+            out.extend_from_slice(v);
+            out
+        }
+        let mut text = String::with_capacity(src.text.len() + 16 * headroom);
+        text.push_str(&src.text);
         Namespace {
-            text: src.text.clone(),
-            spans: src.spans.clone(),
-            keys: src.keys.clone(),
+            text,
+            spans: with_room(&src.spans, headroom),
+            keys: with_room(&src.keys, headroom),
             base_ids: src.base_ids.clone(),
             bases: src.bases.iter().map(|b| BaseInfo { reserved: b.reserved, ..BaseInfo::default() }).collect(),
             sparse: FxHashSet::default(),
             recent: Default::default(),
             next_recent: 0,
         }
+    }
+
+    /// Room for `additional` more names without growing (names are ~8 bytes on average; the
+    /// text grows further by itself when they are longer).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.spans.reserve(additional);
+        self.keys.reserve(additional);
+        self.text.reserve(additional.saturating_mul(8));
     }
 
     /// Marks an arena name used as [`Namespace::create`] would when asked for exactly this
