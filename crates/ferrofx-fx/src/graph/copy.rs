@@ -132,10 +132,11 @@ impl Graph {
             order.push(s);
             new_index[s as usize] = order.len() as u32;
         }
-        self.namespace = crate::graph::namespace::Namespace::arena_copy(&src.namespace);
         // Room for the output the caller adds next (FX: `g.output(g.graph_copy(src, {}))`), so
-        // that the arrays do not grow (and get copied) right after the copy.
-        self.reserve(order.len() + 1);
+        // that the arrays do not grow (and get copied) right after the copy; the name arena
+        // is cloned with room for a few new names likewise.
+        self.namespace = crate::graph::namespace::Namespace::arena_copy(&src.namespace, 16);
+        self.reserve_slots(order.len() + 1);
         val_map.reserve_for(order.len(), src.links.len());
         let graph = self.id;
         let remap = |n: NodeId| Argument::Node(NodeId { index: new_index[n.index as usize], generation: 0, graph });

@@ -66,6 +66,11 @@ impl FindNodesTable {
         b
     }
 
+    /// Room for slots `0..slots` without growing.
+    pub(crate) fn reserve_slots(&mut self, slots: usize) {
+        self.entries.reserve(slots.saturating_sub(self.entries.len()));
+    }
+
     pub(crate) fn insert(&mut self, k: LookupKey, idx: u32) {
         let b = self.bucket(k);
         let i = idx as usize;

@@ -173,6 +173,8 @@ impl Graph {
             owner: None,
             unordered: false,
         };
+        g.namespace.reserve(n);
+        g.lookup.reserve_slots(n + 1);
         // The sentinel root.
         g.push_slot(Opcode::Placeholder, Target::Str(String::new()), NameId::NONE, None);
         g.links[ROOT as usize].alive = true;
@@ -181,6 +183,12 @@ impl Graph {
 
     /// Reserves room for `additional` more nodes in every array.
     pub fn reserve(&mut self, additional: usize) {
+        self.reserve_slots(additional);
+        self.namespace.reserve(additional);
+    }
+
+    /// [`Graph::reserve`] for the per-slot arrays (and the lookup table), not the namespace.
+    pub(crate) fn reserve_slots(&mut self, additional: usize) {
         self.links.reserve(additional);
         self.ops.reserve(additional);
         self.nusers.reserve(additional);
@@ -191,6 +199,9 @@ impl Graph {
         self.users.reserve(additional);
         self.inputs.reserve(additional);
         self.cold.reserve(additional);
+        // The lookup table grows in step, so that it is not copied (and its fresh pages
+        // touched twice) by growths of its own; so does the namespace (in `reserve`).
+        self.lookup.reserve_slots(self.links.capacity());
     }
 
     /// Appends a fresh (unlinked, not yet live) slot to every array.

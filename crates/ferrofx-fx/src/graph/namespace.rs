@@ -188,6 +188,10 @@ impl NameId {
 
 /// Key of a name without a numeric suffix.
 const NO_NUM: u64 = u64::MAX;
+/// Packed key: no numeric suffix.
+const KEY_NONE: u32 = u32::MAX;
+/// Packed key: a suffix too large for a `u32`, kept on the side.
+const KEY_BIG: u32 = u32::MAX - 1;
 
 /// Hands out unique identifiers: sanitised (`layers.0` → `layers_0`), never a keyword or
 /// builtin, made unique with `_1`, `_2` ... suffixes. Names are never handed out twice, even
@@ -213,10 +217,13 @@ const NO_NUM: u64 = u64::MAX;
 pub struct Namespace {
     /// Every handed-out name, concatenated.
     text: String,
-    /// Name id → span in `text`.
-    spans: Vec<(u32, u32)>,
-    /// Name id → (base id, suffix or NO_NUM).
-    keys: Vec<(u32, u64)>,
+    /// Name id → end of its text in `text` (it starts where the previous name ends).
+    ends: Vec<u32>,
+    /// Name id → (base id, suffix), the suffix packed as [`KEY_NONE`], [`KEY_BIG`] (the value is
+    /// in `big_keys`) or the number itself (8 bytes per name).
+    keys: Vec<(u32, u32)>,
+    /// Suffixes of `KEY_BIG` names, by name id.
+    big_keys: FxHashMap<u32, u64>,
     /// Base string → base id.
     base_ids: FxHashMap<Box<str>, u32>,
     /// Per base id: FX's `_base_count` and whether the bare base is a reserved word.
@@ -350,8 +357,9 @@ impl Namespace {
     pub fn new() -> Namespace {
         Namespace {
             text: String::new(),
-            spans: Vec::new(),
+            ends: Vec::new(),
             keys: Vec::new(),
+            big_keys: FxHashMap::default(),
             base_ids: FxHashMap::default(),
             bases: Vec::new(),
             sparse: FxHashSet::default(),
@@ -407,11 +415,20 @@ impl Namespace {
     /// A namespace sharing `src`'s name arena (so name ids stay valid) but with no name marked
     /// used: the start of a whole-graph copy, which then [`marks`](Namespace::mark) the names
     /// of the nodes it copies, reaching the state node-by-node creation would.
-    pub(crate) fn arena_copy(src: &Namespace) -> Namespace {
+    /// `headroom` names can be added before the arena grows.
+    pub(crate) fn arena_copy(src: &Namespace, headroom: usize) -> Namespace {
+        fn with_room<T: Clone>(v: &[T], extra: usize) -> Vec<T> {
+            let mut out = Vec::with_capacity(v.len() + extra);
+            out.extend_from_slice(v);
+            out
+        }
+        let mut text = String::with_capacity(src.text.len() + 16 * headroom);
+        text.push_str(&src.text);
         Namespace {
-            text: src.text.clone(),
-            spans: src.spans.clone(),
-            keys: src.keys.clone(),
+            text,
+            ends: with_room(&src.ends, headroom),
+            keys: with_room(&src.keys, headroom),
+            big_keys: src.big_keys.clone(),
             base_ids: src.base_ids.clone(),
             bases: src.bases.iter().map(|b| BaseInfo { reserved: b.reserved, ..BaseInfo::default() }).collect(),
             sparse: FxHashSet::default(),
@@ -420,10 +437,18 @@ impl Namespace {
         }
     }
 
+    /// Room for `additional` more names without growing (names are ~8 bytes on average; the
+    /// text grows further by itself when they are longer).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.ends.reserve(additional);
+        self.keys.reserve(additional);
+        self.text.reserve(additional.saturating_mul(8));
+    }
+
     /// Marks an arena name used as [`Namespace::create`] would when asked for exactly this
     /// (free) name.
     pub(crate) fn mark(&mut self, id: NameId) {
-        let (b, key) = self.keys[id.0 as usize];
+        let (b, key) = self.key_of(id);
         self.use_key(b, key);
         let info = &mut self.bases[b as usize];
         if key != NO_NUM {
@@ -492,30 +517,52 @@ impl Namespace {
         let info = &mut self.bases[b as usize];
         info.count = count;
         info.names += 1;
-        let start = self.text.len();
         self.text.push_str(base);
         if key != NO_NUM {
             self.text.push('_');
             push_u64(&mut self.text, key);
         }
-        let id = NameId(self.spans.len() as u32);
-        self.spans.push((start as u32, self.text.len() as u32));
-        self.keys.push((b, key));
+        let id = NameId(self.ends.len() as u32);
+        self.ends.push(self.text.len() as u32);
+        let packed = match key {
+            NO_NUM => KEY_NONE,
+            k if k < u64::from(KEY_BIG) => k as u32,
+            k => {
+                self.big_keys.insert(id.0, k);
+                KEY_BIG
+            }
+        };
+        self.keys.push((b, packed));
         id
+    }
+
+    /// The (base id, suffix or `NO_NUM`) of a name.
+    fn key_of(&self, id: NameId) -> (u32, u64) {
+        let (b, packed) = self.keys[id.0 as usize];
+        let key = match packed {
+            KEY_NONE => NO_NUM,
+            KEY_BIG => self.big_keys.get(&id.0).copied().unwrap_or(NO_NUM),
+            k => u64::from(k),
+        };
+        (b, key)
     }
 
     /// The text of an interned name.
     #[inline]
     pub(crate) fn get(&self, id: NameId) -> &str {
-        match self.spans.get(id.0 as usize) {
-            Some(&(s, e)) => &self.text[s as usize..e as usize],
+        let i = id.0 as usize;
+        match self.ends.get(i) {
+            Some(&e) => {
+                let s = if i == 0 { 0 } else { self.ends[i - 1] };
+                &self.text[s as usize..e as usize]
+            }
             None => "",
         }
     }
 
     /// Number of names handed out (ids are `0..count`).
     pub(crate) fn count(&self) -> usize {
-        self.spans.len()
+        self.ends.len()
     }
 }
 
@@ -532,6 +579,27 @@ mod tests {
             let mut out = String::from("x_");
             push_u64(&mut out, v);
             assert_eq!(out, format!("x_{v}"));
+        }
+    }
+
+    /// Names and their packed (base, suffix) keys survive an arena copy, including suffixes
+    /// beyond `u32` (kept on the side), so marking them reaches the same state.
+    #[test]
+    fn packed_keys_round_trip() {
+        use super::{NameId, Namespace};
+        let mut ns = Namespace::new();
+        let names = ["add", "add", "x_4294967294", "x_4294967295", "y_18446744073709551614", "z_7"];
+        let ids: Vec<NameId> = names.iter().map(|n| ns.create(n)).collect();
+        let texts: Vec<&str> = ids.iter().map(|&i| ns.get(i)).collect();
+        assert_eq!(texts, ["add", "add_1", "x_4294967294", "x_4294967295", "y_18446744073709551614", "z_7"]);
+        let mut copy = Namespace::arena_copy(&ns, 4);
+        for &i in &ids {
+            copy.mark(i);
+            assert_eq!(copy.get(i), ns.get(i));
+        }
+        for n in ["add", "x_4294967295", "y_18446744073709551614", "z_7"] {
+            assert!(copy.is_used(n), "{n}");
+            assert_eq!(copy.create_name(n), ns.create_name(n));
         }
     }
 }

@@ -27,14 +27,28 @@ use std::collections::HashMap;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct NodeMap {
-    /// The graph whose keys are stored densely (the first key's graph).
+    /// The graph of the keys stored densely (the first key's graph).
     graph: Option<GraphId>,
-    /// Per source slot: the key's generation and the value.
-    dense: Vec<Option<(u32, NodeId)>>,
-    /// Keys of other graphs.
+    /// The graph of the values stored densely (the first value's graph).
+    value_graph: Option<GraphId>,
+    /// Per source slot: the key's generation and the value's slot and generation (12 bytes).
+    dense: Vec<Slot>,
+    /// Entries that do not fit the dense part (keys or values of other graphs, or a key whose
+    /// slot already holds another generation's key).
     other: HashMap<NodeId, NodeId>,
     len: usize,
 }
+
+/// One dense entry; `value == EMPTY` when the slot has none.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    key_generation: u32,
+    value: u32,
+    value_generation: u32,
+}
+
+/// No value in a dense slot (slot indices stay below `u32::MAX`).
+const EMPTY: u32 = u32::MAX;
 
 impl NodeMap {
     /// An empty map.
@@ -52,16 +66,29 @@ impl NodeMap {
         self.len == 0
     }
 
+    /// The dense slot holding `key`, if it is there.
+    #[inline]
+    fn dense_slot(&self, key: NodeId) -> Option<usize> {
+        if Some(key.graph) != self.graph {
+            return None;
+        }
+        let i = key.index as usize;
+        match self.dense.get(i) {
+            Some(s) if s.value != EMPTY && s.key_generation == key.generation => Some(i),
+            _ => None,
+        }
+    }
+
     /// The value for `key`.
     #[inline]
     pub fn get(&self, key: NodeId) -> Option<NodeId> {
-        if Some(key.graph) == self.graph {
-            match self.dense.get(key.index as usize) {
-                Some(Some((generation, v))) if *generation == key.generation => Some(*v),
-                _ => None,
+        match (self.dense_slot(key), self.value_graph) {
+            (Some(i), Some(graph)) => {
+                let s = self.dense[i];
+                Some(NodeId { index: s.value, generation: s.value_generation, graph })
             }
-        } else {
-            self.other.get(&key).copied()
+            _ if self.other.is_empty() => None,
+            _ => self.other.get(&key).copied(),
         }
     }
 
@@ -70,29 +97,42 @@ impl NodeMap {
         self.get(key).is_some()
     }
 
+    /// Removes the entry of `key`; returns its value.
+    pub fn remove(&mut self, key: NodeId) -> Option<NodeId> {
+        let old = match self.dense_slot(key) {
+            Some(i) => {
+                let v = self.get(key);
+                self.dense[i].value = EMPTY;
+                v
+            }
+            // (An empty `other` is not hashed into.)
+            None if self.other.is_empty() => None,
+            None => self.other.remove(&key),
+        };
+        self.len -= usize::from(old.is_some());
+        old
+    }
+
     /// Sets the value for `key`; returns the previous one.
     #[inline]
     pub fn insert(&mut self, key: NodeId, value: NodeId) -> Option<NodeId> {
+        let old = if self.len == 0 { None } else { self.remove(key) };
         let graph = *self.graph.get_or_insert(key.graph);
-        if key.graph != graph {
-            let old = self.other.insert(key, value);
-            self.len += usize::from(old.is_none());
-            return old;
-        }
+        let value_graph = *self.value_graph.get_or_insert(value.graph);
         let i = key.index as usize;
-        if self.dense.len() <= i {
-            self.dense.resize(i + 1, None);
+        let fits = key.graph == graph && value.graph == value_graph && value.index != EMPTY;
+        if fits && self.dense.len() <= i {
+            self.dense.resize(i + 1, Slot { key_generation: 0, value: EMPTY, value_generation: 0 });
         }
-        let old = match self.dense[i].replace((key.generation, value)) {
-            Some((generation, v)) if generation == key.generation => Some(v),
-            // A stale key of the same slot: a different key, now replaced.
-            Some(_) => {
-                self.len -= 1;
-                None
+        match self.dense.get_mut(i) {
+            Some(s) if fits && s.value == EMPTY => {
+                *s = Slot { key_generation: key.generation, value: value.index, value_generation: value.generation };
             }
-            None => None,
-        };
-        self.len += usize::from(old.is_none());
+            _ => {
+                self.other.insert(key, value);
+            }
+        }
+        self.len += 1;
         old
     }
 
@@ -101,12 +141,17 @@ impl NodeMap {
         self.dense.reserve(slots.saturating_sub(self.dense.len()));
     }
 
-    /// The entries: the dense graph's in slot order, then the others (in no particular order).
+    /// The entries: the dense ones in slot order, then the others (in no particular order).
     pub fn iter(&self) -> impl Iterator<Item = (NodeId, NodeId)> + '_ {
-        let graph = self.graph;
-        let dense = self.dense.iter().enumerate().filter_map(move |(i, e)| {
-            let (generation, v) = (*e)?;
-            Some((NodeId { index: i as u32, generation, graph: graph? }, v))
+        let (graph, value_graph) = (self.graph, self.value_graph);
+        let dense = self.dense.iter().enumerate().filter_map(move |(i, s)| {
+            if s.value == EMPTY {
+                return None;
+            }
+            Some((
+                NodeId { index: i as u32, generation: s.key_generation, graph: graph? },
+                NodeId { index: s.value, generation: s.value_generation, graph: value_graph? },
+            ))
         });
         dense.chain(self.other.iter().map(|(k, v)| (*k, *v)))
     }
@@ -163,7 +208,8 @@ impl ValMap for NodeMap {
         self.insert(key, value);
     }
     fn has_key_of(&self, g: GraphId) -> bool {
-        (self.graph == Some(g) && self.dense.iter().any(Option::is_some)) || self.other.keys().any(|k| k.graph == g)
+        (self.graph == Some(g) && self.dense.iter().any(|s| s.value != EMPTY))
+            || self.other.keys().any(|k| k.graph == g)
     }
     fn for_each(&self, mut f: impl FnMut(NodeId, NodeId)) {
         for (k, v) in self.iter() {
@@ -202,11 +248,22 @@ mod tests {
         assert_eq!(a2.index, a.index);
         assert_eq!(m.get(a2), None);
         assert_eq!(m.insert(a2, c), None);
-        assert_eq!((m.get(a), m.get(a2), m.len()), (None, Some(c), 2));
+        // Both the stale and the live handle of the slot are keys, as in a HashMap.
+        assert_eq!((m.get(a), m.get(a2), m.len()), (Some(b), Some(c), 3));
+        assert_eq!(m.insert(a2, a2), Some(c));
+        assert_eq!(m.insert(a2, c), Some(a2));
+        assert_eq!(m.remove(a), Some(b));
+        assert_eq!((m.get(a), m.remove(a), m.len()), (None, None, 2));
         let hm: HashMap<_, _> = m.clone().into();
         assert_eq!(hm, HashMap::from([(a2, c), (c, a)]));
         let back = NodeMap::from(hm);
         assert_eq!((back.get(a2), back.get(c), back.len()), (Some(c), Some(a), 2));
+        // Values of several graphs.
+        let mut m = NodeMap::new();
+        m.insert(a2, c);
+        m.insert(b, b);
+        assert_eq!((m.get(a2), m.get(b), m.len()), (Some(c), Some(b), 2));
+        assert_eq!(m.iter().count(), 2);
     }
 
     /// `graph_copy_with` gives what `graph_copy` gives, on the bulk path (fresh destination)
