@@ -218,17 +218,34 @@ impl State {
     fn new(root: &dyn Module, leaf: Rc<LeafPredicate>) -> State {
         let graph = Graph::new();
         let gid = graph.id();
+        // One pre-order walk (PyTorch's named_modules order; the first path of a module or
+        // tensor reachable twice wins) instead of three traversals with dedup sets.
+        fn walk<'a>(
+            m: &'a dyn Module,
+            path: String,
+            tensor_paths: &mut HashMap<usize, (String, TensorKind)>,
+            module_paths: &mut HashMap<(usize, std::any::TypeId), String>,
+        ) {
+            if module_paths.contains_key(&module_key(m)) {
+                return;
+            }
+            m.visit_tensors(&mut |n, kind, t| {
+                tensor_paths
+                    .entry(t.id())
+                    .or_insert_with(|| (if path.is_empty() { n.to_string() } else { format!("{path}.{n}") }, kind));
+            });
+            let mut kids: Vec<(String, &'a dyn Module)> = Vec::new();
+            m.visit_children(&mut |n, c| {
+                kids.push((if path.is_empty() { n.to_string() } else { format!("{path}.{n}") }, c));
+            });
+            module_paths.insert(module_key(m), path);
+            for (p, c) in kids {
+                walk(c, p, tensor_paths, module_paths);
+            }
+        }
         let mut tensor_paths = HashMap::new();
-        for (p, t) in root.named_parameters() {
-            tensor_paths.entry(t.id()).or_insert((p, TensorKind::Parameter));
-        }
-        for (p, t) in root.named_buffers() {
-            tensor_paths.entry(t.id()).or_insert((p, TensorKind::Buffer));
-        }
         let mut module_paths = HashMap::new();
-        for (p, m) in root.named_modules() {
-            module_paths.entry(module_key(m)).or_insert(p);
-        }
+        walk(root, String::new(), &mut tensor_paths, &mut module_paths);
         State {
             graph: RefCell::new(graph),
             gid,
