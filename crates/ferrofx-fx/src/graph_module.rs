@@ -16,8 +16,8 @@
 
 use crate::graph::{Argument, Graph, NodeId, Opcode, Target};
 use crate::serialize::{
-    graph_from_doc, graph_to_doc, read_module_bytes, write_module_bytes, FormatError, LeafDoc, ModuleDoc, TensorDoc,
-    TensorKind as DocKind,
+    graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes, write_module_file,
+    FormatError, LeafDoc, ModuleDoc, TensorDoc, TensorKind as DocKind,
 };
 use crate::values::{to_value, Slots};
 use ferrofx_core::op::{bind, dispatch, ArgType, CallKind, OpDef};
@@ -195,13 +195,19 @@ impl GraphModule {
 
     /// Saves the module (graph, leaf specs, tensors) as a traced-module file (`docs/format.md`).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let bytes = self.to_bytes()?;
-        std::fs::write(path.as_ref(), bytes)
+        let (doc, sd) = self.to_doc()?;
+        write_module_file(&doc, &sd, path.as_ref())
             .map_err(|e| Error::io("GraphModule::save", format!("cannot write {}: {e}", path.as_ref().display())))
     }
 
     /// The traced-module file as bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let (doc, sd) = self.to_doc()?;
+        Ok(write_module_bytes(&doc, &sd)?)
+    }
+
+    /// The module document and the tensors it declares (shared with the model, not copied).
+    fn to_doc(&self) -> Result<(ModuleDoc, StateDict)> {
         let mut doc = ModuleDoc::new(&self.type_name, self.training, graph_to_doc(&self.graph)?);
         let mut sd = StateDict::new();
         let mut declare = |path: String, t: &Tensor, kind: DocKind, doc: &mut ModuleDoc| -> Result<()> {
@@ -236,20 +242,28 @@ impl GraphModule {
             };
             declare(path.clone(), &e.tensor, kind, &mut doc)?;
         }
-        Ok(write_module_bytes(&doc, &sd)?)
+        Ok((doc, sd))
     }
 
     /// Loads a traced-module file. Nothing in the file is executed; everything is validated
     /// (see `docs/format.md`), and the module is compiled before it is returned.
     pub fn load(path: impl AsRef<Path>) -> Result<GraphModule> {
-        let bytes = std::fs::read(path.as_ref())
-            .map_err(|e| Error::io("GraphModule::load", format!("cannot read {}: {e}", path.as_ref().display())))?;
-        GraphModule::from_bytes(&bytes)
+        let path = path.as_ref();
+        let (doc, tensors) = read_module_file(path).map_err(|e| match e {
+            FormatError::Io(msg) => Error::io("GraphModule::load", msg),
+            other => Error::from(other),
+        })?;
+        GraphModule::from_doc(doc, tensors)
     }
 
     /// Parses and validates a traced-module file.
     pub fn from_bytes(bytes: &[u8]) -> Result<GraphModule> {
         let (doc, tensors) = read_module_bytes(bytes)?;
+        GraphModule::from_doc(doc, tensors)
+    }
+
+    /// Builds the module a validated document describes.
+    fn from_doc(doc: ModuleDoc, tensors: StateDict) -> Result<GraphModule> {
         let graph = graph_from_doc(&doc.graph)?;
         let kinds: HashMap<&str, &TensorDoc> = doc.tensors.iter().map(|t| (t.path.as_str(), t)).collect();
         let mut modules = IndexMap::new();

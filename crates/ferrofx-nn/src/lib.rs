@@ -38,7 +38,8 @@ pub use module::{
     has_module_call_hook, with_module_call_hook, Module, ModuleCallHook, ModuleField, ModuleStructure, TensorKind,
 };
 pub use state_dict::{
-    load_state_dict_file, save_state_dict, state_dict_from_bytes, state_dict_to_bytes, LoadReport, StateDict,
+    load_state_dict_file, open_for_reading, read_safetensors_header, save_state_dict, save_state_dict_with_metadata,
+    state_dict_from_bytes, state_dict_to_bytes, LoadReport, SafetensorsHeader, StateDict,
 };
 
 /// `use ferrofx_nn::prelude::*;` brings the module traits (and the derive) into scope.

@@ -93,20 +93,23 @@ fn to_st_dtype(d: DType) -> StDtype {
     }
 }
 
-fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
-    let t = t.detach().contiguous()?;
-    let (storage, layout) = t.concrete("save_state_dict")?;
-    let guard = storage.read();
-    let r = layout.contiguous_range().ok_or_else(|| Error::io("save_state_dict", "tensor is not contiguous"))?;
+/// The little-endian bytes of `buf[r]`: borrowed on little-endian machines (no copy), built
+/// otherwise.
+fn buffer_bytes(buf: &CpuBuffer, r: std::ops::Range<usize>) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow;
     macro_rules! le {
         ($v:expr, $f:expr) => {
-            $v[r].iter().flat_map($f).collect::<Vec<u8>>()
+            if cfg!(target_endian = "little") {
+                Cow::Borrowed(bytemuck::cast_slice(&$v[r]))
+            } else {
+                Cow::Owned($v[r].iter().flat_map($f).collect::<Vec<u8>>())
+            }
         };
     }
-    Ok(match &*guard {
-        CpuBuffer::Bool(v) => le!(v, |x: &bool| [*x as u8]),
-        CpuBuffer::U8(v) => v[r].to_vec(),
-        CpuBuffer::I8(v) => le!(v, |x: &i8| x.to_le_bytes()),
+    match buf {
+        CpuBuffer::Bool(v) => Cow::Borrowed(bytemuck::cast_slice(&v[r])),
+        CpuBuffer::U8(v) => Cow::Borrowed(&v[r]),
+        CpuBuffer::I8(v) => Cow::Borrowed(bytemuck::cast_slice(&v[r])),
         CpuBuffer::I16(v) => le!(v, |x: &i16| x.to_le_bytes()),
         CpuBuffer::I32(v) => le!(v, |x: &i32| x.to_le_bytes()),
         CpuBuffer::I64(v) => le!(v, |x: &i64| x.to_le_bytes()),
@@ -114,7 +117,37 @@ fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
         CpuBuffer::BF16(v) => le!(v, |x: &half::bf16| x.to_le_bytes()),
         CpuBuffer::F32(v) => le!(v, |x: &f32| x.to_le_bytes()),
         CpuBuffer::F64(v) => le!(v, |x: &f64| x.to_le_bytes()),
-    })
+    }
+}
+
+/// Calls `f` with safetensors views of every tensor of `sd`, borrowing the tensors' storage
+/// (contiguous tensors are not copied; the storages stay read-locked while `f` runs).
+fn with_views<R>(sd: &StateDict, f: impl FnOnce(Vec<(String, TensorView<'_>)>) -> Result<R>) -> Result<R> {
+    let tensors = sd
+        .iter()
+        .map(|(k, t)| {
+            let t = t.detach();
+            Ok((k, if t.is_contiguous() { t } else { t.contiguous()? }))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut guards = Vec::with_capacity(tensors.len());
+    for (k, t) in &tensors {
+        let (storage, layout) = t.concrete("save_state_dict")?;
+        let r = layout
+            .contiguous_range()
+            .ok_or_else(|| Error::io("save_state_dict", format!("tensor '{k}' is not contiguous")))?;
+        guards.push((k, t, storage.read(), r));
+    }
+    let views = guards.iter().map(|(k, t, guard, r)| (k, t, buffer_bytes(guard, r.clone()))).collect::<Vec<_>>();
+    let views = views
+        .iter()
+        .map(|(k, t, b)| {
+            TensorView::new(to_st_dtype(t.dtype()), t.shape().to_vec(), b)
+                .map(|v| (k.to_string(), v))
+                .map_err(|e| Error::io("save_state_dict", format!("{k}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    f(views)
 }
 
 /// Serializes a state dict to safetensors bytes (keys in the state dict's order are sorted by
@@ -123,71 +156,147 @@ pub fn state_dict_to_bytes(
     sd: &StateDict,
     metadata: Option<std::collections::HashMap<String, String>>,
 ) -> Result<Vec<u8>> {
-    let mut owned = Vec::with_capacity(sd.len());
-    for (k, t) in sd {
-        owned.push((k.clone(), to_st_dtype(t.dtype()), t.shape().to_vec(), tensor_bytes(t)?));
-    }
-    let views = owned
-        .iter()
-        .map(|(k, d, s, b)| {
-            TensorView::new(*d, s.clone(), b)
-                .map(|v| (k.clone(), v))
-                .map_err(|e| Error::io("save_state_dict", format!("{k}: {e}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, metadata).map_err(|e| Error::io("save_state_dict", e.to_string()))
+    with_views(sd, |views| {
+        safetensors::serialize(views, metadata).map_err(|e| Error::io("save_state_dict", e.to_string()))
+    })
+}
+
+/// Writes a state dict as a safetensors file with optional metadata, streaming each tensor's
+/// bytes from its storage to the file (no intermediate copy of the weights).
+pub fn save_state_dict_with_metadata(
+    sd: &StateDict,
+    metadata: Option<std::collections::HashMap<String, String>>,
+    path: impl AsRef<Path>,
+) -> Result<()> {
+    let path = path.as_ref();
+    with_views(sd, |views| {
+        safetensors::serialize_to_file(views, metadata, path)
+            .map_err(|e| Error::io("save_state_dict", format!("cannot write {}: {e}", path.display())))
+    })
 }
 
 /// Writes a state dict as a safetensors file.
 pub fn save_state_dict(sd: &StateDict, path: impl AsRef<Path>) -> Result<()> {
-    let bytes = state_dict_to_bytes(sd, None)?;
-    std::fs::write(path.as_ref(), bytes)
-        .map_err(|e| Error::io("save_state_dict", format!("cannot write {}: {e}", path.as_ref().display())))
+    save_state_dict_with_metadata(sd, None, path)
 }
 
-fn from_le<T, const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    b.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact gives N bytes"))).collect()
-}
-
-/// Parses safetensors bytes into a state dict (keys in file order as stored: sorted by the
-/// safetensors writer, or by offset for files from other writers). Every length and dtype is
-/// validated by the safetensors parser; unsupported dtypes are errors.
+/// Parses safetensors bytes into a state dict (keys in the file's data order: sorted by the
+/// safetensors writer, or whatever order other writers chose). Every length and dtype is
+/// validated; unsupported dtypes are errors.
 pub fn state_dict_from_bytes(bytes: &[u8]) -> Result<StateDict> {
-    let st = safetensors::SafeTensors::deserialize(bytes)
-        .map_err(|e| Error::io("load_state_dict", format!("invalid safetensors data: {e}")))?;
-    let mut entries: Vec<(String, TensorView)> = st.tensors();
-    // keep the file's data order (what PyTorch's state_dict order usually becomes)
-    entries.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
-    let mut sd = StateDict::new();
-    for (name, v) in entries {
-        let b = v.data();
-        let shape = v.shape().to_vec();
-        let buf = match v.dtype() {
-            StDtype::BOOL => CpuBuffer::Bool(b.iter().map(|&x| x != 0).collect()),
-            StDtype::U8 => CpuBuffer::U8(b.to_vec()),
-            StDtype::I8 => CpuBuffer::I8(b.iter().map(|&x| x as i8).collect()),
-            StDtype::I16 => CpuBuffer::I16(from_le(b, i16::from_le_bytes)),
-            StDtype::I32 => CpuBuffer::I32(from_le(b, i32::from_le_bytes)),
-            StDtype::I64 => CpuBuffer::I64(from_le(b, i64::from_le_bytes)),
-            StDtype::F16 => CpuBuffer::F16(from_le(b, half::f16::from_le_bytes)),
-            StDtype::BF16 => CpuBuffer::BF16(from_le(b, half::bf16::from_le_bytes)),
-            StDtype::F32 => CpuBuffer::F32(from_le(b, f32::from_le_bytes)),
-            StDtype::F64 => CpuBuffer::F64(from_le(b, f64::from_le_bytes)),
-            other => {
-                return Err(Error::io(
-                    "load_state_dict",
-                    format!("tensor '{name}' has dtype {other:?}, which ferrofx does not support"),
-                ))
-            }
-        };
-        sd.insert(name.clone(), Tensor::from_buffer(buf, &shape).map_err(|e| e.in_op("load_state_dict"))?);
-    }
-    Ok(sd)
+    let mut r = bytes;
+    let header = read_safetensors_header(&mut r, bytes.len() as u64)?;
+    header.read_tensors(&mut r)
 }
 
-/// Reads a safetensors file into a state dict.
+/// The header of a safetensors stream: its metadata and the tensors it declares, validated
+/// (offsets contiguous from 0, sizes matching dtype × shape, total matching the stream length).
+/// Obtained with [`read_safetensors_header`]; the tensors are then read with
+/// [`SafetensorsHeader::read_tensors`], straight into their final buffers (one copy).
+#[derive(Debug, Clone)]
+pub struct SafetensorsHeader {
+    metadata: Option<std::collections::HashMap<String, String>>,
+    tensors: Vec<(String, safetensors::tensor::TensorInfo)>,
+}
+
+/// Largest safetensors header accepted (the safetensors crate's own bound).
+const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
+/// Reads and validates the header of a safetensors stream of `total_len` bytes, leaving `r` at
+/// the first data byte. Errors name what is wrong (truncated, header too large, bad offsets).
+pub fn read_safetensors_header<R: std::io::Read>(r: &mut R, total_len: u64) -> Result<SafetensorsHeader> {
+    use safetensors::SafeTensorError as E;
+    let bad = |e: E| Error::io("load_state_dict", format!("invalid safetensors data: {e}"));
+    let mut n = [0u8; 8];
+    if total_len < 8 || r.read_exact(&mut n).is_err() {
+        return Err(bad(E::HeaderTooSmall));
+    }
+    let n = u64::from_le_bytes(n);
+    if n > MAX_SAFETENSORS_HEADER {
+        return Err(bad(E::HeaderTooLarge));
+    }
+    if n > total_len - 8 {
+        return Err(bad(E::InvalidHeaderLength));
+    }
+    let mut header = vec![0u8; n as usize];
+    r.read_exact(&mut header).map_err(|_| bad(E::InvalidHeaderLength))?;
+    let text = std::str::from_utf8(&header).map_err(|e| bad(E::InvalidHeader(e)))?;
+    let meta: safetensors::tensor::Metadata =
+        serde_json::from_str(text).map_err(|e| bad(E::InvalidHeaderDeserialization(e)))?;
+    if meta.data_len() as u64 != total_len - 8 - n {
+        return Err(bad(E::MetadataIncompleteBuffer));
+    }
+    let mut tensors: Vec<(String, safetensors::tensor::TensorInfo)> =
+        meta.tensors().into_iter().map(|(k, info)| (k, info.clone())).collect();
+    tensors.sort_by_key(|(_, info)| info.data_offsets);
+    Ok(SafetensorsHeader { metadata: meta.metadata().clone(), tensors })
+}
+
+impl SafetensorsHeader {
+    /// The header's `__metadata__` map, if any.
+    pub fn metadata(&self) -> Option<&std::collections::HashMap<String, String>> {
+        self.metadata.as_ref()
+    }
+
+    /// Reads every tensor (in data order) from `r`, positioned right after the header.
+    pub fn read_tensors<R: std::io::Read>(&self, r: &mut R) -> Result<StateDict> {
+        let mut sd = StateDict::new();
+        for (name, info) in &self.tensors {
+            let numel: usize = info.shape.iter().product();
+            let io = |e: std::io::Error| Error::io("load_state_dict", format!("tensor '{name}': {e}"));
+            macro_rules! read_le {
+                ($t:ty, $variant:ident) => {{
+                    let mut v: Vec<$t> = vec![<$t>::default(); numel];
+                    r.read_exact(bytemuck::cast_slice_mut(&mut v)).map_err(io)?;
+                    if cfg!(target_endian = "big") {
+                        for x in v.iter_mut() {
+                            *x = <$t>::from_le_bytes(x.to_ne_bytes());
+                        }
+                    }
+                    CpuBuffer::$variant(v)
+                }};
+            }
+            let buf = match info.dtype {
+                StDtype::BOOL => {
+                    let mut v = vec![0u8; numel];
+                    r.read_exact(&mut v).map_err(io)?;
+                    CpuBuffer::Bool(v.into_iter().map(|x| x != 0).collect())
+                }
+                StDtype::U8 => read_le!(u8, U8),
+                StDtype::I8 => read_le!(i8, I8),
+                StDtype::I16 => read_le!(i16, I16),
+                StDtype::I32 => read_le!(i32, I32),
+                StDtype::I64 => read_le!(i64, I64),
+                StDtype::F16 => read_le!(half::f16, F16),
+                StDtype::BF16 => read_le!(half::bf16, BF16),
+                StDtype::F32 => read_le!(f32, F32),
+                StDtype::F64 => read_le!(f64, F64),
+                other => {
+                    return Err(Error::io(
+                        "load_state_dict",
+                        format!("tensor '{name}' has dtype {other:?}, which ferrofx does not support"),
+                    ))
+                }
+            };
+            sd.insert(name.clone(), Tensor::from_buffer(buf, &info.shape).map_err(|e| e.in_op("load_state_dict"))?);
+        }
+        Ok(sd)
+    }
+}
+
+/// Reads a safetensors file into a state dict, each tensor read straight from the file into its
+/// own buffer.
 pub fn load_state_dict_file(path: impl AsRef<Path>) -> Result<StateDict> {
-    let bytes = std::fs::read(path.as_ref())
-        .map_err(|e| Error::io("load_state_dict", format!("cannot read {}: {e}", path.as_ref().display())))?;
-    state_dict_from_bytes(&bytes)
+    let path = path.as_ref();
+    let (mut r, len) = open_for_reading(path)?;
+    let header = read_safetensors_header(&mut r, len)?;
+    header.read_tensors(&mut r)
+}
+
+/// Opens a file for sequential reading; returns the reader and the file's length.
+pub fn open_for_reading(path: &Path) -> Result<(std::io::BufReader<std::fs::File>, u64)> {
+    let cannot = |e: std::io::Error| Error::io("load_state_dict", format!("cannot read {}: {e}", path.display()));
+    let f = std::fs::File::open(path).map_err(cannot)?;
+    let len = f.metadata().map_err(cannot)?.len();
+    Ok((std::io::BufReader::with_capacity(1 << 16, f), len))
 }

@@ -101,18 +101,31 @@ impl ModuleDoc {
     }
 }
 
-/// Serializes a module document and its tensors (keyed by the paths the document declares).
-/// Every declared tensor must be given with its declared dtype and shape, and nothing else.
-pub fn write_module_bytes(doc: &ModuleDoc, tensors: &StateDict) -> Result<Vec<u8>, FormatError> {
+/// The safetensors metadata of a module document, after checking that `tensors` holds exactly
+/// the declared tensors with their declared dtypes and shapes.
+fn module_metadata(doc: &ModuleDoc, tensors: &StateDict) -> Result<HashMap<String, String>, FormatError> {
     check_tensors(doc, |p| tensors.get(p).map(|t| (t.dtype().name().to_string(), t.shape().to_vec())), tensors.len())?;
     let json =
         serde_json::to_string(doc).map_err(|e| FormatError::Invalid(format!("cannot encode the module: {e}")))?;
-    let meta = HashMap::from([
+    Ok(HashMap::from([
         ("ferrofx.format".to_string(), FORMAT.to_string()),
         ("ferrofx.version".to_string(), VERSION.to_string()),
         ("ferrofx.module".to_string(), json),
-    ]);
+    ]))
+}
+
+/// Serializes a module document and its tensors (keyed by the paths the document declares).
+/// Every declared tensor must be given with its declared dtype and shape, and nothing else.
+pub fn write_module_bytes(doc: &ModuleDoc, tensors: &StateDict) -> Result<Vec<u8>, FormatError> {
+    let meta = module_metadata(doc, tensors)?;
     ferrofx_nn::state_dict_to_bytes(tensors, Some(meta)).map_err(|e| FormatError::Io(e.to_string()))
+}
+
+/// Writes the same bytes as [`write_module_bytes`] to a file, streaming each tensor from its
+/// storage to the file (the weights are not copied into an intermediate buffer).
+pub fn write_module_file(doc: &ModuleDoc, tensors: &StateDict, path: &std::path::Path) -> Result<(), FormatError> {
+    let meta = module_metadata(doc, tensors)?;
+    ferrofx_nn::save_state_dict_with_metadata(tensors, Some(meta), path).map_err(|e| FormatError::Io(e.to_string()))
 }
 
 fn check_tensors(
@@ -160,9 +173,27 @@ fn check_tensors(
 /// shapes). The graph itself is checked by [`super::graph_from_doc`]; leaf specs by
 /// [`ferrofx_nn::spec::build_builtin`].
 pub fn read_module_bytes(bytes: &[u8]) -> Result<(ModuleDoc, StateDict), FormatError> {
-    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
-        .map_err(|e| FormatError::Invalid(format!("the file is truncated or corrupt, or not safetensors ({e})")))?;
-    let m = meta.metadata().as_ref().ok_or_else(|| {
+    let mut r = bytes;
+    read_module(&mut r, bytes.len() as u64)
+}
+
+/// Reads a traced-module file (validated as [`read_module_bytes`] does), each tensor straight
+/// from the file into its own buffer.
+pub fn read_module_file(path: &std::path::Path) -> Result<(ModuleDoc, StateDict), FormatError> {
+    let (mut r, len) = ferrofx_nn::open_for_reading(path).map_err(|e| FormatError::Io(e.message().to_string()))?;
+    read_module(&mut r, len)
+}
+
+/// Reads a traced module from a stream of `total_len` bytes: header and document first (so a
+/// file that is not a traced module is rejected before any weight is read), then the tensors.
+pub fn read_module<R: std::io::Read>(r: &mut R, total_len: u64) -> Result<(ModuleDoc, StateDict), FormatError> {
+    let header = ferrofx_nn::read_safetensors_header(r, total_len).map_err(|e| {
+        FormatError::Invalid(format!(
+            "the file is truncated or corrupt, or not safetensors ({})",
+            e.message().trim_start_matches("invalid safetensors data: ")
+        ))
+    })?;
+    let m = header.metadata().ok_or_else(|| {
         FormatError::NotTracedModule("the safetensors header has no metadata (a plain state dict?)".to_string())
     })?;
     match m.get("ferrofx.format") {
@@ -186,7 +217,7 @@ pub fn read_module_bytes(bytes: &[u8]) -> Result<(ModuleDoc, StateDict), FormatE
     }
     let doc: ModuleDoc =
         serde_json::from_str(json).map_err(|e| FormatError::Invalid(format!("module document: {e}")))?;
-    let tensors = ferrofx_nn::state_dict_from_bytes(bytes).map_err(|e| FormatError::Invalid(e.to_string()))?;
+    let tensors = header.read_tensors(r).map_err(|e| FormatError::Invalid(e.to_string()))?;
     check_tensors(&doc, |p| tensors.get(p).map(|t| (t.dtype().name().to_string(), t.shape().to_vec())), tensors.len())?;
     Ok((doc, tensors))
 }
