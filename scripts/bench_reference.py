@@ -35,6 +35,7 @@ def data(shape, seed):
 
 def cases():
     import torch
+    import torch.fx
     import torch.nn.functional as F
 
     def matmul_1024():
@@ -60,7 +61,96 @@ def cases():
             return lambda: F.conv2d(x, w, None, s, p), 1
         return make
 
+    def mul_tiny():
+        x = torch.ones(1, requires_grad=True)
+        w = torch.full((1,), 0.5, requires_grad=True)
+
+        def run():
+            with torch.enable_grad():
+                (x * w).backward()
+        return run, 2_000
+
+    def mlp_step():
+        p = lambda shape, seed: (data(shape, seed) * 0.1).requires_grad_()
+        w1, b1, w2, b2 = p((64, 64), 1), p((64,), 2), p((10, 64), 3), p((10,), 4)
+        xb = data((32, 64), 5)
+        tgt = (torch.arange(32) % 10).reshape(32, 1)
+        ps = [w1, b1, w2, b2]
+
+        def step():
+            with torch.enable_grad():
+                h = F.linear(xb, w1, b1).relu()
+                o = F.linear(h, w2, b2)
+                loss = -o.log_softmax(1).gather(1, tgt).mean()
+                loss.backward()
+            with torch.no_grad():
+                for q in ps:
+                    q.sub_(q.grad, alpha=0.01)
+                    q.grad = None
+        return step, 50
+
+    def resnet(fifty):
+        import torchvision
+        return torchvision.models.resnet50() if fifty else torchvision.models.resnet18()
+
+    def infer(fifty):
+        def make():
+            m = resnet(fifty).eval()
+            x = data((1, 3, 224, 224), 1)
+            return lambda: m(x), 1
+        return make
+
+    def resnet18_train_b8():
+        m = resnet(False).train()
+        x = data((8, 3, 224, 224), 1)
+
+        def run():
+            with torch.enable_grad():
+                m(x).sum().backward()
+            for q in m.parameters():
+                q.grad = None
+        return run, 1
+
+    def trace(fifty):
+        def make():
+            m = resnet(fifty)
+            return lambda: torch.fx.symbolic_trace(m), 1
+        return make
+
+    def recompile(fifty):
+        def make():
+            gm = torch.fx.symbolic_trace(resnet(fifty))
+            return lambda: gm.recompile(), 1
+        return make
+
+    def save_load(load):
+        def make():
+            import atexit
+            import os
+            import tempfile
+            sd = resnet(True).eval().state_dict()
+            tag = "load" if load else "save"
+            path = os.path.join(tempfile.gettempdir(), f"ferrofx_bench_ref_{tag}_{os.getpid()}.pt")
+            torch.save(sd, path)
+            atexit.register(lambda: os.path.exists(path) and os.remove(path))
+            if load:
+                return lambda: torch.load(path, weights_only=True), 1
+            return lambda: torch.save(sd, path), 1
+        return make
+
     return {
+        "autograd_mul_tiny": mul_tiny,
+        "autograd_mlp_step": mlp_step,
+        "resnet18_infer_b1": infer(False),
+        "resnet50_infer_b1": infer(True),
+        "resnet18_train_b8": resnet18_train_b8,
+        "fx_graph_module_resnet18_b1": infer(False),
+        "fx_symbolic_trace_resnet18": trace(False),
+        "fx_symbolic_trace_resnet50": trace(True),
+        "fx_recompile_resnet18": recompile(False),
+        "fx_recompile_resnet50": recompile(True),
+        "save_resnet50": save_load(False),
+        "load_resnet50": save_load(True),
         "matmul_1024_f32": matmul_1024,
         "add_16m_f32": add_16m,
         "add_inplace_16m_f32": add_inplace_16m,

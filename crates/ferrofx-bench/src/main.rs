@@ -10,6 +10,7 @@
 //! figures are printed, and the table says so.
 
 mod cases;
+mod cases_models;
 mod timer;
 
 use clap::Parser;
@@ -33,6 +34,9 @@ struct Args {
     /// Only cases whose id contains this string.
     #[arg(long)]
     filter: Option<String>,
+    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format.
+    #[arg(long, value_delimiter = ',')]
+    group: Vec<String>,
     /// Shorter timing budget (noisier).
     #[arg(long)]
     quick: bool,
@@ -132,10 +136,14 @@ fn main() {
         }
     }
     let budget = timer::Budget::new(args.quick);
-    let cases: Vec<_> =
-        cases::all().into_iter().filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true)).collect();
+    let cases: Vec<_> = cases::all()
+        .into_iter()
+        .chain(cases_models::all())
+        .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
+        .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
+        .collect();
     if cases.is_empty() {
-        eprintln!("error: no benchmark case matches the filter");
+        eprintln!("error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format)");
         std::process::exit(2);
     }
     let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
@@ -163,7 +171,9 @@ fn main() {
         )),
         Err(e) => md.push_str(&format!("Reference: NOT RUN ({e}); ferrofx figures only.\n\n")),
     }
-    md.push_str("| case | what | ferrofx | reference | ratio | ferrofx throughput |\n|---|---|---|---|---|---|\n");
+    md.push_str(
+        "| group | case | what | ferrofx | reference | ratio | ferrofx throughput |\n|---|---|---|---|---|---|---|\n",
+    );
     let mut json_rows = Vec::new();
     for c in &cases {
         let o = &ours[c.id];
@@ -181,7 +191,7 @@ fn main() {
             (Ok(s), Some((w, unit))) => format!("{:.1} {unit}", w / s / 1e9),
             _ => "".into(),
         };
-        md.push_str(&format!("| {} | {} | {ours_s} | {ref_s} | {ratio} | {thr} |\n", c.id, c.what));
+        md.push_str(&format!("| {} | {} | {} | {ours_s} | {ref_s} | {ratio} | {thr} |\n", c.group, c.id, c.what));
         json_rows
             .push(json!({"id": c.id, "group": c.group, "ferrofx_seconds": o.as_ref().ok(), "reference_seconds": r}));
     }
