@@ -14,20 +14,18 @@
 //! marks the plan stale; the next forward recompiles automatically (an invalid edit then
 //! surfaces as the forward's `Err`). Call `recompile()` yourself to see errors early.
 
-use crate::graph::{Argument, Graph, NodeId, Opcode, Target};
+use crate::graph::{Graph, Opcode};
+use crate::plan::Plan;
 use crate::serialize::{
     graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes, write_module_file,
     FormatError, LeafDoc, ModuleDoc, TensorDoc, TensorKind as DocKind,
 };
-use crate::values::{to_value, Slots};
-use ferrofx_core::op::{bind, dispatch, ArgType, CallKind, OpDef};
 use ferrofx_core::{Error, Result, Tensor, Value};
 use ferrofx_nn::module::ModuleStructure;
 use ferrofx_nn::{Module, StateDict, TensorKind};
 use indexmap::IndexMap;
 use std::any::Any;
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -44,10 +42,10 @@ pub struct TensorEntry {
 
 /// A module whose forward is a graph.
 pub struct GraphModule {
-    graph: Graph,
-    modules: IndexMap<String, Box<dyn Module>>,
-    attrs: IndexMap<String, TensorEntry>,
-    type_name: String,
+    pub(crate) graph: Graph,
+    pub(crate) modules: IndexMap<String, Box<dyn Module>>,
+    pub(crate) attrs: IndexMap<String, TensorEntry>,
+    pub(crate) type_name: String,
     training: bool,
     plan: RwLock<Option<Arc<Plan>>>,
 }
@@ -185,7 +183,7 @@ impl GraphModule {
     /// The plan as readable source: one line per node, with the values dropped after their
     /// last use (FX's `code`).
     pub fn code(&self) -> Result<String> {
-        Ok(self.plan()?.code.clone())
+        Ok(self.plan()?.code(&self.graph).to_string())
     }
 
     /// FX's `print_readable`: the module's code under its type name.
@@ -306,295 +304,6 @@ impl GraphModule {
         }
         GraphModule::from_parts(graph, modules, attrs, &doc.type_name, doc.training)
     }
-}
-
-// ----- the execution plan --------------------------------------------------------------------
-
-enum Step {
-    Input(usize),
-    Attr(Tensor),
-    Op { def: &'static OpDef, kind: CallKind, args: Vec<Argument>, kwargs: Vec<(String, Argument)> },
-    Module { path: String, args: Vec<Argument>, single: bool },
-    GetItem { from: NodeId, index: usize },
-    Output(Argument),
-}
-
-struct Plan {
-    steps: Vec<(NodeId, usize, Step, Vec<usize>)>,
-    slot_of: HashMap<NodeId, usize>,
-    num_inputs: usize,
-    code: String,
-}
-
-struct Env<'a> {
-    values: &'a [Option<Value>],
-    slot_of: &'a HashMap<NodeId, usize>,
-}
-
-impl Slots for Env<'_> {
-    fn get(&self, node: NodeId) -> Result<Value> {
-        self.slot_of
-            .get(&node)
-            .and_then(|&s| self.values[s].clone())
-            .ok_or_else(|| Error::argument("GraphModule", format!("value of node {node:?} used after it was freed")))
-    }
-}
-
-fn fmt_arg(g: &Graph, a: &Argument) -> String {
-    match a {
-        Argument::Node(n) => g.node(*n).map(|n| n.name().to_string()).unwrap_or_else(|_| "?".into()),
-        Argument::List(v) => format!("[{}]", v.iter().map(|x| fmt_arg(g, x)).collect::<Vec<_>>().join(", ")),
-        Argument::Tuple(v) => format!("({})", v.iter().map(|x| fmt_arg(g, x)).collect::<Vec<_>>().join(", ")),
-        Argument::Str(s) => format!("{s:?}"),
-        Argument::Bool(b) => b.to_string(),
-        Argument::Int(i) => i.to_string(),
-        Argument::Float(f) => format!("{f:?}"),
-        Argument::None => "None".into(),
-        other => format!("{other:?}"),
-    }
-}
-
-impl Plan {
-    fn build(gm: &GraphModule) -> Result<Plan> {
-        let g = &gm.graph;
-        g.lint().map_err(|e| Error::argument("recompile", format!("the graph fails lint: {e}")))?;
-        let mut slot_of = HashMap::new();
-        let mut last_use: HashMap<NodeId, usize> = HashMap::new();
-        let mut steps = vec![];
-        let mut num_inputs = 0;
-        let mut code = String::from("fn forward(&self");
-        let placeholders: Vec<String> =
-            g.iter().filter(|n| n.op() == Opcode::Placeholder).map(|n| format!(", {}: Tensor", n.name())).collect();
-        code.push_str(&placeholders.concat());
-        code.push_str(") -> Result<Value> {\n");
-        for (i, n) in g.iter().enumerate() {
-            slot_of.insert(n.id(), i);
-            for input in n.all_input_nodes() {
-                last_use.insert(input, i);
-            }
-            let name = n.name();
-            let step = match n.op() {
-                Opcode::Placeholder => {
-                    num_inputs += 1;
-                    Step::Input(num_inputs - 1)
-                }
-                Opcode::GetAttr => {
-                    let path = n.target().name();
-                    let t =
-                        gm.attrs.get(path).map(|e| e.tensor.clone()).or_else(|| gm.get_tensor(path).ok()).ok_or_else(
-                            || {
-                                Error::argument(
-                                    "recompile",
-                                    format!("node '{name}': get_attr target '{path}' does not exist"),
-                                )
-                            },
-                        )?;
-                    let _ = writeln!(code, "    let {name} = self.{path};");
-                    Step::Attr(t)
-                }
-                Opcode::CallFunction | Opcode::CallMethod => {
-                    let (def, kind) = match (n.op(), n.target()) {
-                        (Opcode::CallFunction, Target::Op(def)) => (*def, CallKind::Function),
-                        (Opcode::CallMethod, Target::Str(m)) => (
-                            ferrofx_core::op::lookup(m).ok_or_else(|| {
-                                Error::argument("recompile", format!("node '{name}': no tensor method '{m}'"))
-                            })?,
-                            CallKind::Method,
-                        ),
-                        (_, t) => {
-                            return Err(Error::argument(
-                                "recompile",
-                                format!("node '{name}': target '{}' is not a registry op; user functions cannot run in a GraphModule", t.name()),
-                            ))
-                        }
-                    };
-                    let args = n.args().to_vec();
-                    let kwargs: Vec<(String, Argument)> =
-                        n.kwargs().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                    let shown: Vec<String> = args
-                        .iter()
-                        .map(|a| fmt_arg(g, a))
-                        .chain(kwargs.iter().map(|(k, v)| format!("{k}={}", fmt_arg(g, v))))
-                        .collect();
-                    if def.name == "getitem" {
-                        let from = args.first().and_then(Argument::as_node);
-                        let index = match args.get(1) {
-                            Some(Argument::Int(i)) if *i >= 0 => Some(*i as usize),
-                            _ => None,
-                        };
-                        match (from, index) {
-                            (Some(from), Some(index)) => {
-                                let _ = writeln!(code, "    let {name} = {}[{index}];", fmt_arg(g, &args[0]));
-                                Step::GetItem { from, index }
-                            }
-                            _ => return Err(Error::argument("recompile", format!("node '{name}': malformed getitem"))),
-                        }
-                    } else {
-                        if kind == CallKind::Method {
-                            let _ = writeln!(
-                                code,
-                                "    let {name} = {}.{}({})?;",
-                                shown[0],
-                                def.name,
-                                shown[1..].join(", ")
-                            );
-                        } else {
-                            let _ = writeln!(code, "    let {name} = {}({})?;", def.name, shown.join(", "));
-                        }
-                        Step::Op { def, kind, args, kwargs }
-                    }
-                }
-                Opcode::CallModule => {
-                    let path = n.target().name().to_string();
-                    if !gm.modules.contains_key(&path) {
-                        return Err(Error::argument(
-                            "recompile",
-                            format!(
-                                "node '{name}': call_module target '{path}' is not a submodule of this GraphModule"
-                            ),
-                        ));
-                    }
-                    let args = n.args().to_vec();
-                    let shown: Vec<String> = args.iter().map(|a| fmt_arg(g, a)).collect();
-                    let _ = writeln!(code, "    let {name} = self.{path}({})?;", shown.join(", "));
-                    // a module whose results are picked by getitem returns several values
-                    // (call_values); otherwise a one-input call is the single-tensor forward
-                    let multi = n.users().any(|u| crate::tracer::is_getitem(g, u));
-                    Step::Module { path, single: args.len() == 1 && !multi, args }
-                }
-                Opcode::Output => {
-                    let a = n.args().first().cloned().unwrap_or(Argument::None);
-                    let _ = writeln!(code, "    return {};", fmt_arg(g, &a));
-                    Step::Output(a)
-                }
-            };
-            steps.push((n.id(), i, step, vec![]));
-        }
-        // frees: after step i, drop every value whose last use is i
-        let mut frees: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (node, &i) in &last_use {
-            if let Some(&s) = slot_of.get(node) {
-                frees.entry(i).or_default().push(s);
-            }
-        }
-        let mut annotated = String::new();
-        let lines: Vec<&str> = code.lines().collect();
-        let mut line = 1; // line 0 is the signature
-        annotated.push_str(lines[0]);
-        annotated.push('\n');
-        for (_, i, step, f) in steps.iter_mut() {
-            if let Some(v) = frees.remove(i) {
-                *f = v;
-                f.sort_unstable();
-            }
-            if matches!(step, Step::Input(_)) {
-                continue;
-            }
-            if let Some(l) = lines.get(line) {
-                annotated.push_str(l);
-                let names: Vec<String> =
-                    f.iter().filter_map(|s| g.iter().nth(*s).map(|n| n.name().to_string())).collect();
-                if !names.is_empty() && !matches!(step, Step::Output(_)) {
-                    let _ = write!(annotated, "  drop({});", names.join(", "));
-                }
-                annotated.push('\n');
-            }
-            line += 1;
-        }
-        annotated.push_str("}\n");
-        Ok(Plan { steps, slot_of, num_inputs, code: annotated })
-    }
-
-    fn run(&self, gm: &GraphModule, inputs: &[Value]) -> Result<Vec<Value>> {
-        if inputs.len() != self.num_inputs {
-            return Err(Error::argument(
-                "GraphModule.forward",
-                format!("{} takes {} inputs, got {}", gm.type_name, self.num_inputs, inputs.len()),
-            ));
-        }
-        let mut values: Vec<Option<Value>> = vec![None; self.steps.len()];
-        for (node, i, step, frees) in &self.steps {
-            let v = {
-                let env = Env { values: &values, slot_of: &self.slot_of };
-                match step {
-                    Step::Input(k) => inputs[*k].clone(),
-                    Step::Attr(t) => Value::Tensor(t.clone()),
-                    Step::Op { def, kind, args, kwargs } => {
-                        let what = def.name;
-                        let vals = args
-                            .iter()
-                            .enumerate()
-                            .map(|(j, a)| to_value(a, def.schema.get(j).map(|s| s.ty), &env, what))
-                            .collect::<Result<Vec<_>>>()?;
-                        let kw = kwargs
-                            .iter()
-                            .map(|(k, a)| {
-                                let ty: Option<ArgType> =
-                                    def.schema.iter().find(|s| s.name == k.as_str()).map(|s| s.ty);
-                                Ok((k.clone(), to_value(a, ty, &env, what)?))
-                            })
-                            .collect::<Result<Vec<_>>>()?;
-                        let bound = if kw.is_empty() && vals.len() == def.schema.len() {
-                            vals
-                        } else {
-                            bind(def.name, def.schema, vals, kw)?
-                        };
-                        let mut out = dispatch(def, *kind, &bound).map_err(|e| node_err(gm, *node, e))?;
-                        if out.len() == 1 {
-                            Value::Tensor(out.remove(0))
-                        } else {
-                            Value::Tensors(out.into_iter().collect())
-                        }
-                    }
-                    Step::Module { path, args, single } => {
-                        let m = gm
-                            .modules
-                            .get(path)
-                            .ok_or_else(|| Error::argument("forward", format!("no module '{path}'")))?;
-                        let vals = args.iter().map(|a| to_value(a, None, &env, path)).collect::<Result<Vec<_>>>()?;
-                        let mut out = match (single, vals.first()) {
-                            (true, Some(Value::Tensor(x))) => {
-                                vec![Value::Tensor(m.call(x).map_err(|e| node_err(gm, *node, e))?)]
-                            }
-                            _ => m.call_values(&vals).map_err(|e| node_err(gm, *node, e))?,
-                        };
-                        if out.len() == 1 {
-                            out.remove(0)
-                        } else {
-                            Value::Tensors(out.into_iter().filter_map(|v| v.as_tensor().cloned()).collect())
-                        }
-                    }
-                    Step::GetItem { from, index } => match env.get(*from)? {
-                        Value::Tensors(ts) => ts.get(*index).cloned().map(Value::Tensor).ok_or_else(|| {
-                            Error::index("getitem", format!("index {index} out of range for {} values", ts.len()))
-                        })?,
-                        other => {
-                            return Err(Error::argument("getitem", format!("expected several values, got {other:?}")))
-                        }
-                    },
-                    Step::Output(a) => {
-                        let out = match a {
-                            Argument::Tuple(items) | Argument::List(items) => {
-                                items.iter().map(|x| to_value(x, None, &env, "output")).collect::<Result<Vec<_>>>()?
-                            }
-                            single => vec![to_value(single, None, &env, "output")?],
-                        };
-                        return Ok(out);
-                    }
-                }
-            };
-            values[*i] = Some(v);
-            for &s in frees {
-                values[s] = None;
-            }
-        }
-        Err(Error::argument("GraphModule.forward", "the graph has no output node"))
-    }
-}
-
-fn node_err(gm: &GraphModule, node: NodeId, e: Error) -> Error {
-    let name = gm.graph.node(node).map(|n| n.name().to_string()).unwrap_or_default();
-    e.with_context(&format!("while running node '{name}' of the GraphModule traced from {}", gm.type_name))
 }
 
 // ----- Module ----------------------------------------------------------------------------------

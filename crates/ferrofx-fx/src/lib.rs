@@ -37,6 +37,7 @@ pub mod graph;
 pub mod graph_module;
 pub mod interpreter;
 pub mod passes;
+mod plan;
 pub mod rust_source;
 pub mod serialize;
 pub mod shape_prop;

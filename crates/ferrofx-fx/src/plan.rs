@@ -1,0 +1,318 @@
+//! The execution plan of a [`GraphModule`]: built by `recompile` after lint, it resolves every
+//! target once (registry ops, submodules, attributes), gives each node a value slot (dense, by
+//! position in the graph) and lists after each step the slots whose last use it was, so values
+//! are dropped as early as FX's generated code drops them. The readable form (`code()`) is
+//! rendered on first request, not on every recompile.
+
+use crate::graph::{Argument, Graph, NodeId, Opcode, Target};
+use crate::graph_module::GraphModule;
+use crate::values::{to_value, Slots};
+use ferrofx_core::op::{bind, dispatch, ArgType, CallKind, OpDef};
+use ferrofx_core::{Error, Result, Tensor, Value};
+use ferrofx_nn::Module;
+use std::fmt::Write;
+use std::sync::OnceLock;
+
+/// What one step of the plan does.
+enum Step {
+    Input(usize),
+    Attr(Tensor),
+    Op { def: &'static OpDef, kind: CallKind, args: Vec<Argument>, kwargs: Vec<(String, Argument)> },
+    Module { path: String, args: Vec<Argument>, single: bool },
+    GetItem { from: NodeId, index: usize },
+    Output(Argument),
+}
+
+/// One step: the node it runs, what it does, and the slots freed after it.
+struct PlanStep {
+    node: NodeId,
+    step: Step,
+    frees: Vec<u32>,
+}
+
+/// A compiled GraphModule forward.
+pub(crate) struct Plan {
+    steps: Vec<PlanStep>,
+    /// Slot of each node, indexed by `NodeId::index()` (`u32::MAX`: not in the plan).
+    slot_of: Vec<u32>,
+    num_inputs: usize,
+    code: OnceLock<String>,
+}
+
+const NO_SLOT: u32 = u32::MAX;
+
+struct Env<'a> {
+    values: &'a [Option<Value>],
+    slot_of: &'a [u32],
+}
+
+impl Slots for Env<'_> {
+    fn get(&self, node: NodeId) -> Result<Value> {
+        self.slot_of
+            .get(node.index() as usize)
+            .filter(|&&s| s != NO_SLOT)
+            .and_then(|&s| self.values[s as usize].clone())
+            .ok_or_else(|| Error::argument("GraphModule", format!("value of node {node:?} used after it was freed")))
+    }
+}
+
+fn fmt_arg(g: &Graph, a: &Argument) -> String {
+    match a {
+        Argument::Node(n) => g.node(*n).map(|n| n.name().to_string()).unwrap_or_else(|_| "?".into()),
+        Argument::List(v) => format!("[{}]", v.iter().map(|x| fmt_arg(g, x)).collect::<Vec<_>>().join(", ")),
+        Argument::Tuple(v) => format!("({})", v.iter().map(|x| fmt_arg(g, x)).collect::<Vec<_>>().join(", ")),
+        Argument::Str(s) => format!("{s:?}"),
+        Argument::Bool(b) => b.to_string(),
+        Argument::Int(i) => i.to_string(),
+        Argument::Float(f) => format!("{f:?}"),
+        Argument::None => "None".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Plan {
+    /// Lints the graph and resolves every node into a step.
+    pub(crate) fn build(gm: &GraphModule) -> Result<Plan> {
+        let g = &gm.graph;
+        g.lint().map_err(|e| Error::argument("recompile", format!("the graph fails lint: {e}")))?;
+        let max_index = g.iter().map(|n| n.id().index() as usize + 1).max().unwrap_or(0);
+        let mut slot_of = vec![NO_SLOT; max_index];
+        let mut last_use: Vec<u32> = Vec::with_capacity(g.len());
+        let mut steps = Vec::with_capacity(g.len());
+        let mut num_inputs = 0;
+        for (i, n) in g.iter().enumerate() {
+            slot_of[n.id().index() as usize] = i as u32;
+            last_use.push(NO_SLOT);
+            for input in n.all_input_nodes() {
+                // lint guarantees inputs come earlier, so they have slots
+                if let Some(&s) = slot_of.get(input.index() as usize).filter(|&&s| s != NO_SLOT) {
+                    last_use[s as usize] = i as u32;
+                }
+            }
+            let name = n.name();
+            let step = match n.op() {
+                Opcode::Placeholder => {
+                    num_inputs += 1;
+                    Step::Input(num_inputs - 1)
+                }
+                Opcode::GetAttr => {
+                    let path = n.target().name();
+                    let t =
+                        gm.attrs.get(path).map(|e| e.tensor.clone()).or_else(|| gm.get_tensor(path).ok()).ok_or_else(
+                            || {
+                                Error::argument(
+                                    "recompile",
+                                    format!("node '{name}': get_attr target '{path}' does not exist"),
+                                )
+                            },
+                        )?;
+                    Step::Attr(t)
+                }
+                Opcode::CallFunction | Opcode::CallMethod => {
+                    let (def, kind) = match (n.op(), n.target()) {
+                        (Opcode::CallFunction, Target::Op(def)) => (*def, CallKind::Function),
+                        (Opcode::CallMethod, Target::Str(m)) => (
+                            ferrofx_core::op::lookup(m).ok_or_else(|| {
+                                Error::argument("recompile", format!("node '{name}': no tensor method '{m}'"))
+                            })?,
+                            CallKind::Method,
+                        ),
+                        (_, t) => {
+                            return Err(Error::argument(
+                                "recompile",
+                                format!("node '{name}': target '{}' is not a registry op; user functions cannot run in a GraphModule", t.name()),
+                            ))
+                        }
+                    };
+                    let args = n.args().to_vec();
+                    if def.name == "getitem" {
+                        let from = args.first().and_then(Argument::as_node);
+                        let index = match args.get(1) {
+                            Some(Argument::Int(i)) if *i >= 0 => Some(*i as usize),
+                            _ => None,
+                        };
+                        match (from, index) {
+                            (Some(from), Some(index)) => Step::GetItem { from, index },
+                            _ => return Err(Error::argument("recompile", format!("node '{name}': malformed getitem"))),
+                        }
+                    } else {
+                        let kwargs: Vec<(String, Argument)> =
+                            n.kwargs().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        Step::Op { def, kind, args, kwargs }
+                    }
+                }
+                Opcode::CallModule => {
+                    let path = n.target().name().to_string();
+                    if !gm.modules.contains_key(&path) {
+                        return Err(Error::argument(
+                            "recompile",
+                            format!(
+                                "node '{name}': call_module target '{path}' is not a submodule of this GraphModule"
+                            ),
+                        ));
+                    }
+                    let args = n.args().to_vec();
+                    // a module whose results are picked by getitem returns several values
+                    // (call_values); otherwise a one-input call is the single-tensor forward
+                    let multi = n.users().any(|u| crate::tracer::is_getitem(g, u));
+                    Step::Module { path, single: args.len() == 1 && !multi, args }
+                }
+                Opcode::Output => Step::Output(n.args().first().cloned().unwrap_or(Argument::None)),
+            };
+            steps.push(PlanStep { node: n.id(), step, frees: Vec::new() });
+        }
+        // frees: after step i, drop every value whose last use is i (in slot order)
+        for (s, &i) in last_use.iter().enumerate() {
+            if i != NO_SLOT {
+                steps[i as usize].frees.push(s as u32);
+            }
+        }
+        Ok(Plan { steps, slot_of, num_inputs, code: OnceLock::new() })
+    }
+
+    /// The plan as readable source (rendered once, on first request).
+    pub(crate) fn code(&self, g: &Graph) -> &str {
+        self.code.get_or_init(|| self.render(g))
+    }
+
+    fn render(&self, g: &Graph) -> String {
+        let name_of = |node: NodeId| g.node(node).map(|n| n.name().to_string()).unwrap_or_else(|_| "?".into());
+        let mut code = String::from("fn forward(&self");
+        for st in &self.steps {
+            if matches!(st.step, Step::Input(_)) {
+                let _ = write!(code, ", {}: Tensor", name_of(st.node));
+            }
+        }
+        code.push_str(") -> Result<Value> {\n");
+        let mut by_slot: Vec<NodeId> = Vec::with_capacity(self.steps.len());
+        by_slot.extend(self.steps.iter().map(|st| st.node));
+        for st in &self.steps {
+            let name = name_of(st.node);
+            let shown = |args: &[Argument]| args.iter().map(|a| fmt_arg(g, a)).collect::<Vec<_>>();
+            match &st.step {
+                Step::Input(_) => continue,
+                Step::Attr(_) => {
+                    let path = g.node(st.node).map(|n| n.target().name().to_string()).unwrap_or_default();
+                    let _ = write!(code, "    let {name} = self.{path};");
+                }
+                Step::Op { def, kind, args, kwargs } => {
+                    let mut all = shown(args);
+                    all.extend(kwargs.iter().map(|(k, v)| format!("{k}={}", fmt_arg(g, v))));
+                    if *kind == CallKind::Method && !all.is_empty() {
+                        let _ = write!(code, "    let {name} = {}.{}({})?;", all[0], def.name, all[1..].join(", "));
+                    } else {
+                        let _ = write!(code, "    let {name} = {}({})?;", def.name, all.join(", "));
+                    }
+                }
+                Step::Module { path, args, .. } => {
+                    let _ = write!(code, "    let {name} = self.{path}({})?;", shown(args).join(", "));
+                }
+                Step::GetItem { from, index } => {
+                    let _ = write!(code, "    let {name} = {}[{index}];", name_of(*from));
+                }
+                Step::Output(a) => {
+                    let _ = write!(code, "    return {};", fmt_arg(g, a));
+                }
+            }
+            if !st.frees.is_empty() && !matches!(st.step, Step::Output(_)) {
+                let names: Vec<String> = st.frees.iter().map(|&s| name_of(by_slot[s as usize])).collect();
+                let _ = write!(code, "  drop({});", names.join(", "));
+            }
+            code.push('\n');
+        }
+        code.push_str("}\n");
+        code
+    }
+
+    /// Runs the plan on `inputs`.
+    pub(crate) fn run(&self, gm: &GraphModule, inputs: &[Value]) -> Result<Vec<Value>> {
+        if inputs.len() != self.num_inputs {
+            return Err(Error::argument(
+                "GraphModule.forward",
+                format!("{} takes {} inputs, got {}", gm.type_name, self.num_inputs, inputs.len()),
+            ));
+        }
+        let mut values: Vec<Option<Value>> = vec![None; self.steps.len()];
+        for (i, PlanStep { node, step, frees }) in self.steps.iter().enumerate() {
+            let v = {
+                let env = Env { values: &values, slot_of: &self.slot_of };
+                match step {
+                    Step::Input(k) => inputs[*k].clone(),
+                    Step::Attr(t) => Value::Tensor(t.clone()),
+                    Step::Op { def, kind, args, kwargs } => {
+                        let what = def.name;
+                        let vals = args
+                            .iter()
+                            .enumerate()
+                            .map(|(j, a)| to_value(a, def.schema.get(j).map(|s| s.ty), &env, what))
+                            .collect::<Result<Vec<_>>>()?;
+                        let kw = kwargs
+                            .iter()
+                            .map(|(k, a)| {
+                                let ty: Option<ArgType> =
+                                    def.schema.iter().find(|s| s.name == k.as_str()).map(|s| s.ty);
+                                Ok((k.clone(), to_value(a, ty, &env, what)?))
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        let bound = if kw.is_empty() && vals.len() == def.schema.len() {
+                            vals
+                        } else {
+                            bind(def.name, def.schema, vals, kw)?
+                        };
+                        let mut out = dispatch(def, *kind, &bound).map_err(|e| node_err(gm, *node, e))?;
+                        if out.len() == 1 {
+                            Value::Tensor(out.remove(0))
+                        } else {
+                            Value::Tensors(out.into_iter().collect())
+                        }
+                    }
+                    Step::Module { path, args, single } => {
+                        let m = gm
+                            .modules
+                            .get(path)
+                            .ok_or_else(|| Error::argument("forward", format!("no module '{path}'")))?;
+                        let vals = args.iter().map(|a| to_value(a, None, &env, path)).collect::<Result<Vec<_>>>()?;
+                        let mut out = match (single, vals.first()) {
+                            (true, Some(Value::Tensor(x))) => {
+                                vec![Value::Tensor(m.call(x).map_err(|e| node_err(gm, *node, e))?)]
+                            }
+                            _ => m.call_values(&vals).map_err(|e| node_err(gm, *node, e))?,
+                        };
+                        if out.len() == 1 {
+                            out.remove(0)
+                        } else {
+                            Value::Tensors(out.into_iter().filter_map(|v| v.as_tensor().cloned()).collect())
+                        }
+                    }
+                    Step::GetItem { from, index } => match env.get(*from)? {
+                        Value::Tensors(ts) => ts.get(*index).cloned().map(Value::Tensor).ok_or_else(|| {
+                            Error::index("getitem", format!("index {index} out of range for {} values", ts.len()))
+                        })?,
+                        other => {
+                            return Err(Error::argument("getitem", format!("expected several values, got {other:?}")))
+                        }
+                    },
+                    Step::Output(a) => {
+                        let out = match a {
+                            Argument::Tuple(items) | Argument::List(items) => {
+                                items.iter().map(|x| to_value(x, None, &env, "output")).collect::<Result<Vec<_>>>()?
+                            }
+                            single => vec![to_value(single, None, &env, "output")?],
+                        };
+                        return Ok(out);
+                    }
+                }
+            };
+            values[i] = Some(v);
+            for &s in frees {
+                values[s as usize] = None;
+            }
+        }
+        Err(Error::argument("GraphModule.forward", "the graph has no output node"))
+    }
+}
+
+fn node_err(gm: &GraphModule, node: NodeId, e: Error) -> Error {
+    let name = gm.graph.node(node).map(|n| n.name().to_string()).unwrap_or_default();
+    e.with_context(&format!("while running node '{name}' of the GraphModule traced from {}", gm.type_name))
+}
