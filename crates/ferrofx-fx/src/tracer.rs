@@ -438,6 +438,15 @@ impl State {
         })?;
         let arguments = inputs.iter().map(|a| self.to_arg(a)).collect::<Result<Vec<_>>>()?;
         let node = self.graph.borrow_mut().call_module(path, arguments).map_err(trace_err)?;
+        // a single-tensor call on an input of unknown shape returns one value of unknown shape:
+        // nothing to probe (FX does not look inside leaves either)
+        let unknown = inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.is_symbolic() && t.meta().is_none()));
+        if single && unknown {
+            if !self.leaves.borrow().contains_key(path) {
+                self.record_leaf_tensors(module, path, spec);
+            }
+            return Ok(self.outputs(node, None, 1)?.into_iter().map(Value::Tensor).collect());
+        }
         // output count and shapes: trace the leaf's body without recording it
         self.scratch.set(self.scratch.get() + 1);
         let probe_inputs: Vec<Value> = inputs
@@ -463,12 +472,17 @@ impl State {
             Err(e) => return Err(e),
         };
         if !self.leaves.borrow().contains_key(path) {
-            let mut tensors: Vec<(String, Tensor, TensorKind)> =
-                module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
-            tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
-            self.leaves.borrow_mut().insert(path.to_string(), LeafRecord { spec, tensors });
+            self.record_leaf_tensors(module, path, spec);
         }
         Ok(self.outputs(node, metas, count)?.into_iter().map(Value::Tensor).collect())
+    }
+
+    /// Remembers a leaf's spec and tensors, to rebuild it in the GraphModule.
+    fn record_leaf_tensors(&self, module: &dyn Module, path: &str, spec: ferrofx_nn::spec::ModuleSpec) {
+        let mut tensors: Vec<(String, Tensor, TensorKind)> =
+            module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
+        tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
+        self.leaves.borrow_mut().insert(path.to_string(), LeafRecord { spec, tensors });
     }
 
     fn finish(self, root: &dyn Module) -> Result<GraphModule> {

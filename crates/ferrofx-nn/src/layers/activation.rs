@@ -20,6 +20,9 @@ macro_rules! simple_activation {
                 let f: fn(&Tensor) -> Result<Tensor> = $f;
                 f(x)
             }
+            fn is_builtin_leaf(&self) -> bool {
+                true
+            }
             fn spec(&self) -> Option<ModuleSpec> {
                 Some(ModuleSpec::new(stringify!($name)))
             }
@@ -73,6 +76,9 @@ impl Module for GELU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::gelu(x, &self.approximate)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("GELU").with("approximate", Attr::Str(self.approximate.clone())))
     }
@@ -98,6 +104,9 @@ impl LeakyReLU {
 impl Module for LeakyReLU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::leaky_relu(x, self.negative_slope)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("LeakyReLU").with("negative_slope", Attr::Float(self.negative_slope)))
@@ -125,6 +134,9 @@ impl Module for ELU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::elu(x, self.alpha)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("ELU").with("alpha", Attr::Float(self.alpha)))
     }
@@ -151,6 +163,9 @@ impl Module for Softmax {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::softmax(x, self.dim)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("Softmax").with("dim", Attr::Int(self.dim)))
     }
@@ -176,6 +191,9 @@ impl LogSoftmax {
 impl Module for LogSoftmax {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::log_softmax(x, self.dim)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("LogSoftmax").with("dim", Attr::Int(self.dim)))
@@ -210,6 +228,9 @@ impl Dropout {
 impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::dropout(x, self.p, self.training)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("Dropout").with("p", Attr::Float(self.p)).with("training", Attr::Bool(self.training)))

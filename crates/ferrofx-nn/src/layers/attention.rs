@@ -162,6 +162,9 @@ impl Module for MultiheadAttention {
         let (o, w) = self.attend(q, k, v, t(3)?, need, t(5)?)?;
         Ok(vec![Value::Tensor(o), w.map(Value::Tensor).unwrap_or(Value::None)])
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("MultiheadAttention")
@@ -284,6 +287,9 @@ impl Module for TransformerEncoderLayer {
         };
         let x = t(0).ok_or_else(|| Error::argument("TransformerEncoderLayer", "missing src"))?;
         Ok(vec![self.forward_masked(x, t(1), t(2))?.into()])
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(

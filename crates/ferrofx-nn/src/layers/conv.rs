@@ -98,6 +98,9 @@ impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.dilation, self.groups)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("Conv2d")
@@ -176,6 +179,9 @@ impl Conv1d {
 impl Module for Conv1d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv1d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.dilation, self.groups)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
@@ -265,6 +271,9 @@ impl Module for ConvTranspose2d {
             self.groups,
             self.dilation,
         )
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(

@@ -41,6 +41,9 @@ impl Module for Embedding {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::embedding(x, &self.weight, self.padding_idx)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("Embedding")

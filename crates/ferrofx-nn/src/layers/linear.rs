@@ -32,6 +32,9 @@ impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ferrofx_core::ops::linalg::linear(x, &self.weight, self.bias.as_ref())
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("Linear")
@@ -73,6 +76,9 @@ impl Module for Identity {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.clone())
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("Identity"))
     }
@@ -103,6 +109,9 @@ impl Default for Flatten {
 impl Module for Flatten {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.flatten(self.start_dim, self.end_dim)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
@@ -155,6 +164,9 @@ impl Module for Bilinear {
             [ferrofx_core::Value::Tensor(a), ferrofx_core::Value::Tensor(b)] => Ok(vec![self.forward2(a, b)?.into()]),
             _ => Err(ferrofx_core::Error::argument("Bilinear", format!("expected two tensors, got {inputs:?}"))),
         }
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(

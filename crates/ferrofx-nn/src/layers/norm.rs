@@ -151,6 +151,9 @@ impl Module for BatchNorm {
             self.eps,
         )
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new(if self.kind == BnKind::D1 { "BatchNorm1d" } else { "BatchNorm2d" })
@@ -205,6 +208,9 @@ impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let ns: Vec<i64> = self.normalized_shape.iter().map(|&d| d as i64).collect();
         F::layer_norm(x, &ns, self.weight.as_ref(), self.bias.as_ref(), self.eps)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
@@ -262,6 +268,9 @@ impl GroupNorm {
 impl Module for GroupNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::group_norm(x, self.num_groups as i64, self.weight.as_ref(), self.bias.as_ref(), self.eps)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(

@@ -35,6 +35,9 @@ impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::max_pool2d(x, self.kernel, Some(self.stride), self.padding, self.dilation, self.ceil_mode)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("MaxPool2d")
@@ -89,6 +92,9 @@ impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::avg_pool2d(x, self.kernel, Some(self.stride), self.padding, self.ceil_mode, self.count_include_pad)
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("AvgPool2d")
@@ -121,6 +127,9 @@ impl AdaptiveAvgPool2d {
 impl Module for AdaptiveAvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::adaptive_avg_pool2d(x, self.output_size)
+    }
+    fn is_builtin_leaf(&self) -> bool {
+        true
     }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(ModuleSpec::new("AdaptiveAvgPool2d").with("output_size", spec::ints(&self.output_size)))

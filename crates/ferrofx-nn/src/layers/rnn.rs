@@ -165,6 +165,9 @@ impl Module for LSTM {
         let (o, h, c) = self.run(x, t(1), t(2))?;
         Ok(vec![o.into(), h.into(), c.into()])
     }
+    fn is_builtin_leaf(&self) -> bool {
+        true
+    }
     fn spec(&self) -> Option<ModuleSpec> {
         Some(
             ModuleSpec::new("LSTM")
