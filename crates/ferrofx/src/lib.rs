@@ -12,6 +12,11 @@ pub use ferrofx_core as core;
 pub use ferrofx_fx as fx;
 pub use ferrofx_nn as nn;
 
+/// The user guide (`docs/user-guide.md`): capture, transform, run, train, save and load. Its
+/// examples are compiled and run as this module's documentation tests.
+#[doc = include_str!("../../../docs/user-guide.md")]
+pub mod guide {}
+
 /// The names most programs need.
 pub mod prelude {
     pub use ferrofx_core::{DType, Error, Result, Scalar, Tensor, Value};
