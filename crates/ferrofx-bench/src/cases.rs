@@ -128,7 +128,7 @@ pub fn all() -> Vec<Case> {
         Case {
             id: "add_16m_f32",
             group: "kernels",
-            what: "add 16M f32 (ours allocates; torch writes to out=)",
+            what: "add 16M f32, result allocated on both sides",
             work: Some((3.0 * 4.0 * (16u64 << 20) as f64, "GB/s")),
             inner: 1,
             setup: add_16m,
