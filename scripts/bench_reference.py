@@ -111,6 +111,12 @@ def cases():
                 q.grad = None
         return run, 1
 
+    def folded_r50():
+        from torch.fx.experimental.optimization import fuse
+        m = fuse(resnet(True).eval())
+        x = data((1, 3, 224, 224), 1)
+        return lambda: m(x), 1
+
     def trace(fifty):
         def make():
             m = resnet(fifty)
@@ -145,6 +151,7 @@ def cases():
         "resnet50_infer_b1": infer(True),
         "resnet18_train_b8": resnet18_train_b8,
         "fx_graph_module_resnet18_b1": infer(False),
+        "fx_resnet50_folded_b1": folded_r50,
         "fx_symbolic_trace_resnet18": trace(False),
         "fx_symbolic_trace_resnet50": trace(True),
         "fx_recompile_resnet18": recompile(False),

@@ -122,6 +122,29 @@ fn resnet18_graph_module_b1() -> Result<Runner> {
     }))
 }
 
+/// ResNet-50 traced, every BatchNorm folded into its conv (`fuse_conv_bn`), inference batch 1.
+/// The reference is FX's own `fuse` on torchvision's model; the drop against the unfolded
+/// model is `resnet50_infer_b1 / fx_resnet50_folded_b1`, printed under the table.
+fn resnet50_folded_b1() -> Result<Runner> {
+    let mut m = resnet(true)?;
+    m.eval();
+    let mut gm = symbolic_trace(&m)?;
+    let folded = ferrofx_fx::passes::fuse::fuse_conv_bn(&mut gm)?;
+    if folded != 53 {
+        return Err(ferrofx_core::Error::argument("fuse_conv_bn", format!("folded {folded} BatchNorms, expected 53")));
+    }
+    gm.recompile()?;
+    let x = tensor(&[1, 3, 224, 224], 1)?;
+    let run = move || -> Result<()> {
+        let _g = ferrofx_core::autograd::no_grad();
+        gm.forward(&x).map(|_| ())
+    };
+    run()?;
+    Ok(Box::new(move || {
+        let _ = run();
+    }))
+}
+
 fn trace(fifty: bool) -> Result<Runner> {
     let m = resnet(fifty)?;
     symbolic_trace(&m)?;
@@ -243,6 +266,15 @@ pub fn all() -> Vec<Case> {
             work: Some((2.0 * R18_MACS, "GFLOP/s")),
             inner: 1,
             setup: resnet18_graph_module_b1,
+        },
+        Case {
+            id: "fx_resnet50_folded_b1",
+            group: "fx",
+            what:
+                "ResNet-50 with its 53 BatchNorms folded into the convs, inference batch 1 (reference: torch.fx fuse)",
+            work: Some((2.0 * R50_MACS, "GFLOP/s")),
+            inner: 1,
+            setup: resnet50_folded_b1,
         },
         Case {
             id: "fx_symbolic_trace_resnet18",

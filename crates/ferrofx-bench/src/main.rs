@@ -195,6 +195,15 @@ fn main() {
         json_rows
             .push(json!({"id": c.id, "group": c.group, "ferrofx_seconds": o.as_ref().ok(), "reference_seconds": r}));
     }
+    // derived: what conv-bn folding saves on ResNet-50 (issue 8)
+    if let (Some(Ok(eager)), Some(Ok(folded))) = (ours.get("resnet50_infer_b1"), ours.get("fx_resnet50_folded_b1")) {
+        md.push_str(&format!(
+            "\nConv-BN folding on ResNet-50 (batch 1): {} unfolded -> {} folded, {:.2}x faster.\n",
+            fmt_time(*eager),
+            fmt_time(*folded),
+            eager / folded
+        ));
+    }
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);
