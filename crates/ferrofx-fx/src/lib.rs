@@ -40,6 +40,7 @@ pub mod passes;
 pub mod rust_source;
 pub mod serialize;
 pub mod shape_prop;
+pub mod traced;
 pub mod tracer;
 pub mod transformer;
 mod values;
