@@ -5,7 +5,7 @@ use ferrofx_core::ops::creation::zeros;
 use ferrofx_core::ops::random::{manual_seed, randn};
 use ferrofx_core::{DType, Tensor, Value};
 use ferrofx_fx::traced::{trace_module, ExprKind, ExprValue, ModuleTracer};
-use ferrofx_fx::{symbolic_trace, GraphModule, Opcode};
+use ferrofx_fx::{symbolic_trace, Argument, GraphModule, Opcode, Target};
 use ferrofx_nn::*;
 
 fn close(a: &Tensor, b: &Tensor, what: &str) {
@@ -287,4 +287,106 @@ fn module_preserving_trace_of_zoo_models_equals_eager() {
     let flat = tm.flatten().unwrap();
     assert_eq!(ops(&flat), ops(&symbolic_trace(&m).unwrap()));
     close(&flat.forward(&x).unwrap(), &eager, "resnet18 flat");
+}
+
+#[test]
+fn surgery_relu_to_gelu_survives_save_and_load() {
+    manual_seed(5);
+    let module = SimpleModule::new();
+    let x = randn(&[3, 4], None).unwrap();
+    let mut tm = trace_module(&module, &[x.clone().into()]).unwrap();
+    // finding expressions
+    let (relu, relu_input, add_1, linear_call, param) = {
+        let g = tm.internal_graph();
+        let relus = g.get_function_by_type("relu");
+        assert_eq!(relus.len(), 1);
+        assert_eq!(relus[0].to_string(), "%4:\trelu_out = F.relu(add_out, )");
+        let adds = g.get_function_by_type("add");
+        assert_eq!(adds.iter().map(|e| e.id()).collect::<Vec<_>>(), vec![3, 6]);
+        assert_eq!(g.get_method_by_type("__add__").len(), 2);
+        let linears = g.get_module_by_type("Linear");
+        assert_eq!(linears.len(), 1);
+        assert_eq!(linears[0].id(), 8);
+        assert!(g.get_module_by_type("Conv2d").is_empty());
+        assert_eq!(g.get_expr_by_node_name("add_out_1").unwrap().id(), 6);
+        assert_eq!(g.get_expr_by_id(5).unwrap().name(), "param");
+        let relu = relus[0].graph_node().unwrap();
+        (
+            relu,
+            relus[0].inputs()[0].graph_node().unwrap(),
+            adds[1].graph_node().unwrap(),
+            linears[0].graph_node().unwrap(),
+            g.get_node_by_name("param").unwrap().graph_node().unwrap(),
+        )
+    };
+    // insert gelu after relu, on relu's input; route relu's users to it; compile drops relu
+    let gelu = tm
+        .insert_exprs(relu, |g| {
+            g.call_function_with(
+                Target::op("gelu")?,
+                vec![Argument::Node(relu_input)],
+                [("approximate".to_string(), Argument::Str("tanh".into()))].into_iter().collect(),
+            )
+        })
+        .unwrap();
+    tm.graph().lint().unwrap();
+    assert_eq!(tm.replace_node(relu, gelu).unwrap(), 1);
+    tm.graph().lint().unwrap();
+    assert_eq!(tm.compile().unwrap(), 1);
+    tm.graph().lint().unwrap();
+    let printed = tm.internal_graph().to_string();
+    assert!(printed.contains("gelu = F.gelu(add_out, approximate=\"tanh\", )"), "{printed}");
+    assert!(printed.contains("add_out_1 = gelu.__add__(param, )"), "{printed}");
+    assert!(!printed.contains("relu"), "{printed}");
+    // the edit computes gelu instead of relu
+    let want = {
+        let h = functional::gelu(&(&x + &Tensor::from_vec(vec![1.0f32], &[1]).unwrap()).unwrap(), "tanh").unwrap();
+        module.linear.forward(&(&h + &module.param).unwrap()).unwrap()
+    };
+    close(&tm.forward(&x).unwrap(), &want, "gelu edit");
+    // ... and survives save/load (a file: what another program would read)
+    let dir = std::env::temp_dir().join(format!("ferrofx_tm_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gelu.fxm");
+    tm.save(&path).unwrap();
+    let loaded = GraphModule::load(&path).unwrap();
+    loaded.graph().lint().unwrap();
+    assert_eq!(loaded.internal_graph().to_string(), tm.internal_graph().to_string());
+    close(&loaded.forward(&x).unwrap(), &want, "gelu edit after load");
+    std::fs::remove_file(&path).ok();
+
+    // outputs: add one, the forward returns it too; remove it again
+    tm.add_output(add_1).unwrap();
+    tm.graph().lint().unwrap();
+    assert!(tm.internal_graph().to_string().contains("return linear_out, add_out_1"));
+    let outs = tm.forward_values(&[x.clone().into()]).unwrap();
+    assert_eq!(outs.len(), 2);
+    assert_eq!(outs[1].as_tensor().unwrap().shape(), &[3, 4]);
+    let err = tm.remove_output(param).unwrap_err().to_string();
+    assert!(err.contains("'param' is not an output of the graph"), "{err}");
+    tm.remove_output(add_1).unwrap();
+    let err = tm.remove_output(linear_call).unwrap_err().to_string();
+    assert!(err.contains("only output"), "{err}");
+    tm.graph().lint().unwrap();
+    // inputs: add one, use it, removing a used input is an error naming its users
+    let y = tm.add_input("y").unwrap();
+    assert_eq!(tm.internal_graph().to_string().lines().next().unwrap(), "SimpleModule.Graph (self, x, y) {");
+    let mul = tm
+        .insert_exprs(linear_call, |g| g.call_function(Target::op("mul")?, vec![linear_call.into(), y.into()]))
+        .unwrap();
+    tm.replace_node(linear_call, mul).unwrap();
+    tm.graph().lint().unwrap();
+    let two = Tensor::from_vec(vec![2.0f32], &[1]).unwrap();
+    let out = tm.forward_values(&[x.clone().into(), two.into()]).unwrap();
+    close(out[0].as_tensor().unwrap(), &(&want * 2.0).unwrap(), "extra input");
+    let err = tm.remove_input(y).unwrap_err().to_string();
+    assert!(err.contains("input 'y' is still used by [\"mul\"]"), "{err}");
+    let err = tm.remove_input(mul).unwrap_err().to_string();
+    assert!(err.contains("'mul' is a call_function, not a graph input"), "{err}");
+    // the output (after linear_out) goes back to linear_out; mul is then dead
+    assert_eq!(tm.replace_node(mul, linear_call).unwrap(), 1);
+    assert_eq!(tm.compile().unwrap(), 1);
+    tm.remove_input(y).unwrap();
+    tm.graph().lint().unwrap();
+    close(&tm.forward(&x).unwrap(), &want, "inputs restored");
 }

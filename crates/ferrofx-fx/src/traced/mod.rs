@@ -19,6 +19,7 @@
 mod expr;
 mod interpret;
 mod module_tracer;
+mod surgery;
 
 pub use expr::{Expr, ExprKind, InternalGraph, ModuleNode, NodeKind, TensorNode, ValueNode};
 pub use interpret::ExprValue;
