@@ -120,7 +120,7 @@ impl GraphModule {
 
     /// Adds a graph input called `name` (made unique) after the existing ones.
     pub fn add_input(&mut self, name: &str) -> Result<NodeId> {
-        let last = self.graph().iter().filter(|n| n.op() == Opcode::Placeholder).next_back().map(|n| n.id());
+        let last = self.graph().iter().rfind(|n| n.op() == Opcode::Placeholder).map(|n| n.id());
         let g = self.graph_mut();
         let mut g = match last {
             Some(l) => g.inserting_after(Some(l)),
