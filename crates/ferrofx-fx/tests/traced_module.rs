@@ -270,6 +270,18 @@ fn module_preserving_trace_nests_user_modules_and_flatten_equals_symbolic_trace(
     let sym = ModuleTracer::new().fx_names(true).trace(&net, 1).unwrap();
     close(&sym.forward(&x).unwrap(), &eager, "symbolic nested");
     assert_eq!(ops(&sym.flatten().unwrap()), ops(&reference));
+    // the nested module saves and loads as nested traced modules (no model code needed)
+    let loaded = GraphModule::from_bytes(&tm.to_bytes().unwrap()).unwrap();
+    loaded.graph().lint().unwrap();
+    assert_eq!(loaded.internal_graph().to_string(), tm.internal_graph().to_string());
+    let lb = loaded.get_submodule_owned("block1").unwrap().as_any().downcast_ref::<GraphModule>().unwrap();
+    assert_eq!(lb.internal_graph().to_string(), block1.internal_graph().to_string());
+    assert_eq!(
+        loaded.state_dict().keys().cloned().collect::<Vec<_>>(),
+        tm.state_dict().keys().cloned().collect::<Vec<_>>()
+    );
+    assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), tm.forward(&x).unwrap().to_vec::<f32>().unwrap());
+    assert!(loaded.parameters().iter().all(|p| p.requires_grad()));
     // the flat module saves and loads like any traced module
     let loaded = GraphModule::from_bytes(&flat.to_bytes().unwrap()).unwrap();
     close(&loaded.forward(&x).unwrap(), &eager, "flatten + load");
@@ -287,6 +299,42 @@ fn module_preserving_trace_of_zoo_models_equals_eager() {
     let flat = tm.flatten().unwrap();
     assert_eq!(ops(&flat), ops(&symbolic_trace(&m).unwrap()));
     close(&flat.forward(&x).unwrap(), &eager, "resnet18 flat");
+    let loaded = GraphModule::from_bytes(&tm.to_bytes().unwrap()).unwrap();
+    assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), tm.forward(&x).unwrap().to_vec::<f32>().unwrap());
+}
+
+#[test]
+fn nested_documents_are_validated() {
+    use ferrofx_fx::serialize::{read_module_bytes, write_module_bytes, LeafDoc};
+    manual_seed(6);
+    let net = Net::new();
+    let x = randn(&[2, 4], None).unwrap();
+    let bytes = trace_module(&net, &[x.into()]).unwrap().to_bytes().unwrap();
+    let (doc, sd) = read_module_bytes(&bytes).unwrap();
+    assert_eq!(doc.submodules.iter().map(|s| s.path.as_str()).collect::<Vec<_>>(), vec!["block1", "block2"]);
+    assert_eq!(doc.submodules[0].module.submodules[0].path, "inner");
+    // a nested document declaring its own tensors
+    let mut bad = doc.clone();
+    bad.submodules[0].module.tensors.push(doc.tensors[0].clone());
+    let err = GraphModule::from_bytes(&write_module_bytes(&bad, &sd).unwrap()).err().unwrap().to_string();
+    assert!(err.contains("nested module 'block1' declares tensors"), "{err}");
+    // a nested module declared twice
+    let mut bad = doc.clone();
+    let again = bad.submodules[0].clone();
+    bad.submodules.push(again);
+    let err = GraphModule::from_bytes(&write_module_bytes(&bad, &sd).unwrap()).err().unwrap().to_string();
+    assert!(err.contains("module 'block1' is declared twice"), "{err}");
+    // a nested module's leaf whose weights are missing from the file
+    let mut bad = doc.clone();
+    let spec = bad.leaves[0].spec.clone();
+    bad.submodules[1].module.submodules[0].module.leaves.push(LeafDoc { path: "extra".into(), spec });
+    let err = GraphModule::from_bytes(&write_module_bytes(&bad, &sd).unwrap()).err().unwrap().to_string();
+    assert!(err.contains("block2.inner.extra"), "{err}");
+    // a nested graph calling a module it does not have
+    let mut bad = doc;
+    bad.submodules[0].module.submodules.clear();
+    let err = GraphModule::from_bytes(&write_module_bytes(&bad, &sd).unwrap()).err().unwrap().to_string();
+    assert!(err.contains("call_module target 'inner' is not a submodule"), "{err}");
 }
 
 #[test]

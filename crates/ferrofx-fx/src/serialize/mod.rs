@@ -9,7 +9,7 @@ pub mod container;
 pub mod graph_doc;
 
 pub use container::{
-    read_module_bytes, write_module_bytes, LeafDoc, ModuleDoc, TensorDoc, TensorKind, FORMAT, VERSION,
+    read_module_bytes, write_module_bytes, LeafDoc, ModuleDoc, SubmoduleDoc, TensorDoc, TensorKind, FORMAT, VERSION,
 };
 pub use graph_doc::{graph_from_doc, graph_to_doc, ArgDoc, GraphDoc, MetaDoc, NodeDoc, TensorMetaDoc};
 
