@@ -150,6 +150,27 @@ fn convert_show_run_bench_draw_on_a_traced_module() {
 }
 
 #[test]
+fn show_exprs_prints_the_expression_view() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = fixture(dir.path());
+    let expected = || {
+        predicate::str::starts_with("DigitsCnn.Graph (self, x) {\n")
+            .and(predicate::str::contains("\t%2:\tconv1_1 = getattr(self, \"conv1\") -> (Conv2d)\n"))
+            .and(predicate::str::contains("\t%3:\tconv1 = conv1_1(x, )\n"))
+            .and(predicate::str::contains("\treturn "))
+    };
+    ferrofx().arg("show").arg("--exprs").arg(&file).assert().success().stdout(expected());
+    ferrofx().arg("show").arg(&file).args(["--view", "exprs"]).assert().success().stdout(expected());
+    ferrofx()
+        .arg("show")
+        .arg("--exprs")
+        .arg(dir.path().join("missing.fxm"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("cannot load"));
+}
+
+#[test]
 fn file_commands_reject_bad_input_with_clear_messages() {
     let dir = tempfile::tempdir().expect("temp dir");
     let junk = dir.path().join("junk.fxm");

@@ -18,7 +18,7 @@ use crate::graph::{Graph, Opcode};
 use crate::plan::Plan;
 use crate::serialize::{
     graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes, write_module_file,
-    FormatError, LeafDoc, ModuleDoc, TensorDoc, TensorKind as DocKind,
+    FormatError, LeafDoc, ModuleDoc, SubmoduleDoc, TensorDoc, TensorKind as DocKind,
 };
 use ferrofx_core::{Error, Result, Tensor, Value};
 use ferrofx_nn::module::ModuleStructure;
@@ -193,24 +193,38 @@ impl GraphModule {
 
     /// Saves the module (graph, leaf specs, tensors) as a traced-module file (`docs/format.md`).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let (doc, sd) = self.to_doc()?;
+        let (doc, sd) = self.document()?;
         write_module_file(&doc, &sd, path.as_ref())
             .map_err(|e| Error::io("GraphModule::save", format!("cannot write {}: {e}", path.as_ref().display())))
     }
 
     /// The traced-module file as bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let (doc, sd) = self.to_doc()?;
+        let (doc, sd) = self.document()?;
         Ok(write_module_bytes(&doc, &sd)?)
     }
 
-    /// The module document and the tensors it declares (shared with the model, not copied).
-    fn to_doc(&self) -> Result<(ModuleDoc, StateDict)> {
-        let mut doc = ModuleDoc::new(&self.type_name, self.training, graph_to_doc(&self.graph)?);
+    /// The file's module document and the tensors it declares (shared with the model, not
+    /// copied).
+    fn document(&self) -> Result<(ModuleDoc, StateDict)> {
         let mut sd = StateDict::new();
-        let mut declare = |path: String, t: &Tensor, kind: DocKind, doc: &mut ModuleDoc| -> Result<()> {
+        let mut declared = Vec::new();
+        let mut doc = self.to_doc("", &mut declared, &mut sd)?;
+        doc.tensors = declared;
+        Ok((doc, sd))
+    }
+
+    /// This module's document; its tensors (and those of nested traced modules, under their
+    /// path `prefix`) go to `declared` and `sd`, each path once.
+    fn to_doc(&self, prefix: &str, declared: &mut Vec<TensorDoc>, sd: &mut StateDict) -> Result<ModuleDoc> {
+        let mut doc = ModuleDoc::new(&self.type_name, self.training, graph_to_doc(&self.graph)?);
+        let mut declare = |path: String, t: &Tensor, kind: DocKind, sd: &mut StateDict| -> Result<()> {
+            let path = format!("{prefix}{path}");
+            if sd.contains_key(&path) {
+                return Ok(());
+            }
             let t = if t.is_contiguous() { t.detach() } else { t.detach().contiguous()? };
-            doc.tensors.push(TensorDoc {
+            declared.push(TensorDoc {
                 path: path.clone(),
                 kind,
                 dtype: t.dtype().name().to_string(),
@@ -220,16 +234,21 @@ impl GraphModule {
             sd.insert(path, t);
             Ok(())
         };
+        let mut nested = vec![];
         for (path, m) in &self.modules {
+            if let Some(sub) = m.as_any().downcast_ref::<GraphModule>() {
+                nested.push((path, sub));
+                continue;
+            }
             let spec = m.spec().ok_or_else(|| {
                 Error::argument("GraphModule::save", format!("module '{path}' is not a built-in layer"))
             })?;
             doc.leaves.push(LeafDoc { path: path.clone(), spec });
             for (n, t) in m.named_parameters() {
-                declare(format!("{path}.{n}"), &t, DocKind::Parameter, &mut doc)?;
+                declare(format!("{path}.{n}"), &t, DocKind::Parameter, sd)?;
             }
             for (n, t) in m.named_buffers() {
-                declare(format!("{path}.{n}"), &t, DocKind::Buffer, &mut doc)?;
+                declare(format!("{path}.{n}"), &t, DocKind::Buffer, sd)?;
             }
         }
         for (path, e) in &self.attrs {
@@ -238,9 +257,13 @@ impl GraphModule {
                 (false, TensorKind::Parameter) => DocKind::Parameter,
                 (false, TensorKind::Buffer) => DocKind::Buffer,
             };
-            declare(path.clone(), &e.tensor, kind, &mut doc)?;
+            declare(path.clone(), &e.tensor, kind, sd)?;
         }
-        Ok((doc, sd))
+        for (path, sub) in nested {
+            let module = sub.to_doc(&format!("{prefix}{path}."), declared, sd)?;
+            doc.submodules.push(SubmoduleDoc { path: path.clone(), module });
+        }
+        Ok(doc)
     }
 
     /// Loads a traced-module file. Nothing in the file is executed; everything is validated
@@ -251,38 +274,83 @@ impl GraphModule {
             FormatError::Io(msg) => Error::io("GraphModule::load", msg),
             other => Error::from(other),
         })?;
-        GraphModule::from_doc(doc, tensors)
+        GraphModule::from_document(&doc, &tensors)
     }
 
     /// Parses and validates a traced-module file.
     pub fn from_bytes(bytes: &[u8]) -> Result<GraphModule> {
         let (doc, tensors) = read_module_bytes(bytes)?;
-        GraphModule::from_doc(doc, tensors)
+        GraphModule::from_document(&doc, &tensors)
     }
 
-    /// Builds the module a validated document describes.
-    fn from_doc(doc: ModuleDoc, tensors: StateDict) -> Result<GraphModule> {
-        let graph = graph_from_doc(&doc.graph)?;
+    /// Builds the module a validated file document describes (with its nested modules).
+    fn from_document(doc: &ModuleDoc, tensors: &StateDict) -> Result<GraphModule> {
         let kinds: HashMap<&str, &TensorDoc> = doc.tensors.iter().map(|t| (t.path.as_str(), t)).collect();
-        let mut modules = IndexMap::new();
+        let gm = GraphModule::from_doc(doc, "", tensors, &kinds)?;
+        // parameters are trainable again
+        for p in gm.parameters() {
+            p.requires_grad_(true)?;
+        }
+        Ok(gm)
+    }
+
+    /// Builds the module a document describes; its tensors are those of `tensors` under
+    /// `prefix` (nested traced modules are built from their documents under their paths).
+    fn from_doc(
+        doc: &ModuleDoc,
+        prefix: &str,
+        tensors: &StateDict,
+        kinds: &HashMap<&str, &TensorDoc>,
+    ) -> Result<GraphModule> {
+        let graph = graph_from_doc(&doc.graph)?;
+        let mut modules: IndexMap<String, Box<dyn Module>> = IndexMap::new();
         let mut owned: std::collections::HashSet<String> = std::collections::HashSet::new();
         for leaf in &doc.leaves {
-            let prefix = format!("{}.", leaf.path);
+            let leaf_prefix = format!("{prefix}{}.", leaf.path);
             let m = ferrofx_nn::spec::build_builtin(&leaf.spec, &mut |n: &str| {
-                let key = format!("{prefix}{n}");
+                let key = format!("{leaf_prefix}{n}");
                 let t = tensors.get(&key).cloned();
                 if t.is_some() {
                     owned.insert(key);
                 }
                 t
             })
-            .map_err(|e| Error::io("GraphModule::load", format!("leaf module '{}': {e}", leaf.path)))?;
+            .map_err(|e| Error::io("GraphModule::load", format!("leaf module '{prefix}{}': {e}", leaf.path)))?;
             if modules.insert(leaf.path.clone(), m).is_some() {
-                return Err(FormatError::Invalid(format!("leaf module '{}' is declared twice", leaf.path)).into());
+                return Err(
+                    FormatError::Invalid(format!("leaf module '{prefix}{}' is declared twice", leaf.path)).into()
+                );
             }
         }
+        for sub in &doc.submodules {
+            if !sub.module.tensors.is_empty() {
+                return Err(FormatError::Invalid(format!(
+                    "nested module '{prefix}{}' declares tensors; they belong to the root document",
+                    sub.path
+                ))
+                .into());
+            }
+            let sub_prefix = format!("{prefix}{}.", sub.path);
+            let m = GraphModule::from_doc(&sub.module, &sub_prefix, tensors, kinds)?;
+            owned.extend(m.state_dict().into_iter().map(|(k, _)| format!("{sub_prefix}{k}")));
+            if modules.insert(sub.path.clone(), Box::new(m)).is_some() {
+                return Err(FormatError::Invalid(format!("module '{prefix}{}' is declared twice", sub.path)).into());
+            }
+        }
+        // modules in the order the graph first calls them (the order tracing records them)
+        let mut ordered: IndexMap<String, Box<dyn Module>> = IndexMap::with_capacity(modules.len());
+        for n in graph.iter().filter(|n| n.op() == Opcode::CallModule) {
+            if let Some((k, m)) = modules.shift_remove_entry(n.target().name()) {
+                ordered.insert(k, m);
+            }
+        }
+        ordered.extend(modules);
+        let modules = ordered;
+        // the tensors get_attr nodes read: every tensor under this prefix that no leaf or
+        // nested module owns
         let mut attrs = IndexMap::new();
-        for (path, t) in &tensors {
+        for (path, t) in tensors.iter() {
+            let Some(local) = path.strip_prefix(prefix) else { continue };
             if owned.contains(path) {
                 continue;
             }
@@ -294,13 +362,7 @@ impl GraphModule {
                 DocKind::Constant => (TensorKind::Buffer, true),
             };
             let t = if decl.requires_grad { t.requires_grad_(true)? } else { t.clone() };
-            attrs.insert(path.clone(), TensorEntry { tensor: t, kind, constant });
-        }
-        // parameters of leaves are trainable again
-        for m in modules.values() {
-            for p in m.parameters() {
-                p.requires_grad_(true)?;
-            }
+            attrs.insert(local.to_string(), TensorEntry { tensor: t, kind, constant });
         }
         GraphModule::from_parts(graph, modules, attrs, &doc.type_name, doc.training)
     }

@@ -41,6 +41,7 @@ mod plan;
 pub mod rust_source;
 pub mod serialize;
 pub mod shape_prop;
+pub mod traced;
 pub mod tracer;
 pub mod transformer;
 mod values;

@@ -51,6 +51,11 @@ struct Proxy {
 /// through. Arguments: the module and its qualified path.
 pub type LeafPredicate = dyn Fn(&dyn Module, &str) -> bool;
 
+/// Builds the module a [`GraphModule`] owns for a leaf that is not a built-in layer (used by
+/// module-preserving tracing, [`crate::traced::trace_module`], to trace a user module into a
+/// nested GraphModule). Arguments: the module, its qualified path, the call's inputs.
+pub type SubmoduleBuilder = dyn Fn(&dyn Module, &str, &[Value]) -> Result<Box<dyn Module>>;
+
 /// Ops that return several tensors; without example inputs their output count is unknown.
 const MULTI_OUTPUT: &[&str] = &[
     "sort",
@@ -69,11 +74,17 @@ pub struct Tracer {
     leaf: Rc<LeafPredicate>,
     input_names: Vec<String>,
     concrete_args: HashMap<usize, Value>,
+    submodule: Option<Rc<SubmoduleBuilder>>,
 }
 
 impl Default for Tracer {
     fn default() -> Self {
-        Tracer { leaf: Rc::new(|m, _| m.is_builtin_leaf()), input_names: vec![], concrete_args: HashMap::new() }
+        Tracer {
+            leaf: Rc::new(|m, _| m.is_builtin_leaf()),
+            input_names: vec![],
+            concrete_args: HashMap::new(),
+            submodule: None,
+        }
     }
 }
 
@@ -88,6 +99,16 @@ impl Tracer {
     /// them; returning `true` for other modules makes the trace fail with an explanation.
     pub fn is_leaf_module(mut self, f: impl Fn(&dyn Module, &str) -> bool + 'static) -> Tracer {
         self.leaf = Rc::new(f);
+        self
+    }
+
+    /// Leaves that are not built-in layers become the module `build` returns (called once per
+    /// module path, with the first call's inputs) instead of failing the trace.
+    pub fn build_submodules_with(
+        mut self,
+        build: impl Fn(&dyn Module, &str, &[Value]) -> Result<Box<dyn Module>> + 'static,
+    ) -> Tracer {
+        self.submodule = Some(Rc::new(build));
         self
     }
 
@@ -115,7 +136,9 @@ impl Tracer {
     }
 
     fn run(&self, module: &dyn Module, inputs: Inputs<'_>) -> Result<GraphModule> {
-        let state = Rc::new(State::new(module, self.leaf.clone()));
+        let mut state = State::new(module, self.leaf.clone());
+        state.submodule = self.submodule.clone();
+        let state = Rc::new(state);
         let n = match inputs {
             Inputs::Symbolic(n) => n,
             Inputs::Examples(v) => v.len(),
@@ -187,9 +210,9 @@ fn trace_err(e: crate::graph::GraphError) -> Error {
     Error::trace("trace", e.to_string())
 }
 
-struct LeafRecord {
-    spec: ferrofx_nn::spec::ModuleSpec,
-    tensors: Vec<(String, Tensor, TensorKind)>,
+enum LeafRecord {
+    Builtin { spec: ferrofx_nn::spec::ModuleSpec, tensors: Vec<(String, Tensor, TensorKind)> },
+    Built(Box<dyn Module>),
 }
 
 struct State {
@@ -198,6 +221,7 @@ struct State {
     tensor_paths: HashMap<usize, (String, TensorKind)>,
     module_paths: HashMap<(usize, std::any::TypeId), String>,
     leaf: Rc<LeafPredicate>,
+    submodule: Option<Rc<SubmoduleBuilder>>,
     attr_nodes: RefCell<HashMap<String, NodeId>>,
     attrs: RefCell<IndexMap<String, TensorEntry>>,
     leaves: RefCell<IndexMap<String, LeafRecord>>,
@@ -252,6 +276,7 @@ impl State {
             tensor_paths,
             module_paths,
             leaf,
+            submodule: None,
             attr_nodes: RefCell::new(HashMap::new()),
             attrs: RefCell::new(IndexMap::new()),
             leaves: RefCell::new(IndexMap::new()),
@@ -427,24 +452,29 @@ impl State {
     }
 
     fn record_leaf(&self, module: &dyn Module, path: &str, inputs: &[Value], single: bool) -> Result<Vec<Value>> {
-        let spec = module.spec().ok_or_else(|| {
-            Error::trace(
+        let spec = module.spec();
+        let built = match (&spec, &self.submodule) {
+            (None, Some(build)) if !self.leaves.borrow().contains_key(path) => Some(build(module, path, inputs)?),
+            _ => None,
+        };
+        let known = self.leaves.borrow().contains_key(path);
+        let spec = spec.filter(|_| built.is_none() && !known);
+        if spec.is_none() && built.is_none() && !known {
+            return Err(Error::trace(
                 module.type_name(),
                 format!(
                     "module '{path}' ({}) was chosen as a leaf, but only built-in layers can be leaves of a GraphModule (they can be rebuilt from their spec); trace through it instead",
                     module.type_name()
                 ),
-            )
-        })?;
+            ));
+        }
         let arguments = inputs.iter().map(|a| self.to_arg(a)).collect::<Result<Vec<_>>>()?;
         let node = self.graph.borrow_mut().call_module(path, arguments).map_err(trace_err)?;
         // a single-tensor call on an input of unknown shape returns one value of unknown shape:
         // nothing to probe (FX does not look inside leaves either)
         let unknown = inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.is_symbolic() && t.meta().is_none()));
         if single && unknown {
-            if !self.leaves.borrow().contains_key(path) {
-                self.record_leaf_tensors(module, path, spec);
-            }
+            self.remember_leaf(module, path, spec, built);
             return Ok(self.outputs(node, None, 1)?.into_iter().map(Value::Tensor).collect());
         }
         // output count and shapes: trace the leaf's body without recording it
@@ -471,18 +501,27 @@ impl State {
             Err(_) if inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.meta().is_none())) => (None, 1),
             Err(e) => return Err(e),
         };
-        if !self.leaves.borrow().contains_key(path) {
-            self.record_leaf_tensors(module, path, spec);
-        }
+        self.remember_leaf(module, path, spec, built);
         Ok(self.outputs(node, metas, count)?.into_iter().map(Value::Tensor).collect())
     }
 
-    /// Remembers a leaf's spec and tensors, to rebuild it in the GraphModule.
-    fn record_leaf_tensors(&self, module: &dyn Module, path: &str, spec: ferrofx_nn::spec::ModuleSpec) {
-        let mut tensors: Vec<(String, Tensor, TensorKind)> =
-            module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
-        tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
-        self.leaves.borrow_mut().insert(path.to_string(), LeafRecord { spec, tensors });
+    /// Remembers a leaf the first time it is called: the module a submodule builder made, or a
+    /// built-in layer's spec and tensors (to rebuild it in the GraphModule).
+    fn remember_leaf(
+        &self,
+        module: &dyn Module,
+        path: &str,
+        spec: Option<ferrofx_nn::spec::ModuleSpec>,
+        built: Option<Box<dyn Module>>,
+    ) {
+        if let Some(m) = built {
+            self.leaves.borrow_mut().insert(path.to_string(), LeafRecord::Built(m));
+        } else if let Some(spec) = spec {
+            let mut tensors: Vec<(String, Tensor, TensorKind)> =
+                module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
+            tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
+            self.leaves.borrow_mut().insert(path.to_string(), LeafRecord::Builtin { spec, tensors });
+        }
     }
 
     fn finish(self, root: &dyn Module) -> Result<GraphModule> {
@@ -490,8 +529,13 @@ impl State {
         graph.eliminate_dead_code(None);
         let mut modules = IndexMap::new();
         for (path, leaf) in self.leaves.into_inner() {
-            let map: HashMap<String, Tensor> = leaf.tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
-            let m = ferrofx_nn::spec::build_builtin(&leaf.spec, &mut |n: &str| map.get(n).cloned())?;
+            let m = match leaf {
+                LeafRecord::Built(m) => m,
+                LeafRecord::Builtin { spec, tensors } => {
+                    let map: HashMap<String, Tensor> = tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
+                    ferrofx_nn::spec::build_builtin(&spec, &mut |n: &str| map.get(n).cloned())?
+                }
+            };
             modules.insert(path, m);
         }
         GraphModule::from_parts(graph, modules, self.attrs.into_inner(), root.type_name(), root.is_training())

@@ -1,5 +1,5 @@
-//! `ferrofx show FILE`: a saved traced module's graph, as FX prints it, as a table, as code, or
-//! with its work (MACs per op and parameters).
+//! `ferrofx show FILE`: a saved traced module's graph, as FX prints it, as MegEngine's expression
+//! view (`--exprs`), as a table, as code, or with its work (MACs per op and parameters).
 
 use super::CliResult;
 use ferrofx_fx::GraphModule;
@@ -17,6 +17,8 @@ pub enum View {
     Code,
     /// Parameters and per-node shapes summary.
     Summary,
+    /// The expression view (MegEngine's `InternalGraph`: `%id: name = expr`).
+    Exprs,
 }
 
 /// Arguments of `ferrofx show`.
@@ -27,13 +29,18 @@ pub struct ShowArgs {
     /// What to print.
     #[arg(long, value_enum, default_value = "graph")]
     pub view: View,
+    /// Print the expression view (same as `--view exprs`).
+    #[arg(long)]
+    pub exprs: bool,
 }
 
 /// Runs `ferrofx show`.
 pub fn run(a: &ShowArgs) -> CliResult<()> {
     let gm = GraphModule::load(&a.file).map_err(|e| format!("cannot load {}: {e}", a.file.display()))?;
-    match a.view {
+    let view = if a.exprs { View::Exprs } else { a.view };
+    match view {
         View::Graph => println!("{gm}"),
+        View::Exprs => println!("{}", gm.internal_graph()),
         View::Code => println!("{}", gm.print_readable()?),
         View::Tabular => {
             println!("{:<14} {:<16} {:<22} {:<40} {:<20} dtype", "opcode", "name", "target", "args", "shape");

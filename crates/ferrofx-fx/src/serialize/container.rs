@@ -85,6 +85,20 @@ pub struct ModuleDoc {
     /// Declared tensors.
     #[serde(default)]
     pub tensors: Vec<TensorDoc>,
+    /// Nested traced modules (module-preserving tracing), each `call_module` target of this
+    /// graph that is itself a traced module. Their tensors are declared in the root document
+    /// under `<path>.<tensor path>` (nested documents declare none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submodules: Vec<SubmoduleDoc>,
+}
+
+/// A nested traced module at a path (relative to the module that calls it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmoduleDoc {
+    /// Path in the parent (`block1`).
+    pub path: String,
+    /// Its own graph, leaves and nested modules.
+    pub module: ModuleDoc,
 }
 
 impl ModuleDoc {
@@ -97,6 +111,7 @@ impl ModuleDoc {
             graph,
             leaves: vec![],
             tensors: vec![],
+            submodules: vec![],
         }
     }
 }
