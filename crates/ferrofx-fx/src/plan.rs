@@ -240,31 +240,7 @@ impl Plan {
                     Step::Input(k) => inputs[*k].clone(),
                     Step::Attr(t) => Value::Tensor(t.clone()),
                     Step::Op { def, kind, args, kwargs } => {
-                        let what = def.name;
-                        let vals = args
-                            .iter()
-                            .enumerate()
-                            .map(|(j, a)| to_value(a, def.schema.get(j).map(|s| s.ty), &env, what))
-                            .collect::<Result<Vec<_>>>()?;
-                        let kw = kwargs
-                            .iter()
-                            .map(|(k, a)| {
-                                let ty: Option<ArgType> =
-                                    def.schema.iter().find(|s| s.name == k.as_str()).map(|s| s.ty);
-                                Ok((k.clone(), to_value(a, ty, &env, what)?))
-                            })
-                            .collect::<Result<Vec<_>>>()?;
-                        let bound = if kw.is_empty() && vals.len() == def.schema.len() {
-                            vals
-                        } else {
-                            bind(def.name, def.schema, vals, kw)?
-                        };
-                        let mut out = dispatch(def, *kind, &bound).map_err(|e| node_err(gm, *node, e))?;
-                        if out.len() == 1 {
-                            Value::Tensor(out.remove(0))
-                        } else {
-                            Value::Tensors(out.into_iter().collect())
-                        }
+                        eval_op(def, *kind, args, kwargs, &env).map_err(|e| node_err(gm, *node, e))?
                     }
                     Step::Module { path, args, single } => {
                         let m = gm
@@ -310,6 +286,35 @@ impl Plan {
         }
         Err(Error::argument("GraphModule.forward", "the graph has no output node"))
     }
+}
+
+/// Runs one registry op on graph arguments whose node values come from `slots`: the arguments
+/// are converted with the op's schema, bound, and dispatched; one output is a tensor value,
+/// several are a tensor list.
+pub(crate) fn eval_op(
+    def: &'static OpDef,
+    kind: CallKind,
+    args: &[Argument],
+    kwargs: &[(String, Argument)],
+    slots: &dyn Slots,
+) -> Result<Value> {
+    let what = def.name;
+    let vals = args
+        .iter()
+        .enumerate()
+        .map(|(j, a)| to_value(a, def.schema.get(j).map(|s| s.ty), slots, what))
+        .collect::<Result<Vec<_>>>()?;
+    let kw = kwargs
+        .iter()
+        .map(|(k, a)| {
+            let ty: Option<ArgType> = def.schema.iter().find(|s| s.name == k.as_str()).map(|s| s.ty);
+            Ok((k.clone(), to_value(a, ty, slots, what)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bound =
+        if kw.is_empty() && vals.len() == def.schema.len() { vals } else { bind(def.name, def.schema, vals, kw)? };
+    let mut out = dispatch(def, kind, &bound)?;
+    Ok(if out.len() == 1 { Value::Tensor(out.remove(0)) } else { Value::Tensors(out.into_iter().collect()) })
 }
 
 fn node_err(gm: &GraphModule, node: NodeId, e: Error) -> Error {
