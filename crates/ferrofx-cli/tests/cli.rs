@@ -104,13 +104,18 @@ fn convert_show_run_bench_draw_on_a_traced_module() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = fixture(dir.path());
     ferrofx().arg("show").arg(&file).assert().success().stdout(predicate::str::contains("call_module[target=conv1]"));
+    ferrofx().arg("show").arg(&file).args(["--view", "tabular"]).assert().success().stdout(
+        predicate::str::contains("call_module")
+            .and(predicate::str::contains("[1, 16, 8, 8]"))
+            .and(predicate::str::contains("FLOPs")),
+    );
     ferrofx()
         .arg("show")
         .arg(&file)
-        .args(["--view", "tabular"])
+        .args(["--view", "flops"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("call_module").and(predicate::str::contains("[1, 16, 8, 8]")));
+        .stdout(predicate::str::contains("(all)").and(predicate::str::contains("conv1")));
     ferrofx()
         .arg("show")
         .arg(&file)

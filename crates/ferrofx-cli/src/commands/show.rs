@@ -1,5 +1,6 @@
 //! `ferrofx show FILE`: a saved traced module's graph, as FX prints it, as MegEngine's expression
-//! view (`--exprs`), as a table, as code, or with its work (MACs per op and parameters).
+//! view (`--exprs`), as a table with FLOPs and activation memory per node, as FLOPs per module, as code, or as a
+//! summary.
 
 use super::CliResult;
 use ferrofx_fx::GraphModule;
@@ -11,8 +12,10 @@ use std::path::PathBuf;
 pub enum View {
     /// The graph, as torch.fx prints it.
     Graph,
-    /// One row per node: opcode, name, target, args, shape, dtype.
+    /// One row per node: opcode, name, target, args, shape, dtype, FLOPs, output bytes.
     Tabular,
+    /// FLOPs and activation memory per module (each module includes its submodules).
+    Flops,
     /// The execution plan as code, with the frees.
     Code,
     /// Parameters and per-node shapes summary.
@@ -42,25 +45,14 @@ pub fn run(a: &ShowArgs) -> CliResult<()> {
         View::Graph => println!("{gm}"),
         View::Exprs => println!("{}", gm.internal_graph()),
         View::Code => println!("{}", gm.print_readable()?),
-        View::Tabular => {
-            println!("{:<14} {:<16} {:<22} {:<40} {:<20} dtype", "opcode", "name", "target", "args", "shape");
-            for n in gm.graph().iter() {
-                let (shape, dtype) = n
-                    .meta()
-                    .tensor_meta
-                    .as_ref()
-                    .map(|m| (format!("{:?}", m.shape), m.dtype.name().to_string()))
-                    .unwrap_or_default();
-                let args = format!("{:?}", n.args().iter().map(|x| format!("{x:?}")).collect::<Vec<_>>());
-                println!(
-                    "{:<14} {:<16} {:<22} {:<40} {:<20} {}",
-                    n.op().as_str(),
-                    n.name(),
-                    n.target().name(),
-                    truncate(&args, 40),
-                    shape,
-                    dtype
-                );
+        View::Tabular => print!("{}", ferrofx_fx::passes::analysis::tabular(&gm)?),
+        View::Flops => {
+            let stats = ferrofx_fx::passes::analysis::node_stats(&gm)?;
+            let per = ferrofx_fx::passes::analysis::module_stats(&stats);
+            println!("{:<32} {:>14} {:>16}", "module", "FLOPs", "activation bytes");
+            for (path, (flops, bytes)) in &per {
+                let name = if path.is_empty() { "(all)" } else { path.as_str() };
+                println!("{name:<32} {flops:>14} {bytes:>16}");
             }
         }
         View::Summary => {
@@ -73,12 +65,4 @@ pub fn run(a: &ShowArgs) -> CliResult<()> {
         }
     }
     Ok(())
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(n - 1).collect::<String>())
-    }
 }

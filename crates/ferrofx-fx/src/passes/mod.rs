@@ -3,6 +3,8 @@
 //! * [`matcher`]: FX's `SubgraphMatcher`: every occurrence of a pattern graph in a graph;
 //! * [`subgraph_rewriter`]: FX's `replace_pattern`: replace each occurrence by a replacement
 //!   graph;
+//! * [`analysis`]: FLOPs, activation memory, shapes per node and module, `tabular`, the
+//!   node-level profiler;
 //! * [`constant_fold`]: constant folding (tensor constants and frozen attributes);
 //! * [`cse`]: common subexpression elimination;
 //! * [`draw`]: Graphviz DOT and SVG drawings;
@@ -11,6 +13,7 @@
 //! * [`fuse`]: Conv/Linear+BatchNorm folding and identity-dropout removal on GraphModules;
 //! * [`simplify`](mod@simplify): algebraic simplification.
 
+pub mod analysis;
 pub mod constant_fold;
 pub mod cse;
 #[doc = include_str!("../../../../docs/writing-a-pass.md")]
