@@ -374,8 +374,8 @@ pub fn profile(gm: &GraphModule, inputs: &[Value], runs: usize) -> Result<Profil
         }
         out.nodes.push(NodeTime { name: n.name().to_string(), opcode: n.op().as_str(), module, time: *t });
     }
-    out.nodes.sort_by(|a, b| b.time.cmp(&a.time));
+    out.nodes.sort_by_key(|n| std::cmp::Reverse(n.time));
     out.modules = per_module.into_iter().collect();
-    out.modules.sort_by(|a, b| b.1.cmp(&a.1));
+    out.modules.sort_by_key(|m| std::cmp::Reverse(m.1));
     Ok(out)
 }
