@@ -32,7 +32,7 @@ type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHasher>>;
 /// map beyond that.
 #[derive(Default)]
 struct NodeIndex {
-    small: Vec<(usize, usize)>,
+    small: SmallVec<[(usize, usize); SMALL]>,
     map: Option<PtrMap<usize>>,
 }
 
@@ -79,6 +79,22 @@ struct NodeState {
     captures: SmallVec<[(u32, usize); 1]>,
 }
 
+/// Buffers of one backward pass, kept per thread so that small passes allocate nothing for
+/// the engine's own bookkeeping (a nested pass, from a hook, simply allocates its own).
+#[derive(Default)]
+struct Scratch {
+    states: Vec<NodeState>,
+    stack: Vec<usize>,
+    ready: Vec<Ready>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
+/// Largest buffers worth keeping between passes.
+const SCRATCH_KEEP: usize = 4096;
+
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Ready {
     seq: u64,
@@ -105,7 +121,7 @@ pub(crate) fn accumulate_into_grad(t: &Tensor, g: Tensor, create_graph: bool) ->
     let old = meta.lock().grad.clone();
     let new = match old {
         None => {
-            if create_graph && g.requires_grad() {
+            if (create_graph && g.requires_grad()) || can_steal(&g) {
                 g
             } else {
                 raw::copy(&g)?
@@ -122,6 +138,25 @@ pub(crate) fn accumulate_into_grad(t: &Tensor, g: Tensor, create_graph: bool) ->
     };
     meta.lock().grad = Some(new);
     Ok(())
+}
+
+/// PyTorch's gradient stealing: a gradient nobody else can observe (the only handle to a
+/// tensor without history, whose contiguous layout covers a storage no other tensor shares)
+/// becomes `.grad` as is instead of being copied.
+fn can_steal(g: &Tensor) -> bool {
+    if g.requires_grad() || Arc::strong_count(&g.0) != 1 || Arc::weak_count(&g.0) != 0 {
+        return false;
+    }
+    match (g.storage(), g.layout()) {
+        (Some(s), Some(l)) => {
+            s.is_unique()
+                && l.offset() == 0
+                && l.is_contiguous()
+                && l.numel() == s.len()
+                && g.0.autograd.lock().grad.is_none()
+        }
+        _ => false,
+    }
 }
 
 fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, input_nr: u32) -> Result<Option<Tensor>> {
@@ -143,8 +178,13 @@ fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, inpu
     Ok(None)
 }
 
-fn call_node(node: &NodeRef, inputs: Vec<Option<Tensor>>, create_graph: bool) -> Result<Vec<Option<Tensor>>> {
-    let ctx = ApplyContext { this: node, create_graph };
+fn call_node(
+    node: &NodeRef,
+    inputs: Vec<Option<Tensor>>,
+    create_graph: bool,
+    keep_graph: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let ctx = ApplyContext { this: node, create_graph, keep_graph };
     let res = node.apply(inputs, &ctx);
     let anomaly = super::anomaly::is_anomaly_enabled();
     match res {
@@ -185,8 +225,7 @@ pub(crate) fn run_backward(
 
     // Discover the reachable graph (iterative DFS) and count dependencies.
     let mut index = NodeIndex::default();
-    let mut states: Vec<NodeState> = Vec::new();
-    let mut stack: Vec<usize> = Vec::new();
+    let Scratch { mut states, mut stack, ready } = SCRATCH.with(|s| s.take());
     index.insert(key(&root), 0);
     states.push(NodeState {
         node: root.clone(),
@@ -302,7 +341,7 @@ pub(crate) fn run_backward(
     }
 
     let _mode = set_grad_enabled(create_graph);
-    let mut heap: BinaryHeap<Ready> = BinaryHeap::new();
+    let mut heap: BinaryHeap<Ready> = BinaryHeap::from(ready);
     heap.push(Ready { seq: u64::MAX, idx: 0 });
     while let Some(Ready { idx, .. }) = heap.pop() {
         let node = states[idx].node.clone();
@@ -322,7 +361,7 @@ pub(crate) fn run_backward(
         if !states[idx].needed {
             continue;
         }
-        let outputs = call_node(&node, inputs, create_graph)?;
+        let outputs = call_node(&node, inputs, create_graph, keep_graph)?;
         if !keep_graph {
             node.release_variables();
         }
@@ -374,6 +413,13 @@ pub(crate) fn run_backward(
                 ));
             }
         }
+    }
+    states.clear();
+    stack.clear();
+    let mut ready = heap.into_vec();
+    ready.clear();
+    if states.capacity() <= SCRATCH_KEEP && stack.capacity() <= SCRATCH_KEEP && ready.capacity() <= SCRATCH_KEEP {
+        SCRATCH.with(|s| s.set(Scratch { states, stack, ready }));
     }
     Ok(captured)
 }
