@@ -71,8 +71,10 @@ fn key(n: &NodeRef) -> usize {
     Arc::as_ptr(n) as *const () as usize
 }
 
+/// Per-node bookkeeping of one pass (the node itself lives at the same index in a separate
+/// `nodes` vector, so it can be borrowed while other states are updated, without cloning the
+/// `Arc`).
 struct NodeState {
-    node: NodeRef,
     deps: u32,
     buffer: SmallVec<[Option<Tensor>; 2]>,
     needed: bool,
@@ -83,6 +85,7 @@ struct NodeState {
 /// the engine's own bookkeeping (a nested pass, from a hook, simply allocates its own).
 #[derive(Default)]
 struct Scratch {
+    nodes: Vec<NodeRef>,
     states: Vec<NodeState>,
     stack: Vec<usize>,
     ready: Vec<Ready>,
@@ -225,19 +228,14 @@ pub(crate) fn run_backward(
 
     // Discover the reachable graph (iterative DFS) and count dependencies.
     let mut index = NodeIndex::default();
-    let Scratch { mut states, mut stack, ready } = SCRATCH.with(|s| s.take());
+    let Scratch { mut nodes, mut states, mut stack, ready } = SCRATCH.with(|s| s.take());
     index.insert(key(&root), 0);
-    states.push(NodeState {
-        node: root.clone(),
-        deps: 0,
-        buffer: SmallVec::new(),
-        needed: true,
-        captures: SmallVec::new(),
-    });
+    nodes.push(root.clone());
+    states.push(NodeState { deps: 0, buffer: SmallVec::new(), needed: true, captures: SmallVec::new() });
     stack.push(0);
+    let mut found: SmallVec<[NodeRef; 4]> = SmallVec::new();
     while let Some(i) = stack.pop() {
-        let node = states[i].node.clone();
-        for e in node.next_edges() {
+        for e in nodes[i].next_edges() {
             let Some(f) = &e.function else { continue };
             let k = key(f);
             match index.get(k) {
@@ -246,8 +244,8 @@ pub(crate) fn run_backward(
                     let j = states.len();
                     index.insert(k, j);
                     let n_in = f.num_inputs().max(1);
+                    found.push(f.clone());
                     states.push(NodeState {
-                        node: f.clone(),
                         deps: 1,
                         buffer: smallvec::smallvec![None; n_in],
                         needed: capture.is_none(),
@@ -257,6 +255,7 @@ pub(crate) fn run_backward(
                 }
             }
         }
+        nodes.extend(found.drain(..));
     }
 
     // Captures for autograd.grad: mark targets, then find which nodes lead to one.
@@ -285,7 +284,7 @@ pub(crate) fn run_backward(
         let mut st: Vec<(usize, usize)> = vec![(0, 0)];
         visited[0] = true;
         while let Some(&mut (i, ref mut pos)) = st.last_mut() {
-            let node = &states[i].node;
+            let node = &nodes[i];
             let edges = node.next_edges();
             let mut pushed = false;
             while *pos < edges.len() {
@@ -308,7 +307,7 @@ pub(crate) fn run_backward(
         }
         for &i in &order {
             let mut need = false;
-            for e in states[i].node.next_edges() {
+            for e in nodes[i].next_edges() {
                 if let Some(f) = &e.function {
                     let j = index.at(key(f));
                     if states[j].needed || !states[j].captures.is_empty() {
@@ -328,8 +327,7 @@ pub(crate) fn run_backward(
             if !states[i].needed {
                 continue;
             }
-            let node = states[i].node.clone();
-            for e in node.next_edges() {
+            for e in nodes[i].next_edges() {
                 if let Some(f) = &e.function {
                     let j = index.at(key(f));
                     if states[j].needed || !states[j].captures.is_empty() {
@@ -344,7 +342,7 @@ pub(crate) fn run_backward(
     let mut heap: BinaryHeap<Ready> = BinaryHeap::from(ready);
     heap.push(Ready { seq: u64::MAX, idx: 0 });
     while let Some(Ready { idx, .. }) = heap.pop() {
-        let node = states[idx].node.clone();
+        let node = &nodes[idx];
         let mut inputs: Vec<Option<Tensor>> = std::mem::take(&mut states[idx].buffer).into_vec();
         if let Some(h) = node.base().pre_hooks.get() {
             if !h.is_empty() {
@@ -361,7 +359,7 @@ pub(crate) fn run_backward(
         if !states[idx].needed {
             continue;
         }
-        let outputs = call_node(&node, inputs, create_graph, keep_graph)?;
+        let outputs = call_node(node, inputs, create_graph, keep_graph)?;
         if !keep_graph {
             node.release_variables();
         }
@@ -385,7 +383,7 @@ pub(crate) fn run_backward(
                 continue;
             }
             if let Some(mut g) = g {
-                if let Some(c) = check_grad_shape(&*node, k, &g, &**f, e.input_nr)? {
+                if let Some(c) = check_grad_shape(&**node, k, &g, &**f, e.input_nr)? {
                     g = c;
                 }
                 let nr = e.input_nr as usize;
@@ -399,7 +397,7 @@ pub(crate) fn run_backward(
             }
             st.deps -= 1;
             if st.deps == 0 {
-                heap.push(Ready { seq: st.node.sequence_nr(), idx: j });
+                heap.push(Ready { seq: nodes[j].sequence_nr(), idx: j });
             }
         }
     }
@@ -415,11 +413,12 @@ pub(crate) fn run_backward(
         }
     }
     states.clear();
+    nodes.clear();
     stack.clear();
     let mut ready = heap.into_vec();
     ready.clear();
-    if states.capacity() <= SCRATCH_KEEP && stack.capacity() <= SCRATCH_KEEP && ready.capacity() <= SCRATCH_KEEP {
-        SCRATCH.with(|s| s.set(Scratch { states, stack, ready }));
+    if [states.capacity(), nodes.capacity(), stack.capacity(), ready.capacity()].iter().all(|&c| c <= SCRATCH_KEEP) {
+        SCRATCH.with(|s| s.set(Scratch { nodes, states, stack, ready }));
     }
     Ok(captured)
 }
