@@ -199,6 +199,10 @@ impl Storage {
     pub fn bump_version(&self) {
         self.0.version.fetch_add(1, Ordering::AcqRel);
     }
+    /// `true` when this is the only handle to the buffer (no view or other tensor shares it).
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::weak_count(&self.0) == 0
+    }
     /// `true` when both handles share one buffer.
     pub fn same(&self, other: &Storage) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

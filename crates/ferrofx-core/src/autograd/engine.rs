@@ -32,7 +32,7 @@ type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHasher>>;
 /// map beyond that.
 #[derive(Default)]
 struct NodeIndex {
-    small: Vec<(usize, usize)>,
+    small: SmallVec<[(usize, usize); SMALL]>,
     map: Option<PtrMap<usize>>,
 }
 
@@ -71,13 +71,32 @@ fn key(n: &NodeRef) -> usize {
     Arc::as_ptr(n) as *const () as usize
 }
 
+/// Per-node bookkeeping of one pass (the node itself lives at the same index in a separate
+/// `nodes` vector, so it can be borrowed while other states are updated, without cloning the
+/// `Arc`).
 struct NodeState {
-    node: NodeRef,
     deps: u32,
     buffer: SmallVec<[Option<Tensor>; 2]>,
     needed: bool,
     captures: SmallVec<[(u32, usize); 1]>,
 }
+
+/// Buffers of one backward pass, kept per thread so that small passes allocate nothing for
+/// the engine's own bookkeeping (a nested pass, from a hook, simply allocates its own).
+#[derive(Default)]
+struct Scratch {
+    nodes: Vec<NodeRef>,
+    states: Vec<NodeState>,
+    stack: Vec<usize>,
+    ready: Vec<Ready>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
+/// Largest buffers worth keeping between passes.
+const SCRATCH_KEEP: usize = 4096;
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Ready {
@@ -105,7 +124,7 @@ pub(crate) fn accumulate_into_grad(t: &Tensor, g: Tensor, create_graph: bool) ->
     let old = meta.lock().grad.clone();
     let new = match old {
         None => {
-            if create_graph && g.requires_grad() {
+            if (create_graph && g.requires_grad()) || can_steal(&g) {
                 g
             } else {
                 raw::copy(&g)?
@@ -122,6 +141,25 @@ pub(crate) fn accumulate_into_grad(t: &Tensor, g: Tensor, create_graph: bool) ->
     };
     meta.lock().grad = Some(new);
     Ok(())
+}
+
+/// PyTorch's gradient stealing: a gradient nobody else can observe (the only handle to a
+/// tensor without history, whose contiguous layout covers a storage no other tensor shares)
+/// becomes `.grad` as is instead of being copied.
+fn can_steal(g: &Tensor) -> bool {
+    if g.requires_grad() || Arc::strong_count(&g.0) != 1 || Arc::weak_count(&g.0) != 0 {
+        return false;
+    }
+    match (g.storage(), g.layout()) {
+        (Some(s), Some(l)) => {
+            s.is_unique()
+                && l.offset() == 0
+                && l.is_contiguous()
+                && l.numel() == s.len()
+                && g.0.autograd.lock().grad.is_none()
+        }
+        _ => false,
+    }
 }
 
 fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, input_nr: u32) -> Result<Option<Tensor>> {
@@ -143,8 +181,13 @@ fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, inpu
     Ok(None)
 }
 
-fn call_node(node: &NodeRef, inputs: Vec<Option<Tensor>>, create_graph: bool) -> Result<Vec<Option<Tensor>>> {
-    let ctx = ApplyContext { this: node, create_graph };
+fn call_node(
+    node: &NodeRef,
+    inputs: Vec<Option<Tensor>>,
+    create_graph: bool,
+    keep_graph: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let ctx = ApplyContext { this: node, create_graph, keep_graph };
     let res = node.apply(inputs, &ctx);
     let anomaly = super::anomaly::is_anomaly_enabled();
     match res {
@@ -185,20 +228,14 @@ pub(crate) fn run_backward(
 
     // Discover the reachable graph (iterative DFS) and count dependencies.
     let mut index = NodeIndex::default();
-    let mut states: Vec<NodeState> = Vec::new();
-    let mut stack: Vec<usize> = Vec::new();
+    let Scratch { mut nodes, mut states, mut stack, ready } = SCRATCH.with(|s| s.take());
     index.insert(key(&root), 0);
-    states.push(NodeState {
-        node: root.clone(),
-        deps: 0,
-        buffer: SmallVec::new(),
-        needed: true,
-        captures: SmallVec::new(),
-    });
+    nodes.push(root.clone());
+    states.push(NodeState { deps: 0, buffer: SmallVec::new(), needed: true, captures: SmallVec::new() });
     stack.push(0);
+    let mut found: SmallVec<[NodeRef; 4]> = SmallVec::new();
     while let Some(i) = stack.pop() {
-        let node = states[i].node.clone();
-        for e in node.next_edges() {
+        for e in nodes[i].next_edges() {
             let Some(f) = &e.function else { continue };
             let k = key(f);
             match index.get(k) {
@@ -207,8 +244,8 @@ pub(crate) fn run_backward(
                     let j = states.len();
                     index.insert(k, j);
                     let n_in = f.num_inputs().max(1);
+                    found.push(f.clone());
                     states.push(NodeState {
-                        node: f.clone(),
                         deps: 1,
                         buffer: smallvec::smallvec![None; n_in],
                         needed: capture.is_none(),
@@ -218,6 +255,7 @@ pub(crate) fn run_backward(
                 }
             }
         }
+        nodes.extend(found.drain(..));
     }
 
     // Captures for autograd.grad: mark targets, then find which nodes lead to one.
@@ -246,7 +284,7 @@ pub(crate) fn run_backward(
         let mut st: Vec<(usize, usize)> = vec![(0, 0)];
         visited[0] = true;
         while let Some(&mut (i, ref mut pos)) = st.last_mut() {
-            let node = &states[i].node;
+            let node = &nodes[i];
             let edges = node.next_edges();
             let mut pushed = false;
             while *pos < edges.len() {
@@ -269,7 +307,7 @@ pub(crate) fn run_backward(
         }
         for &i in &order {
             let mut need = false;
-            for e in states[i].node.next_edges() {
+            for e in nodes[i].next_edges() {
                 if let Some(f) = &e.function {
                     let j = index.at(key(f));
                     if states[j].needed || !states[j].captures.is_empty() {
@@ -289,8 +327,7 @@ pub(crate) fn run_backward(
             if !states[i].needed {
                 continue;
             }
-            let node = states[i].node.clone();
-            for e in node.next_edges() {
+            for e in nodes[i].next_edges() {
                 if let Some(f) = &e.function {
                     let j = index.at(key(f));
                     if states[j].needed || !states[j].captures.is_empty() {
@@ -302,10 +339,10 @@ pub(crate) fn run_backward(
     }
 
     let _mode = set_grad_enabled(create_graph);
-    let mut heap: BinaryHeap<Ready> = BinaryHeap::new();
+    let mut heap: BinaryHeap<Ready> = BinaryHeap::from(ready);
     heap.push(Ready { seq: u64::MAX, idx: 0 });
     while let Some(Ready { idx, .. }) = heap.pop() {
-        let node = states[idx].node.clone();
+        let node = &nodes[idx];
         let mut inputs: Vec<Option<Tensor>> = std::mem::take(&mut states[idx].buffer).into_vec();
         if let Some(h) = node.base().pre_hooks.get() {
             if !h.is_empty() {
@@ -322,7 +359,7 @@ pub(crate) fn run_backward(
         if !states[idx].needed {
             continue;
         }
-        let outputs = call_node(&node, inputs, create_graph)?;
+        let outputs = call_node(node, inputs, create_graph, keep_graph)?;
         if !keep_graph {
             node.release_variables();
         }
@@ -346,7 +383,7 @@ pub(crate) fn run_backward(
                 continue;
             }
             if let Some(mut g) = g {
-                if let Some(c) = check_grad_shape(&*node, k, &g, &**f, e.input_nr)? {
+                if let Some(c) = check_grad_shape(&**node, k, &g, &**f, e.input_nr)? {
                     g = c;
                 }
                 let nr = e.input_nr as usize;
@@ -360,7 +397,7 @@ pub(crate) fn run_backward(
             }
             st.deps -= 1;
             if st.deps == 0 {
-                heap.push(Ready { seq: st.node.sequence_nr(), idx: j });
+                heap.push(Ready { seq: nodes[j].sequence_nr(), idx: j });
             }
         }
     }
@@ -374,6 +411,14 @@ pub(crate) fn run_backward(
                 ));
             }
         }
+    }
+    states.clear();
+    nodes.clear();
+    stack.clear();
+    let mut ready = heap.into_vec();
+    ready.clear();
+    if [states.capacity(), nodes.capacity(), stack.capacity(), ready.capacity()].iter().all(|&c| c <= SCRATCH_KEEP) {
+        SCRATCH.with(|s| s.set(Scratch { nodes, states, stack, ready }));
     }
     Ok(captured)
 }

@@ -77,6 +77,11 @@ impl Drop for Edge {
 /// moved onto an explicit stack before the node itself is freed, so freeing a 1,000,000-node
 /// chain uses constant stack depth (a classic pitfall of `Arc` chains in Rust).
 pub(crate) fn drop_node(n: NodeRef) {
+    if Arc::strong_count(&n) > 1 {
+        // Not the last handle (the common case): nothing is freed.
+        drop(n);
+        return;
+    }
     let mut stack: Vec<NodeRef> = vec![n];
     while let Some(mut n) = stack.pop() {
         if let Some(node) = Arc::get_mut(&mut n) {
@@ -157,6 +162,8 @@ pub struct ApplyContext<'a> {
     pub this: &'a NodeRef,
     /// `true` when the backward computation itself records a graph (higher-order gradients).
     pub create_graph: bool,
+    /// `true` when the graph is kept after this pass (`retain_graph`).
+    pub keep_graph: bool,
 }
 
 /// A node of the autograd graph: the backward of one forward operation.
@@ -250,8 +257,14 @@ impl Node for GraphRoot {
     fn name(&self) -> Cow<'static, str> {
         Cow::Borrowed("GraphRoot")
     }
-    fn apply(&self, _grads: Vec<Option<Tensor>>, _ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
-        Ok(self.outputs.lock().clone())
+    fn apply(&self, _grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+        // A root is applied once per backward pass; without retain_graph its gradients are
+        // handed over (so an unshared gradient can become a leaf's `.grad` without a copy).
+        if ctx.keep_graph {
+            Ok(self.outputs.lock().clone())
+        } else {
+            Ok(std::mem::take(&mut *self.outputs.lock()))
+        }
     }
 }
 

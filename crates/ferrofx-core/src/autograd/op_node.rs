@@ -22,7 +22,7 @@ pub(crate) enum SavedArg {
 }
 
 struct OpState {
-    args: Vec<SavedArg>,
+    args: SmallVec<[SavedArg; 2]>,
     outputs: SmallVec<[Option<SavedVariable>; 1]>,
 }
 
@@ -31,7 +31,7 @@ pub struct OpNode {
     base: NodeBase,
     op: &'static OpDef,
     state: Mutex<OpState>,
-    metas: Vec<MetaSlot>,
+    metas: SmallVec<[MetaSlot; 2]>,
     needs: SmallVec<[bool; 4]>,
     /// For every gradient slot the formula returns: the next edge it feeds (`u32::MAX`: none).
     slot_edge: SmallVec<[u32; 4]>,
@@ -78,7 +78,7 @@ impl Node for OpNode {
         };
         let (args, outputs) = {
             let st = self.state.lock();
-            let mut args = Vec::with_capacity(st.args.len());
+            let mut args: SmallVec<[Value; 4]> = SmallVec::with_capacity(st.args.len());
             for a in &st.args {
                 args.push(match a {
                     SavedArg::Value(v) => v.clone(),
@@ -110,6 +110,10 @@ impl Node for OpNode {
                     self.slot_edge.len()
                 ),
             ));
+        }
+        if res.len() == n_edges && self.slot_edge.iter().enumerate().all(|(i, &e)| e as usize == i) {
+            // One gradient slot per edge, in order (every tensor-only op): no remapping.
+            return Ok(res);
         }
         let mut out = vec![None; n_edges];
         for (slot, g) in res.into_iter().enumerate() {
@@ -227,9 +231,9 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
     // the mutated tensor's history onto the new node, whose edge points at the old history).
     let mut edges: SmallVec<[Edge; 2]> = SmallVec::new();
     let mut slot_edge: SmallVec<[u32; 4]> = SmallVec::new();
-    let mut metas: Vec<MetaSlot> = Vec::with_capacity(args.len());
+    let mut metas: SmallVec<[MetaSlot; 2]> = SmallVec::with_capacity(args.len());
     let mut needs: SmallVec<[bool; 4]> = SmallVec::new();
-    let mut saved_args: Vec<SavedArg> = Vec::with_capacity(args.len());
+    let mut saved_args: SmallVec<[SavedArg; 2]> = SmallVec::with_capacity(args.len());
     for (p, a) in args.iter().enumerate() {
         let ty = op.schema.get(p).map(|s| s.ty);
         // The tensor an in-place op overwrites (with history) cannot be saved as its old value:

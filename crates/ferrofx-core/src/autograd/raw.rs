@@ -22,8 +22,53 @@ pub(crate) fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `dst += src` directly in `dst`'s buffer when both are contiguous with one shape and one
+/// float dtype and do not share storage; `false` (nothing written) otherwise.
+fn add_assign_contiguous(dst: &Tensor, src: &Tensor) -> bool {
+    fn go<T: Element + std::ops::AddAssign>(
+        d: &mut crate::storage::CpuBuffer,
+        od: usize,
+        s: &crate::storage::CpuBuffer,
+        os: usize,
+        n: usize,
+    ) -> bool {
+        match (d.as_mut_slice::<T>(), s.as_slice::<T>()) {
+            (Some(d), Some(s)) if od + n <= d.len() && os + n <= s.len() => {
+                for (x, &y) in d[od..od + n].iter_mut().zip(&s[os..os + n]) {
+                    *x += y;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+    let (Some(sd), Some(ld), Some(ss), Some(ls)) = (dst.storage(), dst.layout(), src.storage(), src.layout()) else {
+        return false;
+    };
+    if sd.same(ss)
+        || ld.shape() != ls.shape()
+        || !ld.is_contiguous()
+        || !ls.is_contiguous()
+        || dst.dtype() != src.dtype()
+    {
+        return false;
+    }
+    let n = ld.numel();
+    let gs = ss.read();
+    let mut gd = sd.write();
+    match dst.dtype() {
+        DType::F32 => go::<f32>(&mut gd, ld.offset(), &gs, ls.offset(), n),
+        DType::F64 => go::<f64>(&mut gd, ld.offset(), &gs, ls.offset(), n),
+        _ => false,
+    }
+}
+
 /// `dst += src` in place (bumps dst's version).
 pub(crate) fn add_assign(dst: &Tensor, src: &Tensor) -> Result<()> {
+    if add_assign_contiguous(dst, src) {
+        dst.bump_version();
+        return Ok(());
+    }
     let s = add(dst, src)?;
     kernel::copy_into("autograd_accumulate", dst, &s)?;
     dst.bump_version();
@@ -39,5 +84,6 @@ pub(crate) fn copy(t: &Tensor) -> Result<Tensor> {
 /// A tensor of ones with `t`'s shape and dtype.
 pub(crate) fn ones_like(t: &Tensor) -> Result<Tensor> {
     let n = t.numel();
-    kernel::from_f64_vec(&vec![1.0; n], t.shape(), t.dtype())
+    let d = t.dtype();
+    crate::match_dtype!(d, T => Tensor::from_vec(vec![T::from_f64(1.0); n], t.shape()))
 }

@@ -4,12 +4,30 @@ use crate::error::{Error, Result};
 use crate::op::def::OpDef;
 use parking_lot::RwLock;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
-fn table() -> &'static RwLock<HashMap<&'static str, &'static OpDef>> {
-    static TABLE: OnceLock<RwLock<HashMap<&'static str, &'static OpDef>>> = OnceLock::new();
+/// FNV-1a: op names are short, trusted keys, and every `op::call` hashes one.
+#[derive(Default)]
+struct NameHasher(u64);
+impl Hasher for NameHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+type Table = HashMap<&'static str, &'static OpDef, BuildHasherDefault<NameHasher>>;
+
+fn table() -> &'static RwLock<Table> {
+    static TABLE: OnceLock<RwLock<Table>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut map = HashMap::new();
+        let mut map = Table::default();
         for op in crate::ops::builtin_ops() {
             let prev = map.insert(op.name, *op);
             debug_assert!(prev.is_none(), "duplicate builtin op {}", op.name);

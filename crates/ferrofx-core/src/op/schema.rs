@@ -218,6 +218,14 @@ fn check_type(op: &str, spec: &ArgSpec, v: Value) -> Result<Value> {
 /// int→int[] where PyTorch does, and rejects unknown, duplicate, missing or mistyped arguments
 /// with a message that prints the schema.
 pub fn bind(op: &str, schema: &[ArgSpec], args: Vec<Value>, kwargs: Vec<(String, Value)>) -> Result<Vec<Value>> {
+    if kwargs.is_empty() && args.len() == schema.len() && !schema.iter().any(|a| a.kwarg_only) {
+        // Every argument given positionally (the common case): check them in place.
+        let mut args = args;
+        for (spec, v) in schema.iter().zip(args.iter_mut()) {
+            *v = check_type(op, spec, std::mem::replace(v, Value::None))?;
+        }
+        return Ok(args);
+    }
     let sig = || format_schema(op, schema);
     let npos = schema.iter().filter(|a| !a.kwarg_only).count();
     if args.len() > npos {

@@ -740,7 +740,21 @@ fn broadcast_fill<T: Element>(op: &str, bias: &Tensor, out_shape: &[usize]) -> R
             ),
         )
     })?;
-    b.with_data::<T, _>(op, |d, _| StridedIter::new(&l).map(|i| d[i]).collect())
+    b.with_data::<T, _>(op, |d, _| {
+        // A bias row repeated over the leading dims (the `linear` case): copy whole rows.
+        let st = l.strides();
+        let n = out_shape.last().copied().unwrap_or(1);
+        if !st.is_empty() && n > 0 && st[st.len() - 1] == 1 && st[..st.len() - 1].iter().all(|&s| s == 0) {
+            let row = &d[l.offset()..l.offset() + n];
+            let rows = l.numel() / n;
+            let mut v = Vec::with_capacity(rows * n);
+            for _ in 0..rows {
+                v.extend_from_slice(row);
+            }
+            return v;
+        }
+        StridedIter::new(&l).map(|i| d[i]).collect()
+    })
 }
 
 fn addmm_check(op: &str, input: &Tensor, a: &Tensor, b: &Tensor) -> Result<DType> {

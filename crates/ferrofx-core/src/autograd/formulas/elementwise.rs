@@ -342,12 +342,18 @@ fn atan_bw(ctx: &BackwardCtx<'_>) -> Grads {
 fn tanh_bw(ctx: &BackwardCtx<'_>) -> Grads {
     one(ctx, |g| {
         let y = y0(ctx)?;
+        if let Some(r) = p::direct2!(g, y, |g, y| g * (1.0 - y * y)) {
+            return r;
+        }
         p::mul(g, &p::rsub_(&p::mul(y, y)?, 1.0)?)
     })
 }
 fn sigmoid_bw(ctx: &BackwardCtx<'_>) -> Grads {
     one(ctx, |g| {
         let y = y0(ctx)?;
+        if let Some(r) = p::direct2!(g, y, |g, y| g * (y * (1.0 - y))) {
+            return r;
+        }
         p::mul(g, &p::mul(y, &p::rsub_(y, 1.0)?)?)
     })
 }
@@ -450,7 +456,14 @@ fn abs_bw(ctx: &BackwardCtx<'_>) -> Grads {
     one(ctx, |g| p::mul(g, &p::sign(x0(ctx)?)?))
 }
 fn relu_bw(ctx: &BackwardCtx<'_>) -> Grads {
-    one(ctx, |g| p::mul(g, &p::gt_(y0(ctx)?, 0.0)?))
+    one(ctx, |g| {
+        let y = y0(ctx)?;
+        // g * (y > 0) with the mask as 1.0 / 0.0, as the dispatched ops compute it.
+        if let Some(r) = p::direct2!(g, y, |g, y| if y > 0.0 { g * 1.0 } else { g * 0.0 }) {
+            return r;
+        }
+        p::mul(g, &p::gt_(y, 0.0)?)
+    })
 }
 fn zero_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let m = ctx.input_meta(0)?;

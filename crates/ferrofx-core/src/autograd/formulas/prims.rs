@@ -48,18 +48,66 @@ fn cached(cell: &'static OnceLock<Option<&'static OpDef>>, name: &str) -> Result
     })
 }
 
+/// `true` when an elementwise formula may combine `ts` with a raw kernel instead of
+/// dispatching registry ops: all concrete, one shape, one float dtype (f32/f64), and nothing to
+/// record (grad mode off, as in a backward pass without `create_graph`, or no input requiring
+/// grad). The kernel then computes exactly what the dispatched ops would (same element
+/// operations in the same order), without the per-op dispatch overhead.
+#[inline]
+pub(crate) fn direct_ok(ts: &[&Tensor]) -> bool {
+    let first = ts[0];
+    let d = first.dtype();
+    if !matches!(d, crate::DType::F32 | crate::DType::F64) {
+        return false;
+    }
+    let rec = crate::autograd::is_grad_enabled();
+    ts.iter().all(|t| {
+        !t.is_symbolic()
+            && t.dtype() == d
+            && (t.same(first) || t.shape() == first.shape())
+            && !(rec && t.requires_grad())
+    })
+}
+
+/// `Some(f(a, b))` computed by one elementwise kernel when [`direct_ok`] allows, else `None`.
+/// The closure body is compiled for f32 and f64 (write float literals as `1.0`).
+macro_rules! direct2 {
+    ($a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {{
+        let (a, b): (&$crate::tensor::Tensor, &$crate::tensor::Tensor) = ($a, $b);
+        if $crate::autograd::formulas::prims::direct_ok(&[a, b]) {
+            Some(match a.dtype() {
+                $crate::DType::F32 => {
+                    $crate::ops::kernel::binary_map::<f32, f32>("backward", a, b, |$x: f32, $y: f32| $body)
+                }
+                _ => $crate::ops::kernel::binary_map::<f64, f64>("backward", a, b, |$x: f64, $y: f64| $body),
+            })
+        } else {
+            None
+        }
+    }};
+}
+pub(crate) use direct2;
+
 macro_rules! bin {
-    ($f:ident, $name:literal) => {
+    ($f:ident, $name:literal $(, |$x:ident, $y:ident| $body:expr)?) => {
         /// `
         #[doc = $name]
         /// ` through the registry (other may be a tensor or a number).
         pub(crate) fn $f(a: &Tensor, b: impl Into<Value>) -> Result<Tensor> {
+            let b: Value = b.into();
+            $(
+                if let Value::Tensor(bt) = &b {
+                    if let Some(r) = direct2!(a, bt, |$x, $y| $body) {
+                        return r;
+                    }
+                }
+            )?
             static C: OnceLock<Option<&'static OpDef>> = OnceLock::new();
             let op = cached(&C, $name)?;
             if op.schema.len() == 2 {
-                return one(op, &[a.into(), b.into()]);
+                return one(op, &[a.into(), b]);
             }
-            call($name, vec![a.into(), b.into()])
+            call($name, vec![a.into(), b])
         }
     };
 }
@@ -78,10 +126,10 @@ macro_rules! un {
         }
     };
 }
-bin!(mul, "mul");
-bin!(div, "div");
-bin!(add, "add");
-bin!(sub, "sub");
+bin!(mul, "mul", |x, y| x * y);
+bin!(div, "div", |x, y| x / y);
+bin!(add, "add", |x, y| x + y);
+bin!(sub, "sub", |x, y| x - y);
 bin!(pow, "pow");
 bin!(eq, "eq");
 bin!(ne, "ne");
