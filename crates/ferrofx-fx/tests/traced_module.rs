@@ -438,3 +438,19 @@ fn surgery_relu_to_gelu_survives_save_and_load() {
     tm.graph().lint().unwrap();
     close(&tm.forward(&x).unwrap(), &want, "inputs restored");
 }
+
+#[test]
+fn a_dangling_module_call_is_visible_and_reported() {
+    let module = SimpleModule::new();
+    let mut tm = trace_module(&module, &[zeros(&[3, 4], None).unwrap().into()]).unwrap();
+    assert!(tm.delete_submodule("linear"));
+    let g = tm.internal_graph();
+    let linear = g.get_node_by_name("linear").unwrap();
+    assert_eq!(linear.type_name(), "ModuleNode");
+    assert!(linear.owner().is_none());
+    assert!(g.to_string().contains("linear = getattr(self, \"linear\") -> (?)"), "{g}");
+    let err = g.interpret(&[randn(&[3, 4], None).unwrap().into()]).unwrap_err().to_string();
+    assert!(err.contains("GraphModule has no submodule 'linear'"), "{err}");
+    let err = tm.recompile().unwrap_err().to_string();
+    assert!(err.contains("call_module target 'linear' is not a submodule"), "{err}");
+}
