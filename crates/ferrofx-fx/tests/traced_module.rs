@@ -250,6 +250,11 @@ fn module_preserving_trace_nests_user_modules_and_flatten_equals_symbolic_trace(
          \t%6:\tadd_out = mul_out.__add__(x, )\n\
          \treturn add_out\n}"
     );
+    let root_view = tm.internal_graph();
+    let nested: Vec<&str> = root_view.nested().iter().map(|(p, _)| *p).collect();
+    assert_eq!(nested, vec!["block1", "block2"]);
+    assert_eq!(root_view.nested()[0].1.nested()[0].0, "inner");
+    assert!(root_view.nested()[0].1.nested()[0].1.nested().is_empty());
     // shapes inside the nested graphs come from the call's inputs
     assert_eq!(inner.internal_graph().outputs()[0].shape(), Some(&[2usize, 8][..]));
     // outputs (and gradients through the shared parameters) equal eager

@@ -426,6 +426,17 @@ impl<'m> InternalGraph<'m> {
         self.by_graph_node.get(&id).map(|&idx| ValueNode { g: self.erase(), idx })
     }
 
+    /// The graphs of the nested traced modules this graph calls (from
+    /// [`crate::traced::trace_module`]), by path, in call order — what MegEngine's
+    /// `exprs(recursive=True)` descends into.
+    pub fn nested(&self) -> Vec<(&'m str, InternalGraph<'m>)> {
+        let gm: &'m GraphModule = self.gm;
+        gm.leaf_modules()
+            .iter()
+            .filter_map(|(p, m)| m.as_any().downcast_ref::<GraphModule>().map(|sub| (p.as_str(), sub.internal_graph())))
+            .collect()
+    }
+
     /// Shortens the `'m` lifetime to the borrow's, for handles (the view is covariant).
     fn erase(&self) -> &InternalGraph<'_> {
         self
