@@ -250,6 +250,11 @@ fn module_preserving_trace_nests_user_modules_and_flatten_equals_symbolic_trace(
          \t%6:\tadd_out = mul_out.__add__(x, )\n\
          \treturn add_out\n}"
     );
+    let root_view = tm.internal_graph();
+    let nested: Vec<&str> = root_view.nested().iter().map(|(p, _)| *p).collect();
+    assert_eq!(nested, vec!["block1", "block2"]);
+    assert_eq!(root_view.nested()[0].1.nested()[0].0, "inner");
+    assert!(root_view.nested()[0].1.nested()[0].1.nested().is_empty());
     // shapes inside the nested graphs come from the call's inputs
     assert_eq!(inner.internal_graph().outputs()[0].shape(), Some(&[2usize, 8][..]));
     // outputs (and gradients through the shared parameters) equal eager
@@ -437,4 +442,20 @@ fn surgery_relu_to_gelu_survives_save_and_load() {
     tm.remove_input(y).unwrap();
     tm.graph().lint().unwrap();
     close(&tm.forward(&x).unwrap(), &want, "inputs restored");
+}
+
+#[test]
+fn a_dangling_module_call_is_visible_and_reported() {
+    let module = SimpleModule::new();
+    let mut tm = trace_module(&module, &[zeros(&[3, 4], None).unwrap().into()]).unwrap();
+    assert!(tm.delete_submodule("linear"));
+    let g = tm.internal_graph();
+    let linear = g.get_node_by_name("linear").unwrap();
+    assert_eq!(linear.type_name(), "ModuleNode");
+    assert!(linear.owner().is_none());
+    assert!(g.to_string().contains("linear = getattr(self, \"linear\") -> (?)"), "{g}");
+    let err = g.interpret(&[randn(&[3, 4], None).unwrap().into()]).unwrap_err().to_string();
+    assert!(err.contains("GraphModule has no submodule 'linear'"), "{err}");
+    let err = tm.recompile().unwrap_err().to_string();
+    assert!(err.contains("call_module target 'linear' is not a submodule"), "{err}");
 }

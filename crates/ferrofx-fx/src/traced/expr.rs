@@ -426,6 +426,17 @@ impl<'m> InternalGraph<'m> {
         self.by_graph_node.get(&id).map(|&idx| ValueNode { g: self.erase(), idx })
     }
 
+    /// The graphs of the nested traced modules this graph calls (from
+    /// [`crate::traced::trace_module`]), by path, in call order — what MegEngine's
+    /// `exprs(recursive=True)` descends into.
+    pub fn nested(&self) -> Vec<(&'m str, InternalGraph<'m>)> {
+        let gm: &'m GraphModule = self.gm;
+        gm.leaf_modules()
+            .iter()
+            .filter_map(|(p, m)| m.as_any().downcast_ref::<GraphModule>().map(|sub| (p.as_str(), sub.internal_graph())))
+            .collect()
+    }
+
     /// Shortens the `'m` lifetime to the borrow's, for handles (the view is covariant).
     fn erase(&self) -> &InternalGraph<'_> {
         self
@@ -577,19 +588,21 @@ impl<'a> TensorNode<'a> {
 /// MegEngine's `ModuleNode`: a module of the traced hierarchy.
 #[derive(Clone, Copy)]
 pub struct ModuleNode<'a> {
-    owner: &'a dyn Module,
+    owner: Option<&'a dyn Module>,
     path: &'a str,
 }
 
 impl<'a> ModuleNode<'a> {
-    /// The module object itself (the traced module for `self`).
-    pub fn owner(&self) -> &'a dyn Module {
+    /// The module object itself (the traced module for `self`); `None` when the graph calls a
+    /// path the GraphModule does not own (an edit left it dangling; `recompile` reports it).
+    pub fn owner(&self) -> Option<&'a dyn Module> {
         self.owner
     }
 
-    /// Its type name (`Linear`; the traced type for `self` and nested traced modules).
+    /// Its type name (`Linear`; the traced type for `self` and nested traced modules; `?` when
+    /// the module is missing).
     pub fn module_type(&self) -> String {
-        module_type_name(self.owner)
+        self.owner.map(module_type_name).unwrap_or_else(|| "?".to_string())
     }
 
     /// Its path in the traced module (`""` for `self`).
@@ -629,14 +642,8 @@ impl<'a> ValueNode<'a> {
         let d = self.data();
         match &d.module {
             Some(path) => {
-                let owner: &'a dyn Module = if path.is_empty() {
-                    self.g.gm
-                } else {
-                    match self.g.gm.get_submodule_owned(path) {
-                        Ok(m) => m,
-                        Err(_) => self.g.gm,
-                    }
-                };
+                let owner: Option<&'a dyn Module> =
+                    if path.is_empty() { Some(self.g.gm) } else { self.g.gm.get_submodule_owned(path).ok() };
                 NodeKind::Module(ModuleNode { owner, path })
             }
             None => {
@@ -676,7 +683,7 @@ impl<'a> ValueNode<'a> {
     /// The module of a module node (MegEngine's `owner`).
     pub fn owner(&self) -> Option<&'a dyn Module> {
         match self.kind() {
-            NodeKind::Module(m) => Some(m.owner()),
+            NodeKind::Module(m) => m.owner(),
             NodeKind::Tensor(_) => None,
         }
     }

@@ -70,7 +70,7 @@ impl<'a> Expr<'a> {
             ExprKind::GetAttr => {
                 let owner = module_input(self, inputs)?;
                 let path = self.name();
-                let is_module = self.outputs().first().is_some_and(|o| o.owner().is_some());
+                let is_module = self.outputs().first().is_some_and(|o| o.type_name() == "ModuleNode");
                 let root = owner.as_any().downcast_ref::<GraphModule>();
                 if is_module {
                     let m = match root {

@@ -17,6 +17,8 @@
 //! [`GraphModule`]: crate::GraphModule
 
 mod expr;
+#[doc = include_str!("../../../../docs/traced-module.md")]
+pub mod guide {}
 mod interpret;
 mod module_tracer;
 mod surgery;
