@@ -24,7 +24,7 @@ use ferrofx_nn::Module;
 use indexmap::IndexMap;
 use std::collections::{HashMap, HashSet};
 
-/// A tracer that keeps the module hierarchy (see the [module docs](self)).
+/// A tracer that keeps the module hierarchy (see [`crate::traced`]).
 #[derive(Clone, Debug, Default)]
 pub struct ModuleTracer {
     fx_names: bool,
