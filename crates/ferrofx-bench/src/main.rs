@@ -13,6 +13,11 @@ mod cases;
 mod cases_models;
 mod timer;
 
+/// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
+/// every new graph or tensor buffer faults in fresh pages (see docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use serde_json::json;
 use std::collections::BTreeMap;

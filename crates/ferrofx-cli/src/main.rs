@@ -3,6 +3,11 @@
 //! With no arguments it runs the main job on the embedded digits data set (see
 //! [`commands::demo`]). Subcommands work on real files.
 
+/// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
+/// every new graph or tensor buffer faults in fresh pages (see docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod commands;
 
 use clap::{Parser, Subcommand};

@@ -11,6 +11,11 @@
 //! the other processes of a shared machine), `--script PATH` (default: the repository's `scripts/bench_fx_graph.py`), `--only WORKLOAD`
 //! (ferrofx only, one workload: for profiling).
 
+/// mimalloc, as the `ferrofx` binaries use: with glibc's allocator every new graph faults in
+/// fresh pages (docs/graph-ir.md, "Benchmark vs torch.fx").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use ferrofx_fx::{Graph, NodeId, NodeMap, Opcode, Target};
 use std::collections::HashMap;
 use std::hint::black_box;

@@ -52,25 +52,42 @@ fn is_internal(sym: &str) -> bool {
         || s.contains("backtrace")
 }
 
+/// Whether a frame's source file (as the backtrace prints it: absolute, or `./`-relative to the
+/// working directory) is a file of this crate's `src/` or of the Rust toolchain. With
+/// line-tables-only debug info, inlined frames carry short symbol names (`new`, `capture`), so
+/// the file is what tells internal frames apart.
+fn is_internal_file(at: &str, cwd: Option<&std::path::Path>) -> bool {
+    let file = at.rsplitn(3, ':').last().unwrap_or(at);
+    if file.starts_with("/rustc/") {
+        return true;
+    }
+    let path = match (file.strip_prefix("./"), cwd) {
+        (Some(rel), Some(cwd)) => cwd.join(rel),
+        _ => std::path::PathBuf::from(file),
+    };
+    path.starts_with(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))
+}
+
 /// Captures the current backtrace and the first frame outside ferrofx-core internals.
 pub(crate) fn capture() -> CreationInfo {
     let bt = std::backtrace::Backtrace::force_capture().to_string();
+    let cwd = std::env::current_dir().ok();
     let mut location = String::from("<unknown location>");
     let lines: Vec<&str> = bt.lines().collect();
-    let mut i = 0;
-    while i < lines.len() {
-        let l = lines[i].trim_start();
-        if let Some((num, sym)) = l.split_once(": ") {
-            if num.chars().all(|c| c.is_ascii_digit()) && !is_internal(sym) {
-                let at = lines.get(i + 1).map(|n| n.trim_start()).filter(|n| n.starts_with("at "));
-                location = match at {
-                    Some(a) => format!("{} ({})", sym.trim(), &a[3..]),
-                    None => sym.trim().to_string(),
-                };
-                break;
-            }
+    for (i, line) in lines.iter().enumerate() {
+        let Some((num, sym)) = line.trim_start().split_once(": ") else { continue };
+        if !num.chars().all(|c| c.is_ascii_digit()) || is_internal(sym) {
+            continue;
         }
-        i += 1;
+        let at = lines.get(i + 1).map(|n| n.trim_start()).and_then(|n| n.strip_prefix("at "));
+        if at.is_some_and(|a| is_internal_file(a, cwd.as_deref())) {
+            continue;
+        }
+        location = match at {
+            Some(a) => format!("{} ({a})", sym.trim()),
+            None => sym.trim().to_string(),
+        };
+        break;
     }
     CreationInfo { location, backtrace: bt }
 }
