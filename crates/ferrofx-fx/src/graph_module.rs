@@ -1,7 +1,8 @@
 //! `GraphModule`: a module whose forward is a graph (FX's `GraphModule`).
 //!
-//! It owns the graph, the leaf modules the graph calls (rebuilt from their specs, sharing the
-//! traced model's tensors, as FX's GraphModule shares the root's submodules), and the tensors
+//! It owns the graph, the leaf modules the graph calls (copies of the traced model's leaves made
+//! by `Module::clone_module`, or rebuilt from their specs after loading, in both cases sharing
+//! the tensors, as FX's GraphModule shares the root's submodules), and the tensors
 //! its `get_attr` nodes read (parameters, buffers, traced constants). It is a [`Module`]: it
 //! runs, trains (gradients flow to the shared parameters), nests, and has a state dict with the
 //! original model's keys.
@@ -115,12 +116,6 @@ impl GraphModule {
     pub fn add_submodule(&mut self, path: &str, module: Box<dyn Module>) -> Result<()> {
         if path.is_empty() || path.split('.').any(|p| p.is_empty()) {
             return Err(Error::argument("add_submodule", format!("'{path}' is not a valid module path")));
-        }
-        if module.spec().is_none() {
-            return Err(Error::argument(
-                "add_submodule",
-                format!("{} is not a built-in layer: a GraphModule holds built-in layers only", module.type_name()),
-            ));
         }
         self.modules.insert(path.to_string(), module);
         self.invalidate();
@@ -241,7 +236,13 @@ impl GraphModule {
                 continue;
             }
             let spec = m.spec().ok_or_else(|| {
-                Error::argument("GraphModule::save", format!("module '{path}' is not a built-in layer"))
+                Error::argument(
+                    "GraphModule::save",
+                    format!(
+                        "module '{path}' ({}) is a user module, and a file holds only built-in layers and traced modules (it is loaded without source code): trace through it, or use traced::trace_module to keep it as a nested traced module",
+                        m.type_name()
+                    ),
+                )
             })?;
             doc.leaves.push(LeafDoc { path: path.clone(), spec });
             for (n, t) in m.named_parameters() {
@@ -437,7 +438,12 @@ impl std::fmt::Display for GraphModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "GraphModule({})", self.type_name)?;
         for (p, m) in &self.modules {
-            writeln!(f, "  ({p}): {}({})", m.spec().map(|s| s.type_name).unwrap_or_default(), m.extra_repr())?;
+            writeln!(
+                f,
+                "  ({p}): {}({})",
+                m.spec().map(|s| s.type_name).unwrap_or_else(|| m.type_name().to_string()),
+                m.extra_repr()
+            )?;
         }
         write!(f, "{}", self.graph)
     }

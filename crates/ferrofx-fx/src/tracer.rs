@@ -25,6 +25,7 @@
 //! assert_eq!(gm.forward(&x).unwrap().shape(), &[1, 10]);
 //! ```
 
+use crate::graph::hash::FxHashMap;
 use crate::graph::{Argument, Graph, GraphId, ModuleStackEntry, NodeId, Opcode, Target, TensorMetadata};
 use crate::graph_module::{GraphModule, TensorEntry};
 use crate::values::literal;
@@ -215,17 +216,36 @@ enum LeafRecord {
     Built(Box<dyn Module>),
 }
 
+/// Where a parameter or buffer lives: its module (index into `State::paths`), its field name
+/// (index into `State::names`, interned: a model has few distinct field names) and its kind.
+/// The qualified path is formatted only for tensors the forward actually uses.
+#[derive(Clone, Copy)]
+struct TensorPath {
+    module: u32,
+    name: u32,
+    kind: TensorKind,
+}
+
 struct State {
     graph: RefCell<Graph>,
     gid: GraphId,
-    tensor_paths: HashMap<usize, (String, TensorKind)>,
-    module_paths: HashMap<(usize, std::any::TypeId), String>,
+    tensor_paths: FxHashMap<usize, TensorPath>,
+    module_paths: FxHashMap<(usize, std::any::TypeId), u32>,
+    /// Qualified module paths, by module index ("" is the root).
+    paths: Vec<String>,
+    /// Interned field names of parameters and buffers.
+    names: Vec<String>,
     leaf: Rc<LeafPredicate>,
     submodule: Option<Rc<SubmoduleBuilder>>,
-    attr_nodes: RefCell<HashMap<String, NodeId>>,
+    /// `get_attr` node of each tensor used so far (parameters, buffers and constants), by id.
+    attr_nodes: RefCell<FxHashMap<usize, NodeId>>,
     attrs: RefCell<IndexMap<String, TensorEntry>>,
+    constants: Cell<usize>,
     leaves: RefCell<IndexMap<String, LeafRecord>>,
-    stack: RefCell<Vec<ModuleStackEntry>>,
+    /// `nn_module_stack` of the module being traced through, one shared stack per depth (nodes
+    /// point at it instead of copying it).
+    stack: RefCell<Vec<Arc<[ModuleStackEntry]>>>,
+    empty_stack: Arc<[ModuleStackEntry]>,
     scratch: Cell<usize>,
     probing: Cell<bool>,
     failure: RefCell<Option<Error>>,
@@ -244,43 +264,60 @@ impl State {
         let gid = graph.id();
         // One pre-order walk (PyTorch's named_modules order; the first path of a module or
         // tensor reachable twice wins) instead of three traversals with dedup sets.
-        fn walk<'a>(
-            m: &'a dyn Module,
-            path: String,
-            tensor_paths: &mut HashMap<usize, (String, TensorKind)>,
-            module_paths: &mut HashMap<(usize, std::any::TypeId), String>,
-        ) {
-            if module_paths.contains_key(&module_key(m)) {
+        #[derive(Default)]
+        struct Walk {
+            tensor_paths: FxHashMap<usize, TensorPath>,
+            module_paths: FxHashMap<(usize, std::any::TypeId), u32>,
+            paths: Vec<String>,
+            names: Vec<String>,
+        }
+        fn walk<'a>(m: &'a dyn Module, path: String, w: &mut Walk) {
+            let key = module_key(m);
+            if w.module_paths.contains_key(&key) {
                 return;
             }
+            let idx = w.paths.len() as u32;
+            let Walk { tensor_paths, names, .. } = w;
             m.visit_tensors(&mut |n, kind, t| {
-                tensor_paths
-                    .entry(t.id())
-                    .or_insert_with(|| (if path.is_empty() { n.to_string() } else { format!("{path}.{n}") }, kind));
+                tensor_paths.entry(t.id()).or_insert_with(|| {
+                    let name = match names.iter().position(|x| x == n) {
+                        Some(i) => i,
+                        None => {
+                            names.push(n.to_string());
+                            names.len() - 1
+                        }
+                    } as u32;
+                    TensorPath { module: idx, name, kind }
+                });
             });
             let mut kids: Vec<(String, &'a dyn Module)> = Vec::new();
             m.visit_children(&mut |n, c| {
                 kids.push((if path.is_empty() { n.to_string() } else { format!("{path}.{n}") }, c));
             });
-            module_paths.insert(module_key(m), path);
+            w.module_paths.insert(key, idx);
+            w.paths.push(path);
             for (p, c) in kids {
-                walk(c, p, tensor_paths, module_paths);
+                walk(c, p, w);
             }
         }
-        let mut tensor_paths = HashMap::new();
-        let mut module_paths = HashMap::new();
-        walk(root, String::new(), &mut tensor_paths, &mut module_paths);
+        let mut w = Walk::default();
+        walk(root, String::new(), &mut w);
+        let Walk { tensor_paths, module_paths, paths, names } = w;
         State {
             graph: RefCell::new(graph),
             gid,
             tensor_paths,
             module_paths,
+            paths,
+            names,
             leaf,
             submodule: None,
-            attr_nodes: RefCell::new(HashMap::new()),
+            attr_nodes: RefCell::new(FxHashMap::default()),
             attrs: RefCell::new(IndexMap::new()),
+            constants: Cell::new(0),
             leaves: RefCell::new(IndexMap::new()),
             stack: RefCell::new(vec![]),
+            empty_stack: Arc::from(Vec::new()),
             scratch: Cell::new(0),
             probing: Cell::new(false),
             failure: RefCell::new(None),
@@ -300,8 +337,31 @@ impl State {
         Tensor::symbolic(Symbolic { meta, proxy: Arc::new(Proxy { graph: self.gid, node: None }) })
     }
 
+    /// The qualified path of a parameter or buffer.
+    fn tensor_path(&self, p: TensorPath) -> String {
+        let module = &self.paths[p.module as usize];
+        let name = &self.names[p.name as usize];
+        if module.is_empty() {
+            name.clone()
+        } else {
+            format!("{module}.{name}")
+        }
+    }
+
+    /// Enters a module traced through: its frame joins `nn_module_stack`.
+    fn push_module(&self, path: &str, type_name: &str) {
+        let mut stack = self.stack.borrow_mut();
+        let mut frames: Vec<ModuleStackEntry> = stack.last().map(|s| s.to_vec()).unwrap_or_default();
+        frames.push(ModuleStackEntry {
+            key: path.to_string(),
+            path: path.to_string(),
+            type_name: type_name.to_string(),
+        });
+        stack.push(frames.into());
+    }
+
     fn set_meta(&self, node: NodeId, meta: Option<&TensorMeta>, _kind: Option<CallKind>) -> Result<()> {
-        let stack = self.stack.borrow().clone();
+        let stack = self.stack.borrow().last().unwrap_or(&self.empty_stack).clone();
         let mut g = self.graph.borrow_mut();
         let m = g.meta_mut(node).map_err(trace_err)?;
         if let Some(t) = meta {
@@ -316,14 +376,12 @@ impl State {
         Ok(())
     }
 
-    fn attr_node(&self, path: &str, t: &Tensor, kind: TensorKind, constant: bool) -> Result<NodeId> {
-        if let Some(&n) = self.attr_nodes.borrow().get(path) {
-            return Ok(n);
-        }
-        let n = self.graph.borrow_mut().get_attr(path).map_err(trace_err)?;
+    /// The `get_attr` node of `t` under `path` (created on first use).
+    fn attr_node(&self, path: String, t: &Tensor, kind: TensorKind, constant: bool) -> Result<NodeId> {
+        let n = self.graph.borrow_mut().get_attr(&path).map_err(trace_err)?;
         self.set_meta(n, t.meta().as_ref(), None)?;
-        self.attr_nodes.borrow_mut().insert(path.to_string(), n);
-        self.attrs.borrow_mut().insert(path.to_string(), TensorEntry { tensor: t.clone(), kind, constant });
+        self.attr_nodes.borrow_mut().insert(t.id(), n);
+        self.attrs.borrow_mut().insert(path, TensorEntry { tensor: t.clone(), kind, constant });
         Ok(n)
     }
 
@@ -338,17 +396,15 @@ impl State {
                 Error::trace("trace", "a value computed inside a leaf module escaped it while probing its outputs")
             });
         }
-        if let Some((path, kind)) = self.tensor_paths.get(&t.id()) {
-            return Ok(Argument::Node(self.attr_node(path, t, *kind, false)?));
-        }
-        let key = format!("#{}", t.id());
-        if let Some(&n) = self.attr_nodes.borrow().get(&key) {
+        if let Some(&n) = self.attr_nodes.borrow().get(&t.id()) {
             return Ok(Argument::Node(n));
         }
-        let name = format!("_tensor_constant{}", self.attrs.borrow().values().filter(|e| e.constant).count());
-        let n = self.attr_node(&name, t, TensorKind::Buffer, true)?;
-        self.attr_nodes.borrow_mut().insert(key, n);
-        Ok(Argument::Node(n))
+        if let Some(&p) = self.tensor_paths.get(&t.id()) {
+            return Ok(Argument::Node(self.attr_node(self.tensor_path(p), t, p.kind, false)?));
+        }
+        let k = self.constants.get();
+        self.constants.set(k + 1);
+        Ok(Argument::Node(self.attr_node(format!("_tensor_constant{k}"), t, TensorKind::Buffer, true)?))
     }
 
     fn to_arg(&self, v: &Value) -> Result<Argument> {
@@ -452,29 +508,15 @@ impl State {
     }
 
     fn record_leaf(&self, module: &dyn Module, path: &str, inputs: &[Value], single: bool) -> Result<Vec<Value>> {
-        let spec = module.spec();
-        let built = match (&spec, &self.submodule) {
-            (None, Some(build)) if !self.leaves.borrow().contains_key(path) => Some(build(module, path, inputs)?),
-            _ => None,
-        };
-        let known = self.leaves.borrow().contains_key(path);
-        let spec = spec.filter(|_| built.is_none() && !known);
-        if spec.is_none() && built.is_none() && !known {
-            return Err(Error::trace(
-                module.type_name(),
-                format!(
-                    "module '{path}' ({}) was chosen as a leaf, but only built-in layers can be leaves of a GraphModule (they can be rebuilt from their spec); trace through it instead",
-                    module.type_name()
-                ),
-            ));
-        }
+        let record =
+            if self.leaves.borrow().contains_key(path) { None } else { Some(self.leaf_record(module, path, inputs)?) };
         let arguments = inputs.iter().map(|a| self.to_arg(a)).collect::<Result<Vec<_>>>()?;
         let node = self.graph.borrow_mut().call_module(path, arguments).map_err(trace_err)?;
         // a single-tensor call on an input of unknown shape returns one value of unknown shape:
         // nothing to probe (FX does not look inside leaves either)
         let unknown = inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.is_symbolic() && t.meta().is_none()));
         if single && unknown {
-            self.remember_leaf(module, path, spec, built);
+            self.remember_leaf(path, record);
             return Ok(self.outputs(node, None, 1)?.into_iter().map(Value::Tensor).collect());
         }
         // output count and shapes: trace the leaf's body without recording it
@@ -501,26 +543,45 @@ impl State {
             Err(_) if inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.meta().is_none())) => (None, 1),
             Err(e) => return Err(e),
         };
-        self.remember_leaf(module, path, spec, built);
+        self.remember_leaf(path, record);
         Ok(self.outputs(node, metas, count)?.into_iter().map(Value::Tensor).collect())
     }
 
-    /// Remembers a leaf the first time it is called: the module a submodule builder made, or a
-    /// built-in layer's spec and tensors (to rebuild it in the GraphModule).
-    fn remember_leaf(
-        &self,
-        module: &dyn Module,
-        path: &str,
-        spec: Option<ferrofx_nn::spec::ModuleSpec>,
-        built: Option<Box<dyn Module>>,
-    ) {
-        if let Some(m) = built {
-            self.leaves.borrow_mut().insert(path.to_string(), LeafRecord::Built(m));
-        } else if let Some(spec) = spec {
+    /// What the GraphModule will hold for a leaf called for the first time: a copy of a
+    /// built-in layer sharing its tensors (or its spec and tensors, to rebuild it), else what
+    /// the submodule builder makes of a user module (module-preserving tracing), else the
+    /// user module's own copy (`Module::clone_module`).
+    fn leaf_record(&self, module: &dyn Module, path: &str, inputs: &[Value]) -> Result<LeafRecord> {
+        let builtin_copy = || -> Option<LeafRecord> {
+            if let Some(m) = module.clone_module() {
+                return Some(LeafRecord::Built(m));
+            }
+            let spec = module.spec()?;
             let mut tensors: Vec<(String, Tensor, TensorKind)> =
                 module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
             tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
-            self.leaves.borrow_mut().insert(path.to_string(), LeafRecord::Builtin { spec, tensors });
+            Some(LeafRecord::Builtin { spec, tensors })
+        };
+        let record = match &self.submodule {
+            // built-in layers stay leaves; user modules go to the builder
+            Some(build) if module.spec().is_none() => Some(LeafRecord::Built(build(module, path, inputs)?)),
+            _ => builtin_copy(),
+        };
+        record.ok_or_else(|| {
+            Error::trace(
+                module.type_name(),
+                format!(
+                    "module '{path}' ({}) was chosen as a leaf, but a GraphModule can only hold leaves it can copy: the built-in layers, or user modules implementing Module::clone_module; implement it or trace through the module",
+                    module.type_name()
+                ),
+            )
+        })
+    }
+
+    /// Remembers a leaf the first time it is called.
+    fn remember_leaf(&self, path: &str, record: Option<LeafRecord>) {
+        if let Some(r) = record {
+            self.leaves.borrow_mut().insert(path.to_string(), r);
         }
     }
 
@@ -597,17 +658,13 @@ impl Hooks {
         if s.scratch.get() > 0 {
             return run(module);
         }
-        let path = s.module_paths.get(&module_key(module)).cloned();
+        let path = s.module_paths.get(&module_key(module)).map(|&i| s.paths[i as usize].as_str());
         match path {
-            Some(p) if !p.is_empty() && s.is_leaf(module, &p) => s.record_leaf(module, &p, inputs, single),
+            Some(p) if !p.is_empty() && s.is_leaf(module, p) => s.record_leaf(module, p, inputs, single),
             Some(p) => {
                 let pushed = !p.is_empty();
                 if pushed {
-                    s.stack.borrow_mut().push(ModuleStackEntry {
-                        key: p.clone(),
-                        path: p.clone(),
-                        type_name: module.type_name().to_string(),
-                    });
+                    s.push_module(p, module.type_name());
                 }
                 let r = run(module);
                 if pushed {

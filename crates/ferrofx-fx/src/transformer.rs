@@ -112,10 +112,14 @@ pub trait Transformer {
             };
             env.insert(node.id(), new);
         }
-        // The new GraphModule shares the leaf modules' tensors (rebuilt from their specs, as the
-        // tracer does) and the get_attr tensors.
+        // The new GraphModule shares the leaf modules' tensors (copies made by the modules
+        // themselves, as the tracer does, or rebuilt from their specs) and the get_attr tensors.
         let mut modules: IndexMap<String, Box<dyn Module>> = IndexMap::new();
         for (path, m) in gm.leaf_modules() {
+            if let Some(copy) = m.clone_module() {
+                modules.insert(path.clone(), copy);
+                continue;
+            }
             let spec = m.spec().ok_or_else(|| {
                 Error::argument("Transformer", format!("leaf '{path}' ({}) has no spec to copy it from", m.type_name()))
             })?;

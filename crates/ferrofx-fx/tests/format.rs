@@ -44,7 +44,8 @@ fn rich_graph() -> Graph {
     let meta = g.meta_mut(m).unwrap();
     meta.tensor_meta = Some(TensorMetadata::contiguous(vec![2, 3], DType::F32));
     meta.stack_trace = Some("src/model.rs:12:9".to_string());
-    meta.nn_module_stack = vec![ModuleStackEntry { key: "fc".into(), path: "fc".into(), type_name: "Linear".into() }];
+    meta.nn_module_stack =
+        vec![ModuleStackEntry { key: "fc".into(), path: "fc".into(), type_name: "Linear".into() }].into();
     g.output(Argument::tuple([m.into(), Argument::Float(f64::NAN)])).unwrap();
     g
 }

@@ -169,7 +169,8 @@ fn drawing_has_kinds_shapes_and_module_clusters() {
     g.output(o.into()).unwrap();
     for (id, path) in [(c, "layer1"), (r, "layer1")] {
         let m = g.meta_mut(id).unwrap();
-        m.nn_module_stack = vec![ModuleStackEntry { key: path.into(), path: path.into(), type_name: "Block".into() }];
+        m.nn_module_stack =
+            vec![ModuleStackEntry { key: path.into(), path: path.into(), type_name: "Block".into() }].into();
     }
     g.meta_mut(c).unwrap().tensor_meta = Some(TensorMetadata::contiguous(vec![1, 8, 4, 4], DType::F32));
     let dot = to_dot(&g, "digits cnn");

@@ -268,3 +268,79 @@ fn save_and_load_round_trip() {
     sd_b.sort();
     assert_eq!(sd_a, sd_b);
 }
+
+/// A user module that can copy itself (`Module::clone_module`).
+#[derive(Module, Clone)]
+struct Doubler {
+    lin: Linear,
+}
+
+impl Module for Doubler {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        let h = self.lin.call(x)?;
+        h.add(&h)
+    }
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
+}
+
+/// A user module without `clone_module`.
+#[derive(Module)]
+struct Opaque {
+    lin: Linear,
+}
+
+impl Module for Opaque {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        self.lin.call(x)?.relu()
+    }
+}
+
+#[derive(Module)]
+struct TwoUserModules {
+    double: Doubler,
+    opaque: Opaque,
+}
+
+impl Module for TwoUserModules {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        self.opaque.call(&self.double.call(x)?)
+    }
+}
+
+/// User modules chosen as leaves: one that implements `clone_module` becomes a `call_module`
+/// node held (sharing its weights) by the GraphModule; one that does not is a clear error.
+#[test]
+fn user_modules_can_be_leaves_when_they_can_copy_themselves() {
+    manual_seed(3);
+    let m = TwoUserModules {
+        double: Doubler { lin: Linear::new(4, 4, true).unwrap() },
+        opaque: Opaque { lin: Linear::new(4, 3, true).unwrap() },
+    };
+    let gm = Tracer::new().is_leaf_module(|m, path| m.is_builtin_leaf() || path == "double").trace(&m, 1).unwrap();
+    let printed = gm.graph().to_string();
+    assert!(printed.contains("call_module[target=double](args = (%x,), kwargs = {})"), "{printed}");
+    assert!(printed.contains("call_module[target=opaque.lin]"), "{printed}");
+    let x = randn(&[2, 4], None).unwrap();
+    close(&gm.forward(&x).unwrap(), &m.forward(&x).unwrap(), "user leaf");
+    // the leaf shares the model's weights: an in-place change shows in the GraphModule
+    {
+        let _g = ferrofx_core::autograd::no_grad();
+        m.double.lin.weight.mul_(Value::Float(0.5)).unwrap();
+    }
+    close(&gm.forward(&x).unwrap(), &m.forward(&x).unwrap(), "after editing the weights");
+    // a file is loaded without source code, so it cannot hold the user's module
+    let file = std::env::temp_dir().join(format!("ferrofx_user_leaf_{}.fxm", std::process::id()));
+    let msg = gm.save(&file).expect_err("a user leaf cannot be saved").to_string();
+    assert!(msg.contains("module 'double' (Doubler) is a user module") && msg.contains("trace_module"), "{msg}");
+    assert!(!file.exists());
+
+    let err = Tracer::new()
+        .is_leaf_module(|m, path| m.is_builtin_leaf() || path == "opaque")
+        .trace(&m, 1)
+        .err()
+        .expect("an opaque user module cannot be a leaf");
+    let msg = err.to_string();
+    assert!(msg.contains("module 'opaque' (Opaque)") && msg.contains("Module::clone_module"), "{msg}");
+}

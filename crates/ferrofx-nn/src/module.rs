@@ -129,6 +129,13 @@ pub trait Module: ModuleStructure + Send + Sync + Any {
     fn spec(&self) -> Option<crate::spec::ModuleSpec> {
         None
     }
+    /// A copy of this module that shares its tensors (parameters and buffers are cheap-clone
+    /// handles to the same storage), as `Box<dyn Module>`: `Some` for the built-in layers,
+    /// `None` by default. Tracers hold leaf modules in a `GraphModule` this way, sharing
+    /// weights with the traced model as torch.fx's `GraphModule` shares submodules.
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        None
+    }
     /// Extra text shown in the module's printout (`in_features=4, out_features=2, bias=True`).
     fn extra_repr(&self) -> String {
         String::new()

@@ -67,8 +67,9 @@ pub struct Meta {
     pub tensor_meta: Option<TensorMetadata>,
     /// The user source location that produced the node.
     pub stack_trace: Option<String>,
-    /// The module hierarchy the node was traced in, outermost first.
-    pub nn_module_stack: Vec<ModuleStackEntry>,
+    /// The module hierarchy the node was traced in, outermost first. Shared: nodes traced in
+    /// the same module (and copies of a node) point at one stack instead of copying it.
+    pub nn_module_stack: Arc<[ModuleStackEntry]>,
     extra: IndexMap<String, Arc<dyn Any + Send + Sync>>,
 }
 

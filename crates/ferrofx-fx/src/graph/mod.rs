@@ -33,7 +33,7 @@ mod error;
 mod find_nodes;
 #[allow(clippy::module_inception)]
 mod graph;
-mod hash;
+pub(crate) mod hash;
 mod insert_point;
 mod iter;
 mod lint;

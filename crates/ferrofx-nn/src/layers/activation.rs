@@ -16,6 +16,9 @@ macro_rules! simple_activation {
             }
         }
         impl Module for $name {
+            fn clone_module(&self) -> Option<Box<dyn Module>> {
+                Some(Box::new(self.clone()))
+            }
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
                 let f: fn(&Tensor) -> Result<Tensor> = $f;
                 f(x)
@@ -73,6 +76,9 @@ impl Default for GELU {
 }
 
 impl Module for GELU {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::gelu(x, &self.approximate)
     }
@@ -102,6 +108,9 @@ impl LeakyReLU {
 }
 
 impl Module for LeakyReLU {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::leaky_relu(x, self.negative_slope)
     }
@@ -131,6 +140,9 @@ impl ELU {
 }
 
 impl Module for ELU {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::elu(x, self.alpha)
     }
@@ -160,6 +172,9 @@ impl Softmax {
 }
 
 impl Module for Softmax {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::softmax(x, self.dim)
     }
@@ -189,6 +204,9 @@ impl LogSoftmax {
 }
 
 impl Module for LogSoftmax {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::log_softmax(x, self.dim)
     }
@@ -226,6 +244,9 @@ impl Dropout {
 }
 
 impl Module for Dropout {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::dropout(x, self.p, self.training)
     }

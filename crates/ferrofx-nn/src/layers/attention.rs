@@ -13,7 +13,7 @@ use ferrofx_core::{DType, Error, Result, Tensor, Value};
 /// value, key_padding_mask?, need_weights?, attn_mask?])` returns `[output, weights]` with the
 /// weights averaged over heads (or `None` when `need_weights` is false). Boolean masks mark
 /// positions that may **not** be attended, as in PyTorch; float masks are added.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct MultiheadAttention {
     /// `[3E, E]`
     pub in_proj_weight: Tensor,
@@ -138,6 +138,9 @@ impl MultiheadAttention {
 }
 
 impl Module for MultiheadAttention {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.attend(x, x, x, None, false, None)?.0)
     }
@@ -180,7 +183,7 @@ impl Module for MultiheadAttention {
 
 /// `nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
 /// activation="relu", layer_norm_eps=1e-5, batch_first=False, norm_first=False)`.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct TransformerEncoderLayer {
     /// Self-attention.
     pub self_attn: MultiheadAttention,
@@ -277,6 +280,9 @@ impl TransformerEncoderLayer {
 }
 
 impl Module for TransformerEncoderLayer {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_masked(x, None, None)
     }

@@ -22,7 +22,7 @@ fn check(name: &str, cin: usize, cout: usize, groups: usize) -> Result<()> {
 
 /// `nn.Conv2d(in, out, kernel_size, stride, padding, dilation, groups, bias)`; weight
 /// `[out, in/groups, kh, kw]` with `kaiming_uniform_(a=sqrt(5))`, bias U(±1/sqrt(fan_in)).
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 #[module(name = "Conv2d")]
 pub struct Conv2d {
     /// `[out, in/groups, kh, kw]`
@@ -95,6 +95,9 @@ fn pair(v: [i64; 2]) -> String {
 }
 
 impl Module for Conv2d {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.dilation, self.groups)
     }
@@ -139,7 +142,7 @@ impl Module for Conv2d {
 }
 
 /// `nn.Conv1d(in, out, kernel_size, stride, padding, dilation, groups, bias)`.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 #[module(name = "Conv1d")]
 pub struct Conv1d {
     /// `[out, in/groups, k]`
@@ -177,6 +180,9 @@ impl Conv1d {
 }
 
 impl Module for Conv1d {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv1d(x, &self.weight, self.bias.as_ref(), self.stride, self.padding, self.dilation, self.groups)
     }
@@ -211,7 +217,7 @@ impl Module for Conv1d {
 
 /// `nn.ConvTranspose2d(in, out, kernel_size, stride, padding, output_padding, groups, bias,
 /// dilation)`; weight `[in, out/groups, kh, kw]`, fan_in computed from it as PyTorch does.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 #[module(name = "ConvTranspose2d")]
 pub struct ConvTranspose2d {
     /// `[in, out/groups, kh, kw]`
@@ -260,6 +266,9 @@ impl ConvTranspose2d {
 }
 
 impl Module for ConvTranspose2d {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::conv_transpose2d(
             x,

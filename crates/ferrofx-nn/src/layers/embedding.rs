@@ -6,7 +6,7 @@ use ferrofx_core::{Error, Result, Tensor};
 
 /// `nn.Embedding(num_embeddings, embedding_dim, padding_idx)`: weight N(0, 1), the padding row
 /// zeroed.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct Embedding {
     /// `[num_embeddings, embedding_dim]`
     pub weight: Tensor,
@@ -38,6 +38,9 @@ impl Embedding {
 }
 
 impl Module for Embedding {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::embedding(x, &self.weight, self.padding_idx)
     }

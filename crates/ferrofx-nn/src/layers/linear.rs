@@ -7,7 +7,7 @@ use ferrofx_core::{Result, Tensor};
 
 /// `nn.Linear(in_features, out_features, bias)`: `y = x W^T + b`, weight `[out, in]`
 /// initialised with `kaiming_uniform_(a=sqrt(5))`, bias U(±1/sqrt(in)).
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct Linear {
     /// `[out_features, in_features]`
     pub weight: Tensor,
@@ -29,6 +29,9 @@ impl Linear {
 }
 
 impl Module for Linear {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ferrofx_core::ops::linalg::linear(x, &self.weight, self.bias.as_ref())
     }
@@ -62,7 +65,7 @@ pub(crate) fn py_bool(b: bool) -> &'static str {
 }
 
 /// `nn.Identity`.
-#[derive(crate::Module, Default)]
+#[derive(crate::Module, Default, Clone)]
 pub struct Identity {}
 
 impl Identity {
@@ -73,6 +76,9 @@ impl Identity {
 }
 
 impl Module for Identity {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.clone())
     }
@@ -85,7 +91,7 @@ impl Module for Identity {
 }
 
 /// `nn.Flatten(start_dim=1, end_dim=-1)`.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct Flatten {
     /// First dimension flattened.
     pub start_dim: i64,
@@ -107,6 +113,9 @@ impl Default for Flatten {
 }
 
 impl Module for Flatten {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.flatten(self.start_dim, self.end_dim)
     }
@@ -127,7 +136,7 @@ impl Module for Flatten {
 
 /// `nn.Bilinear(in1_features, in2_features, out_features, bias)`: weight `[out, in1, in2]` and
 /// bias initialised U(±1/sqrt(in1)).
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct Bilinear {
     /// `[out, in1, in2]`
     pub weight: Tensor,
@@ -153,6 +162,9 @@ impl Bilinear {
 }
 
 impl Module for Bilinear {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, _x: &Tensor) -> Result<Tensor> {
         Err(ferrofx_core::Error::argument(
             "Bilinear",

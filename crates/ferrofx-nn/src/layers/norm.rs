@@ -8,7 +8,7 @@ use ferrofx_core::{Error, Result, Tensor};
 /// bias 0, running_mean 0, running_var 1, num_batches_tracked 0 (int64). In training the
 /// running statistics are updated in place (momentum 0.1; `momentum=None` is the cumulative
 /// average, as PyTorch).
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct BatchNorm {
     /// `[C]` (affine)
     pub weight: Option<Tensor>,
@@ -113,6 +113,9 @@ pub type BatchNorm2d = BatchNorm;
 pub type BatchNorm1d = BatchNorm;
 
 impl Module for BatchNorm {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let name = if self.kind == BnKind::D2 { "BatchNorm2d" } else { "BatchNorm1d" };
         let nd = x.ndim();
@@ -179,7 +182,7 @@ impl Module for BatchNorm {
 }
 
 /// `nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias)`: weight 1, bias 0.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct LayerNorm {
     /// `normalized_shape`
     pub weight: Option<Tensor>,
@@ -205,6 +208,9 @@ impl LayerNorm {
 }
 
 impl Module for LayerNorm {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let ns: Vec<i64> = self.normalized_shape.iter().map(|&d| d as i64).collect();
         F::layer_norm(x, &ns, self.weight.as_ref(), self.bias.as_ref(), self.eps)
@@ -232,7 +238,7 @@ impl Module for LayerNorm {
 }
 
 /// `nn.GroupNorm(num_groups, num_channels, eps, affine)`: weight 1, bias 0.
-#[derive(crate::Module)]
+#[derive(crate::Module, Clone)]
 pub struct GroupNorm {
     /// `[C]`
     pub weight: Option<Tensor>,
@@ -266,6 +272,9 @@ impl GroupNorm {
 }
 
 impl Module for GroupNorm {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::group_norm(x, self.num_groups as i64, self.weight.as_ref(), self.bias.as_ref(), self.eps)
     }

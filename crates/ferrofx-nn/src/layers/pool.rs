@@ -32,6 +32,9 @@ impl MaxPool2d {
 }
 
 impl Module for MaxPool2d {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::max_pool2d(x, self.kernel, Some(self.stride), self.padding, self.dilation, self.ceil_mode)
     }
@@ -89,6 +92,9 @@ impl AvgPool2d {
 }
 
 impl Module for AvgPool2d {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::avg_pool2d(x, self.kernel, Some(self.stride), self.padding, self.ceil_mode, self.count_include_pad)
     }
@@ -125,6 +131,9 @@ impl AdaptiveAvgPool2d {
 }
 
 impl Module for AdaptiveAvgPool2d {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(*self))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         F::adaptive_avg_pool2d(x, self.output_size)
     }

@@ -14,6 +14,7 @@ use std::any::Any;
 /// `forward(x)` returns the output `[L, N, H]` (`[N, L, H]` with `batch_first`);
 /// `forward_values([x, h0?, c0?])` returns `[output, h_n, c_n]` with states
 /// `[num_layers, N, H]`.
+#[derive(Clone)]
 pub struct LSTM {
     layers: Vec<[Option<Tensor>; 4]>,
     /// Input features.
@@ -153,6 +154,9 @@ impl ModuleStructure for LSTM {
 }
 
 impl Module for LSTM {
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        Some(Box::new(self.clone()))
+    }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.run(x, None, None)?.0)
     }
