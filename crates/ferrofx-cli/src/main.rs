@@ -9,6 +9,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod commands;
+mod npy;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -39,7 +40,7 @@ enum Command {
     Train(commands::train::TrainArgs),
     /// Print a traced-module file: graph, table, code or summary.
     Show(commands::show::ShowArgs),
-    /// Run a traced-module file on inputs from a safetensors file.
+    /// Run a traced-module file on inputs from a safetensors file or .npy files.
     Run(commands::run::RunArgs),
     /// Latency and throughput of a traced-module file.
     Bench(commands::bench::BenchArgs),

@@ -139,6 +139,32 @@ fn convert_show_run_bench_draw_on_a_traced_module() {
     ferrofx().arg("run").arg(&file).arg("--input").arg(&inp).arg("--out").arg(&out).assert().success();
     let o = ferrofx_nn::load_state_dict_file(&out).unwrap();
     assert_eq!(o["output0"].shape(), &[2, 10]);
+    // run: inputs from .npy files NumPy wrote, output to .npy; equal to the safetensors path
+    let digits = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/digits2.npy");
+    let out_npy = dir.path().join("out.npy");
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&digits)
+        .arg("-o")
+        .arg(&out_npy)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("wrote 1 output"));
+    let out_st = dir.path().join("digits.safetensors");
+    ferrofx().arg("run").arg(&file).arg("-i").arg(&digits).arg("-o").arg(&out_st).assert().success();
+    let npy_bytes = std::fs::read(&out_npy).unwrap();
+    let header_end = 10 + u16::from_le_bytes([npy_bytes[8], npy_bytes[9]]) as usize;
+    let header = String::from_utf8_lossy(&npy_bytes[10..header_end]).to_string();
+    assert!(header.contains("'descr': '<f4'") && header.contains("'shape': (2, 10)"), "{header}");
+    let want: Vec<u8> = ferrofx_nn::load_state_dict_file(&out_st).unwrap()["output0"]
+        .to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    assert_eq!(&npy_bytes[header_end..], &want[..]);
     ferrofx()
         .arg("bench")
         .arg(&file)
@@ -242,4 +268,29 @@ fn file_commands_reject_bad_input_with_clear_messages() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("while running node 'conv1'"));
+    // .npy inputs: a damaged file names itself; npy and safetensors inputs do not mix
+    let bad = dir.path().join("bad.npy");
+    std::fs::write(&bad, b"\x93NUMPY\x01\x00\xff\xff{'descr'").unwrap();
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&bad)
+        .arg("-o")
+        .arg(dir.path().join("o.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("bad.npy: truncated: the header declares 65535 bytes"));
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&bad)
+        .arg("-i")
+        .arg(&inp)
+        .arg("-o")
+        .arg(dir.path().join("o.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("give either one safetensors file or .npy files"));
 }
