@@ -3,6 +3,10 @@
 
 Runs the cases with the ids given in --ids (same ids as crates/ferrofx-bench/src/cases.rs) and
 prints one JSON object per case: {"id": ..., "seconds": median seconds per call}.
+
+The whole-model inference cases also run on ONNX Runtime (CPU, 2 threads, default graph
+optimisations) when it is installed: torchvision's model is exported with torch.onnx and each
+such case prints a second object, {"id": ..., "engine": "onnxruntime", "seconds": ...}.
 """
 import argparse
 import json
@@ -172,6 +176,43 @@ def cases():
     }
 
 
+# Case id -> the torchvision model ONNX Runtime runs for it (batch 1, 224 px). The folded
+# ResNet-50 case compares with the same export: ONNX Runtime folds BatchNorm into the
+# convolutions itself.
+ORT_CASES = {
+    "resnet18_infer_b1": "resnet18",
+    "resnet50_infer_b1": "resnet50",
+    "fx_resnet50_folded_b1": "resnet50",
+    "fx_graph_module_resnet18_b1": "resnet18",
+}
+
+
+def ort_case(arch, cache={}):
+    """A function running `arch` on ONNX Runtime, or raises if it is unavailable."""
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+    import torch
+    import torchvision
+    if arch not in cache:
+        m = getattr(torchvision.models, arch)().eval()
+        x = data((1, 3, 224, 224), 1)
+        path = os.path.join(tempfile.gettempdir(), f"ferrofx_bench_{arch}_{os.getpid()}.onnx")
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m, (x,), path, dynamo=False, input_names=["x"], output_names=["y"])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        os.remove(path)
+        xn = x.numpy()
+        cache[arch] = lambda: sess.run(None, {"x": xn})
+    return cache[arch]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ids", default="")
@@ -189,6 +230,16 @@ def main():
         with torch.no_grad():
             s = median_secs(fn, inner, a.quick)
         print(json.dumps({"id": cid, "seconds": s}), flush=True)
+        if cid in ORT_CASES:
+            try:
+                import onnxruntime
+                fn = ort_case(ORT_CASES[cid])
+                s = median_secs(fn, 1, a.quick)
+                print(json.dumps({"id": cid, "engine": "onnxruntime", "version": onnxruntime.__version__,
+                                  "seconds": s}), flush=True)
+            except Exception as e:  # not installed, or the export failed: say so in the table
+                print(json.dumps({"id": cid, "engine": "onnxruntime", "error": f"{type(e).__name__}: {e}"}),
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 //!
 //! The reference is `scripts/bench_reference.py`, run with the interpreter given by
 //! `--python` (default `.venv/bin/python`). Without it (or with `--no-reference`) only ferrofx's
-//! figures are printed, and the table says so.
+//! figures are printed, and the table says so. The whole-model inference cases also run on ONNX
+//! Runtime when the reference environment has it (a second table).
 
 mod cases;
 mod cases_models;
@@ -93,7 +94,16 @@ fn setup_reference(python: &PathBuf) -> Result<(), String> {
     Ok(())
 }
 
-fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<(BTreeMap<String, f64>, String), String> {
+/// What the reference script measured: PyTorch per case id, and ONNX Runtime for the
+/// whole-model inference cases (a time, or why it did not run).
+struct Reference {
+    torch: BTreeMap<String, f64>,
+    torch_version: String,
+    ort: BTreeMap<String, Result<f64, String>>,
+    ort_version: Option<String>,
+}
+
+fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<Reference, String> {
     if !python.exists() {
         return Err(format!("{} not found (run with --setup-reference)", python.display()));
     }
@@ -106,18 +116,26 @@ fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<(BTreeMa
     if !out.status.success() {
         return Err(format!("reference script failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    let mut map = BTreeMap::new();
-    let mut version = String::from("?");
+    let mut r =
+        Reference { torch: BTreeMap::new(), torch_version: "?".into(), ort: BTreeMap::new(), ort_version: None };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        if let Some(ver) = v.get("torch_version").and_then(|x| x.as_str()) {
-            version = ver.to_string();
+        let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+        if let Some(ver) = text("torch_version") {
+            r.torch_version = ver;
         }
-        if let (Some(id), Some(s)) = (v.get("id").and_then(|x| x.as_str()), v.get("seconds").and_then(|x| x.as_f64())) {
-            map.insert(id.to_string(), s);
+        let (Some(id), seconds) = (text("id"), v.get("seconds").and_then(|x| x.as_f64())) else { continue };
+        if text("engine").as_deref() == Some("onnxruntime") {
+            if let Some(ver) = text("version") {
+                r.ort_version = Some(ver);
+            }
+            let res = seconds.ok_or_else(|| text("error").unwrap_or_else(|| "no time reported".into()));
+            r.ort.insert(id, res);
+        } else if let Some(s) = seconds {
+            r.torch.insert(id, s);
         }
     }
-    Ok((map, version))
+    Ok(r)
 }
 
 fn fmt_time(s: f64) -> String {
@@ -171,7 +189,7 @@ fn main() {
     let mut md = String::new();
     md.push_str(&format!("Machine: {}\n\n", machine()));
     match &reference {
-        Ok((_, v)) => md.push_str(&format!(
+        Ok(Reference { torch_version: v, .. }) => md.push_str(&format!(
             "Reference: PyTorch {v}, 2 threads. Ratio = reference time / ferrofx time (> 1: ferrofx is faster).\n\n"
         )),
         Err(e) => md.push_str(&format!("Reference: NOT RUN ({e}); ferrofx figures only.\n\n")),
@@ -182,7 +200,7 @@ fn main() {
     let mut json_rows = Vec::new();
     for c in &cases {
         let o = &ours[c.id];
-        let r = reference.as_ref().ok().and_then(|(m, _)| m.get(c.id).copied());
+        let r = reference.as_ref().ok().and_then(|rf| rf.torch.get(c.id).copied());
         let ours_s = match o {
             Ok(s) => fmt_time(*s),
             Err(e) => format!("skipped ({e})"),
@@ -199,6 +217,28 @@ fn main() {
         md.push_str(&format!("| {} | {} | {} | {ours_s} | {ref_s} | {ratio} | {thr} |\n", c.group, c.id, c.what));
         json_rows
             .push(json!({"id": c.id, "group": c.group, "ferrofx_seconds": o.as_ref().ok(), "reference_seconds": r}));
+    }
+    // ONNX Runtime on the whole-model inference cases
+    if let Ok(rf) = &reference {
+        if !rf.ort.is_empty() {
+            md.push_str(&format!(
+                "\nONNX Runtime {} (CPU execution provider, 2 threads, default graph optimisations; torchvision's \
+                 model exported with torch.onnx). Ratio = onnxruntime time / ferrofx time.\n\n\
+                 | case | ferrofx | onnxruntime | ratio |\n|---|---|---|---|\n",
+                rf.ort_version.as_deref().unwrap_or("(not run)")
+            ));
+            for c in &cases {
+                let Some(ort) = rf.ort.get(c.id) else { continue };
+                let ours_s = ours[c.id].as_ref().map(|s| fmt_time(*s)).unwrap_or_else(|e| format!("skipped ({e})"));
+                let (ort_s, ratio) = match (ort, &ours[c.id]) {
+                    (Ok(b), Ok(a)) => (fmt_time(*b), format!("{:.2}×", b / a)),
+                    (Ok(b), Err(_)) => (fmt_time(*b), "–".into()),
+                    (Err(e), _) => (format!("not run ({e})"), "–".into()),
+                };
+                md.push_str(&format!("| {} | {ours_s} | {ort_s} | {ratio} |\n", c.id));
+                json_rows.push(json!({"id": c.id, "engine": "onnxruntime", "seconds": ort.as_ref().ok()}));
+            }
+        }
     }
     // derived: what conv-bn folding saves on ResNet-50 (issue 8)
     if let (Some(Ok(eager)), Some(Ok(folded))) = (ours.get("resnet50_infer_b1"), ours.get("fx_resnet50_folded_b1")) {
