@@ -382,6 +382,41 @@ fn meta_functions_work_on_symbolic_tensors() {
 // pooling
 // ------------------------------------------------------------------------------------------
 
+/// The value-only max pool (separable: rows, then columns) equals the window scan that also
+/// finds indices, on every geometry ResNet-style models use and the awkward ones (padding,
+/// ceil mode with windows hanging off the edge, strides larger than the kernel, NaN, ints).
+#[test]
+fn max_pool_values_equal_the_indexed_scan() {
+    let mut seed = 1;
+    for (h, w, k, s, p, ceil) in [
+        (112, 112, 3, 2, 1, false),
+        (7, 9, 3, 2, 1, true),
+        (8, 8, 2, 2, 0, false),
+        (5, 6, 3, 1, 1, false),
+        (6, 5, 2, 3, 0, true),
+        (1, 7, 1, 1, 0, false),
+        (9, 4, 4, 3, 2, true),
+    ] {
+        seed += 1;
+        let mut v: Vec<f32> = rnd(2 * 3 * h * w, seed).into_iter().map(|x| x as f32).collect();
+        if seed % 2 == 0 {
+            v[h * w + w / 2] = f32::NAN;
+        }
+        let x = t(v, &[2, 3, h, w]);
+        let plain = pool::max_pool2d(&x, &[k], &[s], &[p], &[1], ceil).unwrap();
+        let (indexed, _) = pool::max_pool2d_with_indices(&x, &[k], &[s], &[p], &[1], ceil).unwrap();
+        assert_eq!(plain.shape(), indexed.shape());
+        let (a, b) = (plain.to_vec::<f32>().unwrap(), indexed.to_vec::<f32>().unwrap());
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert!(p == q || (p.is_nan() && q.is_nan()), "{h}x{w} k{k} s{s} p{p} ceil {ceil}, [{i}]: {p} vs {q}");
+        }
+        let xi = x.mul(&Tensor::scalar(100.0f32)).unwrap().to_dtype(DType::I64).unwrap();
+        let plain = pool::max_pool2d(&xi, &[k], &[s], &[p], &[1], ceil).unwrap();
+        let (indexed, _) = pool::max_pool2d_with_indices(&xi, &[k], &[s], &[p], &[1], ceil).unwrap();
+        assert_eq!(plain.to_vec::<i64>().unwrap(), indexed.to_vec::<i64>().unwrap());
+    }
+}
+
 #[test]
 fn pool_values_indices_and_nan() {
     let x = t(vec![1., 5., 2., 0., 3., f32::NAN, 4., 4., 9.], &[1, 1, 3, 3]);

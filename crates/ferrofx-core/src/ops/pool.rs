@@ -205,11 +205,26 @@ fn is_nan<T: PartialOrd>(v: T) -> bool {
     v != v
 }
 
+/// `a` if it is larger or NaN, else `b`: PyTorch's `(val > maxval) || isnan(val)`, so NaN
+/// propagates from either side.
+#[inline(always)]
+fn nan_max<T: Element>(a: T, b: T) -> T {
+    if a > b || is_nan(a) {
+        a
+    } else {
+        b
+    }
+}
+
 fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, Vec<i64>) {
     let plane_out = g.oh * g.ow;
     let mut out = vec![T::default(); g.planes * plane_out];
     let mut idx = if want_idx { vec![0i64; out.len()] } else { Vec::new() };
     let work = out.len() * g.kh * g.kw;
+    if !want_idx && g.dh == 1 && g.dw == 1 {
+        for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, _| max_plane_separable(g, xp, op));
+        return (out, idx);
+    }
     for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, ip| {
         for oh in 0..g.oh {
             let mut hs = (oh * g.sh) as isize - g.ph as isize;
@@ -223,30 +238,71 @@ fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, 
                 while ws < 0 {
                     ws += g.dw as isize;
                 }
-                let mut best: Option<(T, usize)> = None;
-                let mut y = hs;
-                while y < he {
-                    let mut xx = ws;
-                    while xx < we {
-                        let i = y as usize * g.w + xx as usize;
-                        let v = xp[i];
-                        match best {
-                            Some((b, _)) if !(v > b || is_nan(v)) => {}
-                            _ => best = Some((v, i)),
+                // row-major scan, the first maximum wins (PyTorch's order: it decides which
+                // input a tie's gradient goes to); an empty window gives 0 at its clamped start
+                let mut bi = (hs.max(0) as usize) * g.w + ws.max(0) as usize;
+                let mut b = T::default();
+                if hs < he && ws < we {
+                    b = xp[bi];
+                    let mut y = hs as usize;
+                    while y < he as usize {
+                        let row = &xp[y * g.w..(y + 1) * g.w];
+                        let mut xx = ws as usize;
+                        while xx < we as usize {
+                            let v = row[xx];
+                            if v > b || is_nan(v) {
+                                b = v;
+                                bi = y * g.w + xx;
+                            }
+                            xx += g.dw;
                         }
-                        xx += g.dw as isize;
+                        y += g.dh;
                     }
-                    y += g.dh as isize;
                 }
-                let (v, i) = best.unwrap_or((T::default(), (hs.max(0) as usize) * g.w + ws.max(0) as usize));
-                op[oh * g.ow + ow] = v;
+                op[oh * g.ow + ow] = b;
                 if want_idx {
-                    ip[oh * g.ow + ow] = i as i64;
+                    ip[oh * g.ow + ow] = bi as i64;
                 }
             }
         }
     });
     (out, idx)
+}
+
+/// Max pooling of one plane without dilation or indices, separably: the maximum over the
+/// window's rows first (whole rows at a time, which vectorises), then over each window's
+/// columns. Max with NaN propagation is associative and commutative, so the values equal
+/// the window scan's (up to the sign of a zero when `-0.0` and `0.0` tie: the column-major
+/// order may keep the other one).
+fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
+    let mut rows = vec![T::default(); g.w];
+    for oh in 0..g.oh {
+        let top = (oh * g.sh) as isize - g.ph as isize;
+        let he = (top + g.kh as isize).min(g.h as isize);
+        let hs = top.max(0);
+        let orow = &mut op[oh * g.ow..(oh + 1) * g.ow];
+        if hs >= he {
+            orow.fill(T::default());
+            continue;
+        }
+        let (hs, he) = (hs as usize, he as usize);
+        rows.copy_from_slice(&xp[hs * g.w..(hs + 1) * g.w]);
+        for y in hs + 1..he {
+            for (r, &v) in rows.iter_mut().zip(&xp[y * g.w..(y + 1) * g.w]) {
+                *r = nan_max(v, *r);
+            }
+        }
+        for (ow, o) in orow.iter_mut().enumerate() {
+            let left = (ow * g.sw) as isize - g.pw as isize;
+            let we = (left + g.kw as isize).min(g.w as isize);
+            let ws = left.max(0);
+            *o = if ws < we {
+                rows[ws as usize + 1..we as usize].iter().fold(rows[ws as usize], |b, &v| nan_max(v, b))
+            } else {
+                T::default()
+            };
+        }
+    }
 }
 
 fn avg_pool_impl<T: Element>(g: &PoolGeom, x: &[T], count_include_pad: bool, divisor: Option<i64>) -> Vec<T> {
