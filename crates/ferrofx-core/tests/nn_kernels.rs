@@ -410,7 +410,7 @@ fn max_pool_values_equal_the_indexed_scan() {
         for (i, (p, q)) in a.iter().zip(&b).enumerate() {
             assert!(p == q || (p.is_nan() && q.is_nan()), "{h}x{w} k{k} s{s} p{p} ceil {ceil}, [{i}]: {p} vs {q}");
         }
-        let xi = x.mul(&Tensor::scalar(100.0f32)).unwrap().to_dtype(DType::I64).unwrap();
+        let xi = x.mul(Tensor::scalar(100.0f32)).unwrap().to_dtype(DType::I64).unwrap();
         let plain = pool::max_pool2d(&xi, &[k], &[s], &[p], &[1], ceil).unwrap();
         let (indexed, _) = pool::max_pool2d_with_indices(&xi, &[k], &[s], &[p], &[1], ceil).unwrap();
         assert_eq!(plain.to_vec::<i64>().unwrap(), indexed.to_vec::<i64>().unwrap());
