@@ -834,6 +834,213 @@ fn conv_transpose_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&
     out
 }
 
+// ---------------------------------------------------------------------------------------------
+// Backward kernels (first-order gradients, used when the backward pass records no graph)
+// ---------------------------------------------------------------------------------------------
+
+/// col2im for one unit, the adjoint of [`fill_im2col`]: adds every row `(c, ki, kj)` of `col`
+/// (`[cg*kh*kw, oh*ow]`) back into the input-gradient plane it was gathered from.
+fn col2im_add<T: MatElem>(col: &[T], g: &Geom, gx: &mut [T], par: Par) {
+    let plane = g.oh * g.ow;
+    let khw = g.kh * g.kw;
+    per_channel(gx, g.h * g.w, par, |ci, gplane| {
+        for rr in 0..khw {
+            let (ki, kj) = (rr / g.kw, rr % g.kw);
+            let src = &col[(ci * khw + rr) * plane..][..plane];
+            // valid ow range as in im2col_row: 0 <= ow*sw + kj*dw - pl < w
+            let off = (kj * g.dw) as isize - g.pl as isize;
+            let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(g.sw) };
+            let hi_num = g.w as isize - off;
+            let hi = if hi_num <= 0 { 0 } else { (hi_num as usize).div_ceil(g.sw).min(g.ow) };
+            let lo = lo.min(hi);
+            for oh in 0..g.oh {
+                let ih = (oh * g.sh + ki * g.dh) as isize - g.pt as isize;
+                if ih < 0 || ih >= g.h as isize || lo == hi {
+                    continue;
+                }
+                let srow = &src[oh * g.ow..(oh + 1) * g.ow];
+                let drow = &mut gplane[ih as usize * g.w..(ih as usize + 1) * g.w];
+                let s0 = ((lo * g.sw) as isize + off) as usize;
+                if g.sw == 1 {
+                    for (d, &v) in drow[s0..s0 + (hi - lo)].iter_mut().zip(&srow[lo..hi]) {
+                        *d = add(*d, v);
+                    }
+                } else {
+                    for (d, &v) in drow[s0..].iter_mut().step_by(g.sw).zip(&srow[lo..hi]) {
+                        *d = add(*d, v);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Gradient of a forward convolution with respect to its input: per (image, group) unit,
+/// `col = W_gᵀ · gy` (one GEMM) and col2im into `gx` (`[n, c, h, w]`).
+fn conv_grad_input<T: MatElem>(g: &Geom, gy: &[T], w: &[T]) -> Vec<T> {
+    let (cg, og) = (g.cg(), g.og());
+    let kk = cg * g.kh * g.kw;
+    let ohw = g.oh * g.ow;
+    let unit_x = cg * g.h * g.w;
+    let mut gx = vec![T::default(); g.n * g.c * g.h * g.w];
+    if gx.is_empty() || ohw == 0 {
+        return gx;
+    }
+    let run = |u: usize, gxu: &mut [T], col: &mut Vec<T>, par: Par| {
+        let (ni, gi) = (u / g.groups, u % g.groups);
+        let gyu = &gy[(ni * g.o + gi * og) * ohw..][..og * ohw];
+        let wg = &w[gi * og * kk..(gi + 1) * og * kk];
+        col.resize(kk * ohw, T::default());
+        // SAFETY: wg is [og, kk] contiguous, read as its transpose [kk, og] (rs 1, cs kk); gyu
+        // is [og, ohw] contiguous; col is [kk, ohw] and disjoint from both.
+        unsafe { gemm_split(kk, ohw, og, col.as_mut_ptr(), ohw, false, wg.as_ptr(), 1, kk, gyu.as_ptr(), ohw, par) }
+        col2im_add(col, g, gxu, par);
+    };
+    let units = g.n * g.groups;
+    let threads = rayon::current_num_threads();
+    if threads > 1 && units >= threads && rayon::current_thread_index().is_none() {
+        gx.par_chunks_mut(unit_x).enumerate().for_each_init(Vec::new, |col, (u, gxu)| run(u, gxu, col, Par::Seq));
+    } else {
+        let mut col = Vec::new();
+        for (u, gxu) in gx.chunks_mut(unit_x).enumerate() {
+            run(u, gxu, &mut col, Par::Pool);
+        }
+    }
+    gx
+}
+
+/// Gradient of a forward convolution with respect to its weight: per group,
+/// `gw_g = Σ_n gy[n, g] · im2col(x[n, g])ᵀ`. Images are split across threads, each summing
+/// into its own partial gradient (im2col and GEMM both run in parallel), then the partials
+/// are added.
+fn conv_grad_weight<T: MatElem>(g: &Geom, x: &[T], gy: &[T]) -> Vec<T> {
+    let (cg, og) = (g.cg(), g.og());
+    let kk = cg * g.kh * g.kw;
+    let ohw = g.oh * g.ow;
+    let unit_in = cg * g.h * g.w;
+    let len = g.o * kk;
+    let one = T::from_i64(1);
+    // Adds image `ni`'s contribution to `acc` (`[o, kk]`).
+    let image = |ni: usize, acc: &mut [T], col: &mut Vec<T>, par: Par| {
+        for gi in 0..g.groups {
+            let xi = &x[ni * g.c * g.h * g.w + gi * unit_in..][..unit_in];
+            col.resize(kk * ohw, T::default());
+            fill_im2col(xi, g, col, par);
+            let gyu = &gy[(ni * g.o + gi * og) * ohw..][..og * ohw];
+            let dst = &mut acc[gi * og * kk..(gi + 1) * og * kk];
+            // SAFETY: gyu is [og, ohw] contiguous; col is [kk, ohw] contiguous, read as its
+            // transpose [ohw, kk] (rs 1, cs ohw); dst is [og, kk] contiguous and disjoint.
+            unsafe {
+                T::gemm(
+                    og,
+                    kk,
+                    ohw,
+                    dst.as_mut_ptr(),
+                    kk as isize,
+                    1,
+                    true,
+                    gyu.as_ptr(),
+                    ohw as isize,
+                    1,
+                    col.as_ptr(),
+                    1,
+                    ohw as isize,
+                    one,
+                    one,
+                    par,
+                )
+            }
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if len == 0 || ohw == 0 {
+        return vec![T::default(); len];
+    }
+    if threads > 1 && g.n >= 2 && rayon::current_thread_index().is_none() {
+        let parts = threads.min(g.n);
+        let per = g.n.div_ceil(parts);
+        let partials: Vec<Vec<T>> = (0..parts)
+            .into_par_iter()
+            .map(|t| {
+                let mut acc = vec![T::default(); len];
+                let mut col = Vec::new();
+                for ni in t * per..((t + 1) * per).min(g.n) {
+                    image(ni, &mut acc, &mut col, Par::Seq);
+                }
+                acc
+            })
+            .collect();
+        let mut it = partials.into_iter();
+        let mut gw = it.next().unwrap_or_else(|| vec![T::default(); len]);
+        for p in it {
+            for (a, b) in gw.iter_mut().zip(p) {
+                *a = add(*a, b);
+            }
+        }
+        gw
+    } else {
+        let mut gw = vec![T::default(); len];
+        let mut col = Vec::new();
+        for ni in 0..g.n {
+            image(ni, &mut gw, &mut col, Par::Pool);
+        }
+        gw
+    }
+}
+
+/// First-order gradients of `conv1d`/`conv2d` (`op`, with its forward `args`) from the output
+/// gradient `gy`: `(grad_input, grad_weight)`, each computed only when asked for. These are
+/// kernels, not differentiable ops: the backward formula uses them when no graph of the
+/// backward pass is recorded (`create_graph=False`), and its differentiable form otherwise.
+pub(crate) fn conv_input_weight_grads(
+    op: &str,
+    nd: usize,
+    args: &[Value],
+    gy: &Tensor,
+    need_input: bool,
+    need_weight: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let (g, _, dt) = conv_geom(op, nd, args)?;
+    let (x, w, _) = conv_args(op, args)?;
+    if gy.numel() != g.n * g.o * g.oh * g.ow {
+        return Err(Error::shape(
+            op,
+            format!("gradient of shape {:?} does not match the convolution's output", gy.shape()),
+        ));
+    }
+    if is_half(dt) {
+        let (x32, w32, gy32) =
+            (kernel::cast(x, DType::F32)?, kernel::cast(w, DType::F32)?, kernel::cast(gy, DType::F32)?);
+        let mut a32: Vec<Value> = args.to_vec();
+        a32[0] = Value::Tensor(x32);
+        a32[1] = Value::Tensor(w32);
+        if let Some(b) = a32.get_mut(2) {
+            *b = Value::None;
+        }
+        let (gx, gw) = conv_input_weight_grads(op, nd, &a32, &gy32, need_input, need_weight)?;
+        return Ok((gx.map(|t| kernel::cast(&t, dt)).transpose()?, gw.map(|t| kernel::cast(&t, dt)).transpose()?));
+    }
+    let gy = if gy.dtype() != dt { kernel::cast(gy, dt)? } else { gy.clone() };
+    match_mat_dtype!(op, dt, E => {
+        let gyc = kernel::contiguous(&gy)?;
+        let gx = if need_input {
+            let wc = kernel::contiguous(w)?;
+            let v = gyc.with_contiguous::<E, _>(op, |gys| wc.with_contiguous::<E, _>(op, |ws| conv_grad_input(&g, gys, ws)))??;
+            Some(Tensor::from_vec(v, x.shape())?)
+        } else {
+            None
+        };
+        let gw = if need_weight {
+            let xc = kernel::contiguous(x)?;
+            let v = gyc.with_contiguous::<E, _>(op, |gys| xc.with_contiguous::<E, _>(op, |xs| conv_grad_weight(&g, xs, gys)))??;
+            Some(Tensor::from_vec(v, w.shape())?)
+        } else {
+            None
+        };
+        Ok((gx, gw))
+    })
+}
+
 #[inline(always)]
 fn add<T: MatElem>(a: T, b: T) -> T {
     a.add_wrapping(b)

@@ -202,6 +202,101 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
     Ok(smallvec![out])
 }
 
+/// Per channel: (sum of `gy * xhat` = the weight gradient, sum of `gy` = the bias gradient,
+/// batch mean).
+type ChannelSums = (f64, f64, f64);
+
+/// First-order gradients of `batch_norm` normalising with the batch statistics (training
+/// mode): `(grad_input, grad_weight, grad_bias)`, each only when asked for, in one kernel:
+/// per channel, the batch mean and variance of `x` and the sums of `gy` and `gy * (x - mean)`,
+/// then `gx = w * rstd * (gy - mean(gy) - (x - mean) * rstd² * mean(gy * (x - mean)))`.
+/// The backward formula uses it when backward records no graph (`create_graph=False`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn batch_norm_train_grads(
+    x: &Tensor,
+    gy: &Tensor,
+    w: Option<&Tensor>,
+    eps: f64,
+    need_input: bool,
+    need_weight: bool,
+    need_bias: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let op = "batch_norm";
+    let dt = x.dtype();
+    if x.shape() != gy.shape() || x.ndim() < 2 {
+        return Err(Error::shape(
+            op,
+            format!("gradient of shape {:?} does not match the input {:?}", gy.shape(), x.shape()),
+        ));
+    }
+    let work = if is_half(dt) { DType::F32 } else { dt };
+    let xw = if x.dtype() != work { kernel::cast(x, work)? } else { kernel::contiguous(x)? };
+    let gw_ = if gy.dtype() != work { kernel::cast(gy, work)? } else { kernel::contiguous(gy)? };
+    let s = x.shape().to_vec();
+    let (n, c) = (s[0], s[1]);
+    let sp: usize = s[2..].iter().product();
+    let count = (n * sp) as f64;
+    let wv = f64_vec(op, w)?;
+    let (gx, sums) = crate::match_dtype!(work, E => xw.with_contiguous::<E, _>(op, |xs| {
+        gw_.with_contiguous::<E, _>(op, |gs| -> Result<(Option<Tensor>, Vec<ChannelSums>)> {
+            // per channel: (mean, sum of gy, sum of gy * (x - mean)), and the biased variance
+            let chan = |ch: usize| {
+                let planes = (0..n).map(move |i| (i * c + ch) * sp..(i * c + ch + 1) * sp);
+                let (mean, var) = stats::<E>(planes.clone().map(|r| &xs[r]), n * sp);
+                let (mut sg, mut sgx) = (0f64, 0f64);
+                for r in planes {
+                    for (&xv, &gv) in xs[r.clone()].iter().zip(&gs[r]) {
+                        let g = gv.to_f64();
+                        sg += g;
+                        sgx += g * (xv.to_f64() - mean);
+                    }
+                }
+                ((mean, sg, sgx), var)
+            };
+            let (sums, vars): (Vec<(f64, f64, f64)>, Vec<f64>) =
+                if xs.len() >= PAR_THRESHOLD { (0..c).into_par_iter().map(chan).unzip() } else { (0..c).map(chan).unzip() };
+            if !need_input || sp == 0 {
+                return Ok((None, sums.into_iter().zip(vars).map(|((m, sg, sgx), v)| (sgx / (v + eps).sqrt(), sg, m)).collect()));
+            }
+            // gx = a * gy + b * x + k per channel
+            let coef: Vec<(f64, f64, f64)> = (0..c)
+                .map(|ch| {
+                    let (mean, sg, sgx) = sums[ch];
+                    let rstd = 1.0 / (vars[ch] + eps).sqrt();
+                    let a = wv.as_ref().map_or(1.0, |w| w[ch]) * rstd;
+                    let b = -a * rstd * rstd * sgx / count;
+                    (a, b, -a * sg / count - b * mean)
+                })
+                .collect();
+            let mut out = vec![E::default(); xs.len()];
+            let row = |(r, o): (usize, &mut [E])| {
+                let (a, b, k) = coef[r % c];
+                for ((o, &xv), &gv) in o.iter_mut().zip(&xs[r * sp..(r + 1) * sp]).zip(&gs[r * sp..(r + 1) * sp]) {
+                    *o = E::from_f64(a * gv.to_f64() + b * xv.to_f64() + k);
+                }
+            };
+            if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
+            let sums = sums.into_iter().zip(vars).map(|((m, sg, sgx), v)| (sgx / (v + eps).sqrt(), sg, m)).collect();
+            Ok((Some(Tensor::from_vec(out, &s)?), sums))
+        })
+    })???);
+    let back = |t: Tensor| if t.dtype() != dt { kernel::cast(&t, dt) } else { Ok(t) };
+    let gx = gx.map(back).transpose()?;
+    // parameter gradients in the parameters' dtype
+    let pdt = w.map(|w| w.dtype()).unwrap_or(dt);
+    let gw = if need_weight {
+        Some(kernel::from_f64_vec(&sums.iter().map(|s| s.0).collect::<Vec<_>>(), &[c], pdt)?)
+    } else {
+        None
+    };
+    let gb = if need_bias {
+        Some(kernel::from_f64_vec(&sums.iter().map(|s| s.1).collect::<Vec<_>>(), &[c], pdt)?)
+    } else {
+        None
+    };
+    Ok((gx, gw, gb))
+}
+
 /// `batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
 /// momentum=0.1, eps=1e-5)` (torch.nn.functional's argument order).
 ///

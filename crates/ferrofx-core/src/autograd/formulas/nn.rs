@@ -196,11 +196,37 @@ fn conv_args(ctx: &BackwardCtx<'_>, nd: usize, kshape: &[usize]) -> Result<ConvA
     Ok(ConvArgs { s, pb, pa, d, groups })
 }
 
+/// The bias gradient of a convolution: the output gradient summed over every dim but the
+/// channels (dim 1 when batched, 0 when not).
+fn conv_bias_grad(ctx: &BackwardCtx<'_>, gy: &Tensor, nd: usize) -> Result<Option<Tensor>> {
+    if !(ctx.is_tensor_arg(2) && ctx.needs_grad(2)) {
+        return Ok(None);
+    }
+    let channels = gy.ndim() - nd - 1;
+    let dims: Vec<i64> = (0..gy.ndim() as i64).filter(|&d| d as usize != channels).collect();
+    Ok(Some(gy.sum_dim(&dims, false)?))
+}
+
 /// `conv1d` / `conv2d(input, weight, bias, stride, padding, dilation, groups)`: grad input by a
 /// transposed convolution, grad weight by a convolution of input and grad, grad bias by a sum.
+///
+/// Without `create_graph` (grad mode off during backward) the input and weight gradients come
+/// from dedicated kernels instead: one GEMM plus col2im per image for the input, im2col plus
+/// one GEMM per image (images split across threads) for the weight.
 pub fn conv_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let nd = if ctx.op().name == "conv1d" { 1 } else { 2 };
     let g0t = g0(ctx)?;
+    if !crate::autograd::is_grad_enabled() && (ctx.needs_grad(0) || ctx.needs_grad(1)) {
+        let (gx, gw) = crate::ops::conv::conv_input_weight_grads(
+            ctx.op().name,
+            nd,
+            ctx.args(),
+            g0t,
+            ctx.needs_grad(0),
+            ctx.needs_grad(1),
+        )?;
+        return Ok(vec![gx, gw, conv_bias_grad(ctx, g0t, nd)?]);
+    }
     let xm = ctx.input_meta(0)?;
     let wm = ctx.input_meta(1)?;
     let unbatched = xm.shape.len() == nd + 1;
@@ -271,15 +297,7 @@ pub fn conv_backward(ctx: &BackwardCtx<'_>) -> Grads {
     } else {
         None
     };
-    let gb = if ctx.is_tensor_arg(2) && ctx.needs_grad(2) {
-        let dims: Vec<i64> = if unbatched { vec![1, 2, 3] } else { vec![0, 2, 3] };
-        let gg = if unbatched { g.squeeze_dim(0)? } else { g.clone() };
-        let dims: Vec<i64> = if unbatched { dims.iter().map(|d| d - 1).collect() } else { dims };
-        Some(gg.sum_dim(&dims, false)?)
-    } else {
-        None
-    };
-    Ok(vec![gx, gw, gb])
+    Ok(vec![gx, gw, conv_bias_grad(ctx, g0t, nd)?])
 }
 
 /// `conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)`:
@@ -527,6 +545,21 @@ pub fn batch_norm_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let has_w = ctx.is_tensor_arg(3);
     let w = if has_w { Some(ctx.input(3)?.reshape(&cs)?) } else { None };
     let use_batch = training || !ctx.is_tensor_arg(1) || !ctx.is_tensor_arg(2);
+    let gb_wanted = ctx.is_tensor_arg(4) && ctx.needs_grad(4);
+    if use_batch && !crate::autograd::is_grad_enabled() {
+        // one fused kernel (no graph of the backward pass to record)
+        let w = if has_w { Some(ctx.input(3)?) } else { None };
+        let (gx, gw, gb) = crate::ops::norm::batch_norm_train_grads(
+            x,
+            g,
+            w,
+            eps,
+            ctx.needs_grad(0),
+            has_w && ctx.needs_grad(3),
+            gb_wanted,
+        )?;
+        return Ok(vec![gx, None, None, gw, gb]);
+    }
     let (xhat, rstd) = if use_batch {
         normalize(x, &dims, eps)?
     } else {
@@ -545,7 +578,7 @@ pub fn batch_norm_backward(ctx: &BackwardCtx<'_>) -> Grads {
         None
     };
     let gw = if has_w && ctx.needs_grad(3) { Some(prims::mul(g, &xhat)?.sum_dim(&dims, false)?) } else { None };
-    let gb = if ctx.is_tensor_arg(4) && ctx.needs_grad(4) { Some(g.sum_dim(&dims, false)?) } else { None };
+    let gb = if gb_wanted { Some(g.sum_dim(&dims, false)?) } else { None };
     Ok(vec![gx, None, None, gw, gb])
 }
 
