@@ -12,6 +12,12 @@
 //! on a thread pool), `--reference PYTHON`, `--script PATH`, `--profile trace|recompile`
 //! (loop R times on ResNet-50 only, for a profiler).
 
+/// mimalloc, as the `ferrofx` binaries and `ferrofx-bench` use (tracing allocates many small
+/// objects; docs/benchmarks.md also gives the figures with the system allocator, taken with
+/// this line removed).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use ferrofx_core::ops::random::{manual_seed, randn};
 use ferrofx_fx::{symbolic_trace, GraphModule};
 use ferrofx_nn::zoo::ResNet;
