@@ -9,7 +9,7 @@ Writes tests/data/golden_grads.safetensors: tensors `<case>/in<i>`, `<case>/v<j>
 {name, op, args, kwargs, grad, second}); args are literals or {"t": i} / {"tl": [i, ...]}
 references to inputs. The Rust runner is crates/ferrofx-core/tests/autograd_golden.rs.
 
-Run: /work/main/.venv/bin/python scripts/goldens/gen_grads.py
+Run: .venv/bin/python scripts/goldens/gen_grads.py
 """
 import json
 import os
