@@ -489,3 +489,53 @@ fn batch_norm_gradient_kernel_equals_the_differentiable_formula() {
         }
     }
 }
+
+/// The fused max-pool gradient (backward recording no graph) equals the differentiable
+/// formula (argmax with indices, then scatter-add): padding, ceil mode, strides, dilation,
+/// 1-D, ties (integer-valued inputs: the first maximum in row-major order takes the gradient).
+#[test]
+fn max_pool_gradient_kernel_equals_the_differentiable_formula() {
+    use ferrofx_core::autograd::grad;
+    use ferrofx_core::DType;
+    // (op, x shape, kernel, stride, padding, dilation, ceil)
+    type Case = (&'static str, Vec<usize>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, bool);
+    let cases: Vec<Case> = vec![
+        ("max_pool2d", vec![2, 3, 9, 8], vec![3, 3], vec![2, 2], vec![1, 1], vec![1, 1], false),
+        ("max_pool2d", vec![1, 2, 7, 7], vec![3, 2], vec![2, 1], vec![1, 0], vec![1, 2], true),
+        ("max_pool2d", vec![2, 5, 6], vec![2, 2], vec![2, 2], vec![0, 0], vec![1, 1], false),
+        ("max_pool1d", vec![2, 3, 11], vec![3], vec![2], vec![1], vec![1], true),
+    ];
+    for (k, (name, xs, ks, st, pd, dl, ceil)) in cases.into_iter().enumerate() {
+        for (dt, ties) in [(DType::F64, false), (DType::F32, true), (DType::F16, true)] {
+            let mut x = rnd(&xs, k);
+            if ties {
+                // few distinct values: many windows hold their maximum twice
+                x = x.mul(Value::Float(3.0)).unwrap().round(0).unwrap();
+            }
+            let x = x.to_dtype(dt).unwrap().requires_grad_(true).unwrap();
+            let args = vec![
+                Value::from(&x),
+                Value::Ints(ks.clone()),
+                Value::Ints(st.clone()),
+                Value::Ints(pd.clone()),
+                Value::Ints(dl.clone()),
+                Value::Bool(ceil),
+            ];
+            let y = op::call(name, args, vec![]).unwrap().remove(0);
+            let gy = pos(y.shape(), k + 5).to_dtype(dt).unwrap();
+            let fast =
+                grad(std::slice::from_ref(&y), std::slice::from_ref(&x), &[Some(gy.clone())], true, false, false)
+                    .unwrap();
+            let formula = grad(&[y], std::slice::from_ref(&x), &[Some(gy)], false, true, false).unwrap();
+            let (a, f) = (fast[0].as_ref().unwrap(), formula[0].as_ref().unwrap());
+            assert_eq!((a.shape(), a.dtype()), (f.shape(), dt), "case {k} {dt}");
+            let tol = if dt == DType::F16 { 1e-2 } else { 1e-12 };
+            for (j, (p, q)) in a.to_vec_f64().unwrap().iter().zip(f.to_vec_f64().unwrap()).enumerate() {
+                assert!(
+                    (p - q).abs() <= tol * (1.0 + q.abs()),
+                    "case {k} {name} {dt} [{j}]: kernel {p} vs formula {q}"
+                );
+            }
+        }
+    }
+}

@@ -227,46 +227,100 @@ fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, 
     }
     for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, ip| {
         for oh in 0..g.oh {
-            let mut hs = (oh * g.sh) as isize - g.ph as isize;
-            let he = (hs + ((g.kh - 1) * g.dh + 1) as isize).min(g.h as isize);
-            while hs < 0 {
-                hs += g.dh as isize;
-            }
             for ow in 0..g.ow {
-                let mut ws = (ow * g.sw) as isize - g.pw as isize;
-                let we = (ws + ((g.kw - 1) * g.dw + 1) as isize).min(g.w as isize);
-                while ws < 0 {
-                    ws += g.dw as isize;
-                }
-                // row-major scan, the first maximum wins (PyTorch's order: it decides which
-                // input a tie's gradient goes to); an empty window gives 0 at its clamped start
-                let mut bi = (hs.max(0) as usize) * g.w + ws.max(0) as usize;
-                let mut b = T::default();
-                if hs < he && ws < we {
-                    b = xp[bi];
-                    let mut y = hs as usize;
-                    while y < he as usize {
-                        let row = &xp[y * g.w..(y + 1) * g.w];
-                        let mut xx = ws as usize;
-                        while xx < we as usize {
-                            let v = row[xx];
-                            if v > b || is_nan(v) {
-                                b = v;
-                                bi = y * g.w + xx;
-                            }
-                            xx += g.dw;
-                        }
-                        y += g.dh;
-                    }
-                }
-                op[oh * g.ow + ow] = b;
+                let (v, i) = window_max(g, xp, oh, ow);
+                op[oh * g.ow + ow] = v;
                 if want_idx {
-                    ip[oh * g.ow + ow] = bi as i64;
+                    ip[oh * g.ow + ow] = i as i64;
                 }
             }
         }
     });
     (out, idx)
+}
+
+/// The maximum of output `(oh, ow)`'s window in plane `xp` and its flat index: a row-major
+/// scan in which the first maximum wins (PyTorch's order: it decides which input a tie's
+/// gradient goes to) and NaN propagates; an empty window gives 0 at its clamped start.
+#[inline(always)]
+fn window_max<T: Element>(g: &PoolGeom, xp: &[T], oh: usize, ow: usize) -> (T, usize) {
+    let mut hs = (oh * g.sh) as isize - g.ph as isize;
+    let he = (hs + ((g.kh - 1) * g.dh + 1) as isize).min(g.h as isize);
+    while hs < 0 {
+        hs += g.dh as isize;
+    }
+    let mut ws = (ow * g.sw) as isize - g.pw as isize;
+    let we = (ws + ((g.kw - 1) * g.dw + 1) as isize).min(g.w as isize);
+    while ws < 0 {
+        ws += g.dw as isize;
+    }
+    let mut bi = (hs.max(0) as usize) * g.w + ws.max(0) as usize;
+    if hs >= he || ws >= we {
+        return (T::default(), bi);
+    }
+    let mut b = xp[bi];
+    let mut y = hs as usize;
+    while y < he as usize {
+        let row = &xp[y * g.w..(y + 1) * g.w];
+        let mut xx = ws as usize;
+        while xx < we as usize {
+            let v = row[xx];
+            if v > b || is_nan(v) {
+                b = v;
+                bi = y * g.w + xx;
+            }
+            xx += g.dw;
+        }
+        y += g.dh;
+    }
+    (b, bi)
+}
+
+/// The input gradient of `max_pool1d`/`max_pool2d` (`op`, with its forward `args`): each
+/// output's gradient added at its window's argmax, found by the same scan as the forward's
+/// indices, in one pass per plane (no index tensor, no scatter). The backward formula uses it
+/// when backward records no graph (`create_graph=False`).
+pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tensor) -> Result<Tensor> {
+    let a = max_args(op, nd, args, true)?;
+    let x = tensor(op, args, 0)?;
+    let g = &a.g;
+    let plane_out = g.oh * g.ow;
+    if gy.numel() != g.planes * plane_out {
+        return Err(Error::shape(
+            op,
+            format!("gradient of shape {:?} does not match the output {:?}", gy.shape(), a.shape),
+        ));
+    }
+    let dt = x.dtype();
+    let gy = if gy.dtype() != dt { gy.to_dtype(dt)? } else { gy.clone() };
+    crate::match_dtype!(dt, E => {
+        let v = x.with_contiguous::<E, _>(op, |xs| {
+            gy.with_contiguous::<E, _>(op, |gs| {
+                let plane_in = g.h * g.w;
+                let mut gx = vec![E::default(); xs.len()];
+                let run = |(p, gp): (usize, &mut [E])| {
+                    let xp = &xs[p * plane_in..(p + 1) * plane_in];
+                    let gyp = &gs[p * plane_out..(p + 1) * plane_out];
+                    for oh in 0..g.oh {
+                        for ow in 0..g.ow {
+                            let (_, i) = window_max(g, xp, oh, ow);
+                            // summed through f64 (halves round once per addition)
+                            gp[i] = E::from_f64(gp[i].to_f64() + gyp[oh * g.ow + ow].to_f64());
+                        }
+                    }
+                };
+                if plane_in > 0 {
+                    if xs.len() >= PAR_THRESHOLD && rayon::current_thread_index().is_none() {
+                        gx.par_chunks_mut(plane_in).enumerate().for_each(run);
+                    } else {
+                        gx.chunks_mut(plane_in).enumerate().for_each(run);
+                    }
+                }
+                gx
+            })
+        })??;
+        Tensor::from_vec(v, x.shape())
+    })
 }
 
 /// Max pooling of one plane without dilation or indices, separably: the maximum over the

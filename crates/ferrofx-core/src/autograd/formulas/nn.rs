@@ -358,12 +358,17 @@ pub fn max_pool_with_indices_backward(ctx: &BackwardCtx<'_>) -> Grads {
     Ok(vec![Some(scatter_spatial(&m.shape, nd, g0(ctx)?, ctx.output(1)?)?)])
 }
 
-/// `max_pool1d` / `max_pool2d`: recompute the argmax (no grad), then as with indices.
+/// `max_pool1d` / `max_pool2d`: recompute the argmax (no grad), then as with indices; without
+/// `create_graph`, one fused kernel (`ops::pool::max_pool_grad_input`).
 pub fn max_pool_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let op = ctx.op().name;
     let a = ctx.args();
     let x = ctx.input(0)?;
     let nd = if op.contains("1d") { 1 } else { 2 };
+    if !crate::autograd::is_grad_enabled() {
+        // one pass: each output's gradient added at its argmax
+        return Ok(vec![Some(crate::ops::pool::max_pool_grad_input(op, nd, a, g0(ctx)?)?)]);
+    }
     let idx = {
         let _ng = crate::autograd::no_grad();
         let (k, s, p, d, c) = (ints(op, a, 1)?, ints(op, a, 2)?, ints(op, a, 3)?, ints(op, a, 4)?, bool_(op, a, 5)?);
