@@ -366,13 +366,29 @@ fn gradgradcheck_subset() {
     assert!(failures.is_empty(), "{} of {n} ops fail gradgradcheck:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Gradients of `y` with respect to `inputs` for `gy`, computed twice: without `create_graph`
+/// (backward formulas may call first-order kernels) and with it (the differentiable forms);
+/// asserts they agree within `tol` (relative to 1 + |formula|) in shape, dtype and value.
+fn assert_kernel_equals_formula(y: Tensor, inputs: &[Tensor], gy: Tensor, tol: f64, what: &str) {
+    use ferrofx_core::autograd::grad;
+    let fast = grad(std::slice::from_ref(&y), inputs, &[Some(gy.clone())], true, false, false).unwrap();
+    let formula = grad(&[y], inputs, &[Some(gy)], false, true, false).unwrap();
+    for (i, ((a, f), x)) in fast.iter().zip(&formula).zip(inputs).enumerate() {
+        let (a, f) = (a.as_ref().unwrap(), f.as_ref().unwrap());
+        assert_eq!((a.shape(), a.dtype()), (f.shape(), x.dtype()), "{what}: input {i}");
+        let (a, f) = (a.to_vec_f64().unwrap(), f.to_vec_f64().unwrap());
+        for (j, (p, q)) in a.iter().zip(&f).enumerate() {
+            assert!((p - q).abs() <= tol * (1.0 + q.abs()), "{what}: input {i} [{j}]: kernel {p} vs formula {q}");
+        }
+    }
+}
+
 /// The convolution gradient kernels (used when backward records no graph) equal the
 /// differentiable formulas (used under `create_graph`) on every geometry: strides, padding
 /// (symmetric, 'same' with an uneven split, 'valid'), dilation, groups (depthwise included),
 /// conv1d, unbatched input, a non-contiguous output gradient, f64, f32 and f16.
 #[test]
 fn conv_gradient_kernels_equal_the_differentiable_formulas() {
-    use ferrofx_core::autograd::grad;
     use ferrofx_core::DType;
     let ints = |v: &[i64]| Value::Ints(v.to_vec());
     // (name, x shape, w shape, stride, padding, dilation, groups)
@@ -413,21 +429,7 @@ fn conv_gradient_kernels_equal_the_differentiable_formulas() {
             let last = gshape.len() - 1;
             gshape.swap(last - 1, last);
             let gy = rnd(&gshape, k + 3).to_dtype(dt).unwrap().transpose(-1, -2).unwrap();
-            let ins = [x.clone(), w.clone(), b.clone()];
-            let fast = grad(std::slice::from_ref(&y), &ins, &[Some(gy.clone())], true, false, false).unwrap();
-            let formula = grad(&[y], &ins, &[Some(gy)], false, true, false).unwrap();
-            for (i, (a, f)) in fast.iter().zip(&formula).enumerate() {
-                let (a, f) = (a.as_ref().unwrap(), f.as_ref().unwrap());
-                assert_eq!(a.shape(), f.shape(), "case {k} {name} {dt} input {i}");
-                assert_eq!(a.dtype(), dt, "case {k} {name} {dt} input {i}");
-                let (a, f) = (a.to_vec_f64().unwrap(), f.to_vec_f64().unwrap());
-                for (j, (p, q)) in a.iter().zip(&f).enumerate() {
-                    assert!(
-                        (p - q).abs() <= tol * (1.0 + q.abs()),
-                        "case {k} {name} {dt} input {i} [{j}]: kernel {p} vs formula {q}"
-                    );
-                }
-            }
+            assert_kernel_equals_formula(y, &[x, w, b], gy, tol, &format!("case {k} {name} {dt}"));
         }
     }
 }
@@ -437,7 +439,6 @@ fn conv_gradient_kernels_equal_the_differentiable_formulas() {
 /// without affine parameters, f64, f32 and f16.
 #[test]
 fn batch_norm_gradient_kernel_equals_the_differentiable_formula() {
-    use ferrofx_core::autograd::grad;
     use ferrofx_core::DType;
     for (k, (shape, affine)) in
         [(vec![4, 3, 5, 6], true), (vec![2, 5, 7], true), (vec![6, 4], true), (vec![3, 2, 4, 4], false)]
@@ -472,20 +473,8 @@ fn batch_norm_gradient_kernel_equals_the_differentiable_formula() {
             ];
             let y = op::call("batch_norm", args, vec![]).unwrap().remove(0);
             let gy = rnd(&shape, k + 3).to_dtype(dt).unwrap();
-            let ins: Vec<Tensor> = if affine { vec![x.clone(), w.clone(), b.clone()] } else { vec![x.clone()] };
-            let fast = grad(std::slice::from_ref(&y), &ins, &[Some(gy.clone())], true, false, false).unwrap();
-            let formula = grad(&[y], &ins, &[Some(gy)], false, true, false).unwrap();
-            for (i, (a, f)) in fast.iter().zip(&formula).enumerate() {
-                let (a, f) = (a.as_ref().unwrap(), f.as_ref().unwrap());
-                assert_eq!((a.shape(), a.dtype()), (f.shape(), dt), "case {k} {dt} input {i}");
-                let (a, f) = (a.to_vec_f64().unwrap(), f.to_vec_f64().unwrap());
-                for (j, (p, q)) in a.iter().zip(&f).enumerate() {
-                    assert!(
-                        (p - q).abs() <= tol * (1.0 + q.abs()),
-                        "case {k} {dt} input {i} [{j}]: kernel {p} vs formula {q}"
-                    );
-                }
-            }
+            let ins: Vec<Tensor> = if affine { vec![x, w, b] } else { vec![x] };
+            assert_kernel_equals_formula(y, &ins, gy, tol, &format!("case {k} {dt}"));
         }
     }
 }
@@ -495,7 +484,6 @@ fn batch_norm_gradient_kernel_equals_the_differentiable_formula() {
 /// 1-D, ties (integer-valued inputs: the first maximum in row-major order takes the gradient).
 #[test]
 fn max_pool_gradient_kernel_equals_the_differentiable_formula() {
-    use ferrofx_core::autograd::grad;
     use ferrofx_core::DType;
     // (op, x shape, kernel, stride, padding, dilation, ceil)
     type Case = (&'static str, Vec<usize>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, bool);
@@ -523,19 +511,8 @@ fn max_pool_gradient_kernel_equals_the_differentiable_formula() {
             ];
             let y = op::call(name, args, vec![]).unwrap().remove(0);
             let gy = pos(y.shape(), k + 5).to_dtype(dt).unwrap();
-            let fast =
-                grad(std::slice::from_ref(&y), std::slice::from_ref(&x), &[Some(gy.clone())], true, false, false)
-                    .unwrap();
-            let formula = grad(&[y], std::slice::from_ref(&x), &[Some(gy)], false, true, false).unwrap();
-            let (a, f) = (fast[0].as_ref().unwrap(), formula[0].as_ref().unwrap());
-            assert_eq!((a.shape(), a.dtype()), (f.shape(), dt), "case {k} {dt}");
             let tol = if dt == DType::F16 { 1e-2 } else { 1e-12 };
-            for (j, (p, q)) in a.to_vec_f64().unwrap().iter().zip(f.to_vec_f64().unwrap()).enumerate() {
-                assert!(
-                    (p - q).abs() <= tol * (1.0 + q.abs()),
-                    "case {k} {name} {dt} [{j}]: kernel {p} vs formula {q}"
-                );
-            }
+            assert_kernel_equals_formula(y, &[x], gy, tol, &format!("case {k} {name} {dt}"));
         }
     }
 }
