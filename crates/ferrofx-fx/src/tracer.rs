@@ -211,11 +211,6 @@ fn trace_err(e: crate::graph::GraphError) -> Error {
     Error::trace("trace", e.to_string())
 }
 
-enum LeafRecord {
-    Builtin { spec: ferrofx_nn::spec::ModuleSpec, tensors: Vec<(String, Tensor, TensorKind)> },
-    Built(Box<dyn Module>),
-}
-
 /// Where a parameter or buffer lives: its module (index into `State::paths`), its field name
 /// (index into `State::names`, interned: a model has few distinct field names) and its kind.
 /// The qualified path is formatted only for tensors the forward actually uses.
@@ -241,7 +236,7 @@ struct State {
     attr_nodes: RefCell<FxHashMap<usize, NodeId>>,
     attrs: RefCell<IndexMap<String, TensorEntry>>,
     constants: Cell<usize>,
-    leaves: RefCell<IndexMap<String, LeafRecord>>,
+    leaves: RefCell<IndexMap<String, Box<dyn Module>>>,
     /// `nn_module_stack` of the module being traced through, one shared stack per depth (nodes
     /// point at it instead of copying it).
     stack: RefCell<Vec<Arc<[ModuleStackEntry]>>>,
@@ -547,27 +542,18 @@ impl State {
         Ok(self.outputs(node, metas, count)?.into_iter().map(Value::Tensor).collect())
     }
 
-    /// What the GraphModule will hold for a leaf called for the first time: a copy of a
-    /// built-in layer sharing its tensors (or its spec and tensors, to rebuild it), else what
-    /// the submodule builder makes of a user module (module-preserving tracing), else the
-    /// user module's own copy (`Module::clone_module`).
-    fn leaf_record(&self, module: &dyn Module, path: &str, inputs: &[Value]) -> Result<LeafRecord> {
-        let builtin_copy = || -> Option<LeafRecord> {
-            if let Some(m) = module.clone_module() {
-                return Some(LeafRecord::Built(m));
-            }
-            let spec = module.spec()?;
-            let mut tensors: Vec<(String, Tensor, TensorKind)> =
-                module.named_parameters().into_iter().map(|(n, t)| (n, t, TensorKind::Parameter)).collect();
-            tensors.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, TensorKind::Buffer)));
-            Some(LeafRecord::Builtin { spec, tensors })
-        };
-        let record = match &self.submodule {
+    /// What the GraphModule will hold for a leaf called for the first time: what the submodule
+    /// builder makes of a user module (module-preserving tracing), else the module's own copy
+    /// sharing its tensors (`Module::clone_module`: every built-in layer, and user modules that
+    /// implement it).
+    fn leaf_record(&self, module: &dyn Module, path: &str, inputs: &[Value]) -> Result<Box<dyn Module>> {
+        if let Some(build) = &self.submodule {
             // built-in layers stay leaves; user modules go to the builder
-            Some(build) if module.spec().is_none() => Some(LeafRecord::Built(build(module, path, inputs)?)),
-            _ => builtin_copy(),
-        };
-        record.ok_or_else(|| {
+            if !module.is_builtin_leaf() {
+                return build(module, path, inputs);
+            }
+        }
+        module.clone_module().ok_or_else(|| {
             Error::trace(
                 module.type_name(),
                 format!(
@@ -579,7 +565,7 @@ impl State {
     }
 
     /// Remembers a leaf the first time it is called.
-    fn remember_leaf(&self, path: &str, record: Option<LeafRecord>) {
+    fn remember_leaf(&self, path: &str, record: Option<Box<dyn Module>>) {
         if let Some(r) = record {
             self.leaves.borrow_mut().insert(path.to_string(), r);
         }
@@ -588,18 +574,13 @@ impl State {
     fn finish(self, root: &dyn Module) -> Result<GraphModule> {
         let mut graph = self.graph.into_inner();
         graph.eliminate_dead_code(None);
-        let mut modules = IndexMap::new();
-        for (path, leaf) in self.leaves.into_inner() {
-            let m = match leaf {
-                LeafRecord::Built(m) => m,
-                LeafRecord::Builtin { spec, tensors } => {
-                    let map: HashMap<String, Tensor> = tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
-                    ferrofx_nn::spec::build_builtin(&spec, &mut |n: &str| map.get(n).cloned())?
-                }
-            };
-            modules.insert(path, m);
-        }
-        GraphModule::from_parts(graph, modules, self.attrs.into_inner(), root.type_name(), root.is_training())
+        GraphModule::from_parts(
+            graph,
+            self.leaves.into_inner(),
+            self.attrs.into_inner(),
+            root.type_name(),
+            root.is_training(),
+        )
     }
 }
 

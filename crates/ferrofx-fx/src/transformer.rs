@@ -112,23 +112,19 @@ pub trait Transformer {
             };
             env.insert(node.id(), new);
         }
-        // The new GraphModule shares the leaf modules' tensors (copies made by the modules
-        // themselves, as the tracer does, or rebuilt from their specs) and the get_attr tensors.
+        // The new GraphModule holds copies of the leaf modules sharing their tensors (as the
+        // tracer does), and the same get_attr tensors.
         let mut modules: IndexMap<String, Box<dyn Module>> = IndexMap::new();
         for (path, m) in gm.leaf_modules() {
-            if let Some(copy) = m.clone_module() {
-                modules.insert(path.clone(), copy);
-                continue;
-            }
-            let spec = m.spec().ok_or_else(|| {
-                Error::argument("Transformer", format!("leaf '{path}' ({}) has no spec to copy it from", m.type_name()))
+            let copy = m.clone_module().ok_or_else(|| {
+                Error::argument(
+                    "Transformer",
+                    format!(
+                        "leaf '{path}' ({}) cannot be copied (it does not implement Module::clone_module)",
+                        m.type_name()
+                    ),
+                )
             })?;
-            let mut tensors = HashMap::new();
-            m.visit_tensors(&mut |n, _, t| {
-                tensors.insert(n.to_string(), t.clone());
-            });
-            let mut copy = ferrofx_nn::spec::build_builtin(&spec, &mut |n: &str| tensors.get(n).cloned())?;
-            copy.train(m.is_training());
             modules.insert(path.clone(), copy);
         }
         GraphModule::from_parts(g, modules, gm.attributes().clone(), gm.traced_type_name(), gm.is_training())

@@ -202,16 +202,14 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
     Ok(smallvec![out])
 }
 
-/// Per channel: (sum of `gy * xhat` = the weight gradient, sum of `gy` = the bias gradient,
-/// batch mean).
-type ChannelSums = (f64, f64, f64);
+/// Per channel: (sum of `gy * xhat` = the weight gradient, sum of `gy` = the bias gradient).
+type ParamGrads = (f64, f64);
 
 /// First-order gradients of `batch_norm` normalising with the batch statistics (training
 /// mode): `(grad_input, grad_weight, grad_bias)`, each only when asked for, in one kernel:
 /// per channel, the batch mean and variance of `x` and the sums of `gy` and `gy * (x - mean)`,
 /// then `gx = w * rstd * (gy - mean(gy) - (x - mean) * rstd² * mean(gy * (x - mean)))`.
 /// The backward formula uses it when backward records no graph (`create_graph=False`).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn batch_norm_train_grads(
     x: &Tensor,
     gy: &Tensor,
@@ -237,8 +235,8 @@ pub(crate) fn batch_norm_train_grads(
     let sp: usize = s[2..].iter().product();
     let count = (n * sp) as f64;
     let wv = f64_vec(op, w)?;
-    let (gx, sums) = crate::match_dtype!(work, E => xw.with_contiguous::<E, _>(op, |xs| {
-        gw_.with_contiguous::<E, _>(op, |gs| -> Result<(Option<Tensor>, Vec<ChannelSums>)> {
+    let (gx, params) = crate::match_dtype!(work, E => xw.with_contiguous::<E, _>(op, |xs| {
+        gw_.with_contiguous::<E, _>(op, |gs| -> Result<(Option<Tensor>, Vec<ParamGrads>)> {
             // per channel: (mean, sum of gy, sum of gy * (x - mean)), and the biased variance
             let chan = |ch: usize| {
                 let planes = (0..n).map(move |i| (i * c + ch) * sp..(i * c + ch + 1) * sp);
@@ -255,14 +253,15 @@ pub(crate) fn batch_norm_train_grads(
             };
             let (sums, vars): (Vec<(f64, f64, f64)>, Vec<f64>) =
                 if xs.len() >= PAR_THRESHOLD { (0..c).into_par_iter().map(chan).unzip() } else { (0..c).map(chan).unzip() };
+            let rstd: Vec<f64> = vars.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+            let params: Vec<ParamGrads> = sums.iter().zip(&rstd).map(|(&(_, sg, sgx), r)| (sgx * r, sg)).collect();
             if !need_input || sp == 0 {
-                return Ok((None, sums.into_iter().zip(vars).map(|((m, sg, sgx), v)| (sgx / (v + eps).sqrt(), sg, m)).collect()));
+                return Ok((None, params));
             }
             // gx = a * gy + b * x + k per channel
             let coef: Vec<(f64, f64, f64)> = (0..c)
                 .map(|ch| {
-                    let (mean, sg, sgx) = sums[ch];
-                    let rstd = 1.0 / (vars[ch] + eps).sqrt();
+                    let ((mean, sg, sgx), rstd) = (sums[ch], rstd[ch]);
                     let a = wv.as_ref().map_or(1.0, |w| w[ch]) * rstd;
                     let b = -a * rstd * rstd * sgx / count;
                     (a, b, -a * sg / count - b * mean)
@@ -276,8 +275,7 @@ pub(crate) fn batch_norm_train_grads(
                 }
             };
             if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
-            let sums = sums.into_iter().zip(vars).map(|((m, sg, sgx), v)| (sgx / (v + eps).sqrt(), sg, m)).collect();
-            Ok((Some(Tensor::from_vec(out, &s)?), sums))
+            Ok((Some(Tensor::from_vec(out, &s)?), params))
         })
     })???);
     let back = |t: Tensor| if t.dtype() != dt { kernel::cast(&t, dt) } else { Ok(t) };
@@ -285,12 +283,12 @@ pub(crate) fn batch_norm_train_grads(
     // parameter gradients in the parameters' dtype
     let pdt = w.map(|w| w.dtype()).unwrap_or(dt);
     let gw = if need_weight {
-        Some(kernel::from_f64_vec(&sums.iter().map(|s| s.0).collect::<Vec<_>>(), &[c], pdt)?)
+        Some(kernel::from_f64_vec(&params.iter().map(|p| p.0).collect::<Vec<_>>(), &[c], pdt)?)
     } else {
         None
     };
     let gb = if need_bias {
-        Some(kernel::from_f64_vec(&sums.iter().map(|s| s.1).collect::<Vec<_>>(), &[c], pdt)?)
+        Some(kernel::from_f64_vec(&params.iter().map(|p| p.1).collect::<Vec<_>>(), &[c], pdt)?)
     } else {
         None
     };
