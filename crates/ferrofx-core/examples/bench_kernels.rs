@@ -5,7 +5,8 @@
 //! The PyTorch side: `python scripts/bench/nn_kernels_torch.py` (same case names). Set
 //! `RAYON_NUM_THREADS=2` to match `torch.set_num_threads(2)`. On a loaded machine, compare
 //! single-thread CPU time per call instead: `RAYON_NUM_THREADS=1 ... -- --cpu-time` and
-//! `python scripts/bench/nn_kernels_torch.py --cpu-time`.
+//! `python scripts/bench/nn_kernels_torch.py --cpu-time`. `--winograd` times each convolution
+//! twice, with Winograd enabled and disabled (`conv::set_winograd_enabled`).
 
 use ferrofx_core::ops::{conv, linalg};
 use ferrofx_core::Tensor;
@@ -100,10 +101,24 @@ fn main() -> ferrofx_core::Result<()> {
             }
             let x = Tensor::from_vec(randn(batch * cin * hw * hw, 3), &[batch, cin, hw, hw])?;
             let w = Tensor::from_vec(randn(cout * cin * k * k, 4), &[cout, cin, k, k])?;
-            let dt = bench(min, || {
+            let run = || {
                 conv::conv2d(&x, &w, None, &[s], p, &[1], 1).unwrap();
-            });
-            println!("{label}: {:.3} ms", dt * 1e3);
+            };
+            if std::env::args().any(|a| a == "--winograd") {
+                let prev = conv::set_winograd_enabled(false);
+                let exact = bench(min, run);
+                conv::set_winograd_enabled(true);
+                let wino = bench(min, run);
+                conv::set_winograd_enabled(prev);
+                println!(
+                    "{label}: {:.3} ms (winograd on) {:.3} ms (off) {:.2}x",
+                    wino * 1e3,
+                    exact * 1e3,
+                    exact / wino
+                );
+            } else {
+                println!("{label}: {:.3} ms", bench(min, run) * 1e3);
+            }
         }
     }
     Ok(())

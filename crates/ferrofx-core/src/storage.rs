@@ -8,7 +8,8 @@
 //! `Tensor: Send + Sync` without any `unsafe`.
 
 use crate::dtype::{DType, Element};
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -150,12 +151,33 @@ buffer_element!(half::bf16, BF16);
 buffer_element!(f32, F32);
 buffer_element!(f64, F64);
 
-#[derive(Debug)]
 struct StorageInner {
     data: RwLock<CpuBuffer>,
     /// PyTorch's version counter: shared by every view of this storage, bumped by every
     /// in-place write.
     version: AtomicU64,
+    /// Bumped by every [`Storage::write`] (whether or not the writer bumps `version`): the
+    /// validity stamp of `derived`.
+    writes: AtomicU64,
+    /// Data a kernel derived from this buffer (see [`Storage::derived`]).
+    derived: Mutex<Option<Derived>>,
+}
+
+impl std::fmt::Debug for StorageInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageInner")
+            .field("data", &self.data)
+            .field("version", &self.version)
+            .field("writes", &self.writes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A value derived from a storage's contents, with the write stamp and key it was made for.
+struct Derived {
+    writes: u64,
+    key: Box<[usize]>,
+    value: Arc<dyn Any + Send + Sync>,
 }
 
 /// A shared, lockable buffer. Cloning shares it (views); see the module docs for soundness.
@@ -165,7 +187,12 @@ pub struct Storage(Arc<StorageInner>);
 impl Storage {
     /// Wraps a buffer.
     pub fn new(buf: CpuBuffer) -> Self {
-        Storage(Arc::new(StorageInner { data: RwLock::new(buf), version: AtomicU64::new(0) }))
+        Storage(Arc::new(StorageInner {
+            data: RwLock::new(buf),
+            version: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            derived: Mutex::new(None),
+        }))
     }
     /// Wraps a typed vector.
     pub fn from_vec<T: Element>(v: Vec<T>) -> Self {
@@ -175,9 +202,42 @@ impl Storage {
     pub fn read(&self) -> RwLockReadGuard<'_, CpuBuffer> {
         self.0.data.read()
     }
-    /// Write access. Callers that write must also call [`Storage::bump_version`].
+    /// Write access. Callers that write must also call [`Storage::bump_version`]. Any value
+    /// cached by [`Storage::derived`] is invalidated.
     pub fn write(&self) -> RwLockWriteGuard<'_, CpuBuffer> {
-        self.0.data.write()
+        let guard = self.0.data.write();
+        self.0.writes.fetch_add(1, Ordering::AcqRel);
+        guard
+    }
+    /// A value derived from this buffer's contents (for example a kernel's pre-transformed
+    /// weights), cached on the storage: returned from the cache when it was made under the
+    /// same `key` and no [`Storage::write`] happened since, otherwise computed by `make` (under
+    /// a read lock, so no write can interleave) and cached in place of the previous value.
+    /// The cache holds one value and is freed with the storage.
+    ///
+    /// ```
+    /// use ferrofx_core::storage::Storage;
+    /// let s = Storage::from_vec(vec![1.0f32, 2.0]);
+    /// let sum = |b: &ferrofx_core::storage::CpuBuffer| b.as_slice::<f32>().map(|v| v.iter().sum::<f32>());
+    /// assert_eq!(*s.derived(&[0], sum), Some(3.0));
+    /// s.write().as_mut_slice::<f32>().unwrap()[0] = 5.0; // any write invalidates the cache
+    /// assert_eq!(*s.derived(&[0], sum), Some(7.0));
+    /// ```
+    pub fn derived<T: Any + Send + Sync>(&self, key: &[usize], make: impl FnOnce(&CpuBuffer) -> T) -> Arc<T> {
+        let data = self.read();
+        // No writer holds the lock while we hold `data`, so this stamp describes `data`.
+        let stamp = self.0.writes.load(Ordering::Acquire);
+        {
+            let slot = self.0.derived.lock();
+            if let Some(d) = slot.as_ref().filter(|d| d.writes == stamp && &*d.key == key) {
+                if let Ok(v) = Arc::clone(&d.value).downcast::<T>() {
+                    return v;
+                }
+            }
+        }
+        let value = Arc::new(make(&data));
+        *self.0.derived.lock() = Some(Derived { writes: stamp, key: key.into(), value: value.clone() });
+        value
     }
     /// The element type (fixed for the storage's life).
     pub fn dtype(&self) -> DType {
@@ -220,5 +280,27 @@ mod tests {
     #[test]
     fn storage_is_send_sync() {
         assert_send_sync::<Storage>();
+    }
+
+    #[test]
+    fn derived_values_are_cached_per_key_and_invalidated_by_writes() {
+        let s = Storage::from_vec(vec![1i64, 2, 3]);
+        let calls = std::cell::Cell::new(0);
+        let sum = |b: &CpuBuffer| {
+            calls.set(calls.get() + 1);
+            b.as_slice::<i64>().map(|v| v.iter().sum::<i64>()).unwrap_or(0)
+        };
+        assert_eq!(*s.derived(&[1], sum), 6);
+        assert_eq!(*s.derived(&[1], sum), 6);
+        assert_eq!(calls.get(), 1, "second lookup is cached");
+        assert_eq!(*s.derived(&[2], sum), 6);
+        assert_eq!(calls.get(), 2, "another key recomputes");
+        if let Some(v) = s.write().as_mut_slice::<i64>() {
+            v[0] = 10;
+        }
+        assert_eq!(*s.derived(&[2], sum), 15);
+        assert_eq!(calls.get(), 3, "a write invalidates");
+        // a different type under the same key is computed, not mis-cast
+        assert_eq!(*s.derived(&[2], |_| "x"), "x");
     }
 }

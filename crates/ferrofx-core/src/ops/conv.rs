@@ -11,6 +11,10 @@
 //!   `kH*kW`x;
 //! - otherwise im2col + one GEMM.
 //!
+//! - 3x3, stride 1, ungrouped float32 (and f16/bf16, computed in f32) with enough channels and
+//!   tiles: Winograd F(4x4, 3x3) ([`winograd`]), 4x fewer multiplies; also for the input
+//!   gradient of such convolutions.
+//!
 //! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across
 //! units) when there are enough of them; otherwise units run one by one with multi-threaded
 //! GEMMs, so rayon is never nested. `conv_transpose2d` is GEMM + col2im.
@@ -28,6 +32,9 @@ use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
 use smallvec::smallvec;
+
+mod winograd;
+pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 
 /// The padding argument: explicit sizes or a mode string.
 #[derive(Debug, Clone)]
@@ -96,6 +103,52 @@ impl Geom {
     }
     fn flops(&self) -> u64 {
         2 * (self.n * self.o * self.oh * self.ow * self.cg() * self.kh * self.kw) as u64
+    }
+    /// This convolution as a Winograd geometry, when it is 3x3, stride 1, dilation 1 and
+    /// ungrouped (whether Winograd pays off is [`winograd::worthwhile`]).
+    fn winograd_shape(&self) -> Option<winograd::Geom3> {
+        (self.kh == 3
+            && self.kw == 3
+            && self.sh == 1
+            && self.sw == 1
+            && self.dh == 1
+            && self.dw == 1
+            && self.groups == 1)
+            .then_some(winograd::Geom3 {
+                n: self.n,
+                c: self.c,
+                h: self.h,
+                w: self.w,
+                o: self.o,
+                oh: self.oh,
+                ow: self.ow,
+                pt: self.pt,
+                pl: self.pl,
+            })
+    }
+    /// The Winograd geometry of this forward convolution, when Winograd applies and pays off.
+    fn winograd(&self) -> Option<winograd::Geom3> {
+        self.winograd_shape().filter(winograd::worthwhile)
+    }
+    /// The Winograd geometry of this convolution's input gradient (the convolution of the
+    /// output gradient with the flipped, transposed kernel, padded by `2 - p` on each side).
+    fn winograd_grad_input(&self) -> Option<winograd::Geom3> {
+        let fwd = self.winograd_shape()?;
+        if self.pt.max(self.pb).max(self.pl).max(self.pr) > 2 {
+            return None;
+        }
+        let g3 = winograd::Geom3 {
+            n: fwd.n,
+            c: fwd.o,
+            h: fwd.oh,
+            w: fwd.ow,
+            o: fwd.c,
+            oh: fwd.h,
+            ow: fwd.w,
+            pt: 2 - self.pt,
+            pl: 2 - self.pl,
+        };
+        winograd::worthwhile(&g3).then_some(g3)
     }
 }
 
@@ -1023,7 +1076,12 @@ pub(crate) fn conv_input_weight_grads(
     let gy = if gy.dtype() != dt { kernel::cast(gy, dt)? } else { gy.clone() };
     match_mat_dtype!(op, dt, E => {
         let gyc = kernel::contiguous(&gy)?;
-        let gx = if need_input {
+        let gx = if let (true, DType::F32, Some(g3)) = (need_input, dt, g.winograd_grad_input()) {
+            let wc = kernel::contiguous(w)?;
+            let u = wc.with_contiguous::<f32, _>(op, |ws| winograd::transform_weight(ws, g.o, g.c, true))?;
+            let v = gyc.with_contiguous::<f32, _>(op, |gys| winograd::conv3x3(gys, &g3, &u, None))?;
+            Some(Tensor::from_vec(v, x.shape())?)
+        } else if need_input {
             let wc = kernel::contiguous(w)?;
             let v = gyc.with_contiguous::<E, _>(op, |gys| wc.with_contiguous::<E, _>(op, |ws| conv_grad_input(&g, gys, ws)))??;
             Some(Tensor::from_vec(v, x.shape())?)
@@ -1044,6 +1102,31 @@ pub(crate) fn conv_input_weight_grads(
 #[inline(always)]
 fn add<T: MatElem>(a: T, b: T) -> T {
     a.add_wrapping(b)
+}
+
+/// The forward Winograd transform of `w` (`wc` is `w` made contiguous). Weights that will not
+/// change under autograd's eyes (no grad mode, or no `requires_grad`: inference) keep their
+/// transform cached on their storage ([`crate::storage::Storage::derived`]): any write to the
+/// weights invalidates it, and it is freed with them.
+fn winograd_weight(op: &str, w: &Tensor, wc: &Tensor, g: &Geom) -> Result<std::sync::Arc<Vec<f32>>> {
+    const KEY: usize = 0x3a3; // Winograd F(4x4, 3x3) forward weights
+    if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
+        let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
+        if cacheable && lay.is_contiguous() {
+            let (off, len) = (lay.offset(), g.o * g.c * 9);
+            // (an empty vector stands for "the storage does not hold these f32 weights")
+            let u = st.derived(&[KEY, off, g.o, g.c], |buf| {
+                buf.as_slice::<f32>()
+                    .and_then(|v| v.get(off..off + len))
+                    .map(|ws| winograd::transform_weight(ws, g.o, g.c, false))
+                    .unwrap_or_default()
+            });
+            if !u.is_empty() {
+                return Ok(u);
+            }
+        }
+    }
+    Ok(std::sync::Arc::new(wc.with_contiguous::<f32, _>(op, |ws| winograd::transform_weight(ws, g.o, g.c, false))?))
 }
 
 fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
@@ -1068,6 +1151,14 @@ fn run_conv(
         let b32 = b.map(|b| kernel::cast(b, DType::F32)).transpose()?;
         let r = run_conv(op, &x32, &w32, b32.as_ref(), g, shape, DType::F32, transposed)?;
         return kernel::cast(&r, dt);
+    }
+    if let (false, DType::F32, Some(g3)) = (transposed, dt, g.winograd()) {
+        let xc = kernel::contiguous(x)?;
+        let wc = kernel::contiguous(w)?;
+        let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
+        let u = winograd_weight(op, w, &wc, g)?;
+        let out = xc.with_contiguous::<f32, _>(op, |xs| winograd::conv3x3(xs, &g3, &u, bv.as_deref()))?;
+        return Tensor::from_vec(out, shape);
     }
     match_mat_dtype!(op, dt, E => {
         let xc = kernel::contiguous(x)?;
