@@ -2,9 +2,10 @@
 //! consistency, output placement, cycles and the integrity of the order itself.
 
 use crate::graph::argument::Argument;
-use crate::graph::edge_set::TOMB;
+use crate::graph::edge_set::{InputEdge, UserList, TOMB};
 use crate::graph::error::{GraphError, Result};
-use crate::graph::graph::{Graph, ROOT};
+use crate::graph::graph::{Graph, Link, ROOT};
+use crate::graph::node_id::{GraphId, NodeId};
 use crate::graph::target::{check_target, Opcode};
 use smallvec::SmallVec;
 use std::fmt;
@@ -162,6 +163,135 @@ impl Graph {
     ///   subset of the (input, user) pairs; both sets of pairs are duplicate-free, so equal
     ///   totals make them equal.
     pub fn lint_with(&self, resolver: Option<&dyn TargetResolver>) -> Vec<LintFinding> {
+        if self.lint_clean(resolver) {
+            return Vec::new();
+        }
+        self.lint_findings(resolver)
+    }
+
+    /// Whether [`Graph::lint_with`] finds nothing, decided in one lean walk (the common case);
+    /// `false` whenever anything is unusual, and then [`Graph::lint_findings`] walks again to
+    /// name every problem.
+    ///
+    /// It checks the same invariants as `lint_findings`, but the users/input_nodes agreement
+    /// from the input side only, with one load per edge: each input edge `(n, pos)` of a node
+    /// `u` must find `u` at `users[n][pos]`, where `n` was walked before `u`. Distinct input
+    /// edges then name distinct live user entries of walked nodes, so when the totals are equal
+    /// every live user entry is the edge of exactly one walked input: the user is live, lists
+    /// the node among its inputs, and records the entry's position (what `lint_findings`
+    /// checks from the user side). The live entries of each user list are counted against
+    /// `nusers` (a count the compiler vectorises for large lists).
+    fn lint_clean(&self, resolver: Option<&dyn TargetResolver>) -> bool {
+        let slots = self.links.len();
+        // Every per-slot array cut to the same length, so that one bounds check of a slot
+        // covers all of them.
+        let (Some(ops), Some(names), Some(targets), Some(args), Some(kwargs), Some(users), Some(inputs), Some(nusers)) = (
+            self.ops.get(..slots),
+            self.names.get(..slots),
+            self.targets.get(..slots),
+            self.args.get(..slots),
+            self.kwargs.get(..slots),
+            self.users.get(..slots),
+            self.inputs.get(..slots),
+            self.nusers.get(..slots),
+        ) else {
+            return false;
+        };
+        let links = &self.links[..];
+        let view = CleanView { id: self.id, links, users };
+        // walked[i / 64] bit i: slot i was walked (so it is live, not the root, and comes
+        // before the node being checked: sequence numbers increase along the walk).
+        let mut walked = vec![0u64; slots.div_ceil(64)];
+        let mut seen_name = vec![0u64; self.namespace.count().div_ceil(64)];
+        let mut stamp: Vec<u32> = Vec::new();
+        let (mut edges, mut live_users) = (0usize, 0usize);
+        let mut count = 0usize;
+        let mut prev = ROOT;
+        let Some(root) = links.get(ROOT as usize) else { return false };
+        let mut cur = root.next;
+        let mut last_seq = 0u64;
+        let mut output_seen = false;
+        while cur != ROOT {
+            count += 1;
+            // Nothing may follow the output node (which also rules out a second output).
+            if count > slots || output_seen {
+                return false;
+            }
+            let c = cur as usize;
+            let Some(l) = links.get(c) else { return false };
+            if !l.alive || l.prev != prev || l.seq <= last_seq {
+                return false;
+            }
+            last_seq = l.seq;
+            let op = ops[c];
+            let name = names[c].0 as usize;
+            match seen_name.get_mut(name / 64) {
+                Some(w) if *w & (1 << (name % 64)) == 0 => *w |= 1 << (name % 64),
+                _ => return false,
+            }
+            if targets[c].is_callable() != (op == Opcode::CallFunction) {
+                return false;
+            }
+            let inputs = inputs[c].entries.as_slice();
+            let mut k = 0usize;
+            let mut nested = kwargs[c].is_some();
+            if !nested {
+                for a in args[c].iter() {
+                    match a {
+                        Argument::Node(n) => match view.clean_ref(*n, cur, inputs, k, &walked, &mut stamp) {
+                            Some(next) => k = next,
+                            None => return false,
+                        },
+                        Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => {
+                            nested = true;
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if nested {
+                match view.clean_refs_nested(self.live(cur), inputs, &walked, &mut stamp) {
+                    Some(all) => k = all,
+                    None => return false,
+                }
+            }
+            if k != inputs.len() {
+                return false;
+            }
+            edges += k;
+            let live = count_live(&users[c].entries);
+            if live != nusers[c] as usize {
+                return false;
+            }
+            live_users += live;
+            walked[c / 64] |= 1 << (c % 64);
+            output_seen = op == Opcode::Output;
+            prev = cur;
+            cur = l.next;
+        }
+        root.prev == prev
+            && count == self.len()
+            && edges == live_users
+            && resolver.is_none_or(|res| self.targets_resolve(res))
+    }
+
+    /// Whether every `get_attr` and `call_module` target resolves (a second walk, only when
+    /// an owner is given: the order was checked by the first).
+    #[inline(never)]
+    fn targets_resolve(&self, resolver: &dyn TargetResolver) -> bool {
+        self.slots().all(|idx| {
+            let target = &self.targets[idx as usize];
+            match self.ops[idx as usize] {
+                Opcode::GetAttr => resolver.has_attribute(target.name()),
+                Opcode::CallModule => resolver.has_module(target.name()),
+                _ => true,
+            }
+        })
+    }
+
+    /// Every finding of [`Graph::lint_with`], node by node.
+    fn lint_findings(&self, resolver: Option<&dyn TargetResolver>) -> Vec<LintFinding> {
         let mut findings = Vec::new();
         let slots = self.links.len();
         let mut seen_name = vec![0u64; self.namespace.count().div_ceil(64)];
@@ -452,15 +582,110 @@ impl Graph {
     }
 }
 
+/// The live entries (not [`TOMB`]) of a user list; long lists in blocks the compiler
+/// vectorises.
+#[inline]
+fn count_live(list: &[u32]) -> usize {
+    if list.len() <= 4 {
+        return list.iter().filter(|&&u| u != TOMB).count();
+    }
+    let mut chunks = list.chunks_exact(16);
+    let mut live = 0usize;
+    for chunk in &mut chunks {
+        live += chunk.iter().map(|&u| u32::from(u != TOMB)).sum::<u32>() as usize;
+    }
+    live + chunks.remainder().iter().filter(|&&u| u != TOMB).count()
+}
+
+/// The arrays [`Graph::lint_clean`] reads per edge, cut to one length.
+struct CleanView<'a> {
+    id: GraphId,
+    links: &'a [Link],
+    users: &'a [UserList],
+}
+
+impl CleanView<'_> {
+    /// One reference `n` met in the arguments of walked node `cur` (for [`Graph::lint_clean`]),
+    /// with `inputs[..k]` matched so far: `n` must be a walked node of this graph with the
+    /// handle's generation, and either already among `inputs[..k]` (then `Some(k)`) or exactly
+    /// `inputs[k]`, whose edge must be recorded at its position in `n`'s user list (then
+    /// `Some(k + 1)`); `None` otherwise.
+    #[inline(always)]
+    fn clean_ref(
+        &self,
+        n: NodeId,
+        cur: u32,
+        inputs: &[InputEdge],
+        k: usize,
+        walked: &[u64],
+        stamp: &mut Vec<u32>,
+    ) -> Option<usize> {
+        let i = n.index as usize;
+        let link = self.links.get(i)?;
+        if n.graph != self.id || walked.get(i / 64)? & (1 << (i % 64)) == 0 || link.generation != n.generation {
+            return None;
+        }
+        let seen = if k < 16 {
+            inputs.get(..k)?.iter().any(|e| e.node == n.index)
+        } else {
+            seen_many(i, cur, inputs, k, self.links.len(), stamp)?
+        };
+        if seen {
+            return Some(k);
+        }
+        let e = inputs.get(k)?;
+        if e.node != n.index || self.users.get(i)?.entries.as_slice().get(e.pos as usize) != Some(&cur) {
+            return None;
+        }
+        Some(k + 1)
+    }
+
+    /// [`CleanView::clean_ref`] over every reference of a node with kwargs or nested arguments:
+    /// the number of inputs matched, `None` on any mismatch.
+    #[inline(never)]
+    fn clean_refs_nested(
+        &self,
+        node: crate::graph::node::Node<'_>,
+        inputs: &[InputEdge],
+        walked: &[u64],
+        stamp: &mut Vec<u32>,
+    ) -> Option<usize> {
+        let cur = node.idx;
+        let mut k = Some(0usize);
+        node.visit_input_refs(&mut |n| {
+            k = k.and_then(|k| self.clean_ref(n, cur, inputs, k, walked, stamp));
+        });
+        k
+    }
+}
+
+/// Whether slot `i` (below `slots`) is among `inputs[..k]` for `k >= 16` (a node with many
+/// inputs), marking it: `stamp[s] == cur + 1` when `s` is among the inputs of `cur` matched so
+/// far. `None` when the inputs are not slots or fewer than `k`.
+#[cold]
+#[inline(never)]
+fn seen_many(i: usize, cur: u32, inputs: &[InputEdge], k: usize, slots: usize, stamp: &mut Vec<u32>) -> Option<bool> {
+    let mark = cur + 1;
+    if stamp.len() < slots {
+        stamp.resize(slots, 0);
+    }
+    if k == 16 {
+        for e in inputs.get(..16)? {
+            *stamp.get_mut(e.node as usize)? = mark;
+        }
+    }
+    Some(std::mem::replace(stamp.get_mut(i)?, mark) == mark)
+}
+
 #[cfg(test)]
 mod tests {
     //! Lint must report corruption of the internal arrays (which the public API cannot cause)
     //! whether or not the node would otherwise take the fast path.
     use super::LintFinding;
     use crate::graph::argument::Argument;
-    use crate::graph::edge_set::TOMB;
+    use crate::graph::edge_set::{InputEdge, UserList, TOMB};
     use crate::graph::graph::Graph;
-    use crate::graph::node_id::NodeId;
+    use crate::graph::node_id::{GraphId, NodeId};
     use crate::graph::target::Target;
 
     /// x, a = add(x, x), b = mul(a, x), output(b); returns the graph and (x, a, b, out).
