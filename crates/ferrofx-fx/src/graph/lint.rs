@@ -4,7 +4,7 @@
 use crate::graph::argument::Argument;
 use crate::graph::edge_set::{InputEdge, UserList, TOMB};
 use crate::graph::error::{GraphError, Result};
-use crate::graph::graph::{Graph, Link, ROOT};
+use crate::graph::graph::{Graph, ROOT};
 use crate::graph::node_id::{GraphId, NodeId};
 use crate::graph::target::{check_target, Opcode};
 use smallvec::SmallVec;
@@ -198,13 +198,15 @@ impl Graph {
             return false;
         };
         let links = &self.links[..];
-        let view = CleanView { id: self.id, links, users };
-        // walked[i / 64] bit i: slot i was walked (so it is live, not the root, and comes
-        // before the node being checked: sequence numbers increase along the walk).
-        let mut walked = vec![0u64; slots.div_ceil(64)];
+        let view = CleanView { id: self.id, slots, users };
+        // walked[i] == generation + 1 of slot i once it was walked, 0 before (a walked slot is
+        // live, not the root, and comes before the node being checked: sequence numbers
+        // increase along the walk); one load and compare per edge checks a handle against it.
+        let mut walked = vec![0u32; slots];
         let mut seen_name = vec![0u64; self.namespace.count().div_ceil(64)];
         let mut stamp: Vec<u32> = Vec::new();
-        let (mut edges, mut live_users) = (0usize, 0usize);
+        // Input edges minus live user entries, over the walked nodes.
+        let mut balance = 0isize;
         let mut count = 0usize;
         let mut prev = ROOT;
         let Some(root) = links.get(ROOT as usize) else { return false };
@@ -212,9 +214,11 @@ impl Graph {
         let mut last_seq = 0u64;
         let mut output_seen = false;
         while cur != ROOT {
+            // Strictly increasing sequence numbers (checked below) end a walk that would revisit
+            // a node, so it takes at most `slots` steps.
             count += 1;
             // Nothing may follow the output node (which also rules out a second output).
-            if count > slots || output_seen {
+            if output_seen {
                 return false;
             }
             let c = cur as usize;
@@ -259,20 +263,19 @@ impl Graph {
             if k != inputs.len() {
                 return false;
             }
-            edges += k;
             let live = count_live(&users[c].entries);
             if live != nusers[c] as usize {
                 return false;
             }
-            live_users += live;
-            walked[c / 64] |= 1 << (c % 64);
+            balance += k as isize - live as isize;
+            walked[c] = l.generation.wrapping_add(1);
             output_seen = op == Opcode::Output;
             prev = cur;
             cur = l.next;
         }
         root.prev == prev
             && count == self.len()
-            && edges == live_users
+            && balance == 0
             && resolver.is_none_or(|res| self.targets_resolve(res))
     }
 
@@ -597,10 +600,10 @@ fn count_live(list: &[u32]) -> usize {
     live + chunks.remainder().iter().filter(|&&u| u != TOMB).count()
 }
 
-/// The arrays [`Graph::lint_clean`] reads per edge, cut to one length.
+/// What [`Graph::lint_clean`] reads per edge.
 struct CleanView<'a> {
     id: GraphId,
-    links: &'a [Link],
+    slots: usize,
     users: &'a [UserList],
 }
 
@@ -617,18 +620,19 @@ impl CleanView<'_> {
         cur: u32,
         inputs: &[InputEdge],
         k: usize,
-        walked: &[u64],
+        walked: &[u32],
         stamp: &mut Vec<u32>,
     ) -> Option<usize> {
         let i = n.index as usize;
-        let link = self.links.get(i)?;
-        if n.graph != self.id || walked.get(i / 64)? & (1 << (i % 64)) == 0 || link.generation != n.generation {
+        // Compared in 64 bits: a handle's generation + 1 is never 0 (an unwalked slot), and a
+        // walked slot whose generation + 1 wrapped to 0 counts as unwalked (lint then falls back).
+        if n.graph != self.id || u64::from(*walked.get(i)?) != u64::from(n.generation) + 1 {
             return None;
         }
         let seen = if k < 16 {
             inputs.get(..k)?.iter().any(|e| e.node == n.index)
         } else {
-            seen_many(i, cur, inputs, k, self.links.len(), stamp)?
+            seen_many(i, cur, inputs, k, self.slots, stamp)?
         };
         if seen {
             return Some(k);
@@ -647,7 +651,7 @@ impl CleanView<'_> {
         &self,
         node: crate::graph::node::Node<'_>,
         inputs: &[InputEdge],
-        walked: &[u64],
+        walked: &[u32],
         stamp: &mut Vec<u32>,
     ) -> Option<usize> {
         let cur = node.idx;
