@@ -687,9 +687,9 @@ mod tests {
     //! whether or not the node would otherwise take the fast path.
     use super::LintFinding;
     use crate::graph::argument::Argument;
-    use crate::graph::edge_set::{InputEdge, UserList, TOMB};
+    use crate::graph::edge_set::TOMB;
     use crate::graph::graph::Graph;
-    use crate::graph::node_id::{GraphId, NodeId};
+    use crate::graph::node_id::NodeId;
     use crate::graph::target::Target;
 
     /// x, a = add(x, x), b = mul(a, x), output(b); returns the graph and (x, a, b, out).
@@ -813,5 +813,52 @@ mod tests {
         g.targets[x.index as usize] = Target::named("add");
         let f = findings(&g);
         assert!(f.iter().any(|f| matches!(f, LintFinding::BadTarget { node, .. } if node == "x")), "{f:?}");
+    }
+
+    /// The lean walk (`lint_clean`) and the findings walk agree on graphs that exercise every
+    /// path of the lean walk: kwargs, nested arguments, a node with more than 16 inputs and
+    /// repeated references, tombstones left by erasures, reused slots, and a broken order.
+    #[test]
+    fn clean_walk_agrees_with_the_findings_walk() {
+        let agree = |g: &Graph, expect_clean: bool| {
+            let clean = g.lint_clean(None);
+            let findings = g.lint_findings(None);
+            assert_eq!(clean, expect_clean, "{findings:?}");
+            assert_eq!(clean, findings.is_empty(), "{findings:?}");
+        };
+        let (mut g, [x, a, b, out]) = chain();
+        agree(&g, true);
+        // kwargs and nested arguments (a list with a repeated node, a dict).
+        g.update_kwarg(b, "alpha", Argument::list([x.into(), a.into(), x.into()])).unwrap();
+        g.update_kwarg(b, "d", Argument::dict([("k", Argument::Node(a))])).unwrap();
+        agree(&g, true);
+        // A node with 20 distinct inputs, each used twice (the stamped dedupe).
+        let (many, cat) = {
+            let mut g = g.inserting_before(Some(out)).unwrap();
+            let many: Vec<_> = (0..20).map(|_| g.call_function(Target::named("neg"), [x.into()]).unwrap()).collect();
+            let args: Vec<Argument> = many.iter().chain(many.iter().rev()).map(|&n| n.into()).collect();
+            let cat = g.call_function(Target::named("cat"), args).unwrap();
+            (many, cat)
+        };
+        g.update_arg(out, 0, cat.into()).unwrap();
+        agree(&g, true);
+        // Erasures (tombstones in x's user list) and a reused slot.
+        g.replace_all_uses_with(a, x).unwrap();
+        g.erase_node(a).unwrap();
+        let again = {
+            let mut g = g.inserting_before(Some(cat)).unwrap();
+            g.call_function(Target::named("relu"), [x.into()]).unwrap()
+        };
+        g.replace_all_uses_with(many[3], again).unwrap();
+        g.erase_node(many[3]).unwrap();
+        agree(&g, true);
+        // An input after its user (and the cycle search behind it).
+        let (mut g, [_, a, b, _]) = chain();
+        g.args[a.index as usize][1] = Argument::Node(b);
+        agree(&g, false);
+        // Anything after the output.
+        let (mut g, [x, ..]) = chain();
+        g.call_function(Target::named("neg"), [x.into()]).unwrap();
+        agree(&g, false);
     }
 }
