@@ -32,83 +32,65 @@ impl Graph {
             self.kwargs[i] = k;
         }
         let old = std::mem::take(&mut self.inputs[i]);
-        let mut new = self.derive_inputs(i);
-        if old.entries.is_empty() {
-            // Node creation (or a node that had no inputs): every edge is new.
-            self.append_user_edges(idx, &mut new);
-            self.inputs[i] = new;
-            return;
-        }
-        // `idx` is in no input set while its own is taken out, so the compactions below never
-        // need to fix up one of its positions.
-        for o in old.entries.iter() {
-            if !new.contains(o.node) {
-                self.remove_user_at(o.node, o.pos);
-            }
-        }
+        // The new set is built in place (not moved in afterwards: copying a just-written small
+        // vector stalls on store forwarding). While the user lists change below, `idx` is never
+        // a live user of a list being compacted (its entry there is removed first), so the
+        // compactions never need to fix up one of its positions.
+        self.derive_inputs(i);
         let my_seq = self.links[i].seq;
-        for e in new.entries.iter_mut() {
-            let n = e.node;
-            let nu = n as usize;
-            match old.find(n) {
-                // Already the last user: moving it to the end changes nothing.
-                Some(o) if o.pos as usize + 1 == self.users[nu].entries.len() => e.pos = o.pos,
-                Some(o) => {
-                    self.remove_user_at(n, o.pos);
-                    e.pos = self.users[nu].entries.len() as u32;
-                    self.users[nu].entries.push(idx);
-                    self.nusers[nu] += 1;
-                }
-                None => {
-                    e.pos = self.users[nu].entries.len() as u32;
-                    self.users[nu].entries.push(idx);
-                    self.nusers[nu] += 1;
+        if !old.entries.is_empty() {
+            for o in old.entries.iter() {
+                if !self.inputs[i].contains(o.node) {
+                    self.remove_user_at(o.node, o.pos);
                 }
             }
+        }
+        for k in 0..self.inputs[i].entries.len() {
+            let n = self.inputs[i].entries[k].node;
+            let nu = n as usize;
+            let pos = match old.find(n) {
+                // Already the last user: moving it to the end changes nothing.
+                Some(o) if o.pos as usize + 1 == self.users[nu].entries.len() => o.pos,
+                found => {
+                    if let Some(o) = found {
+                        self.remove_user_at(n, o.pos);
+                    }
+                    let list = &mut self.users[nu].entries;
+                    let pos = list.len() as u32;
+                    list.push(idx);
+                    self.nusers[nu] += 1;
+                    pos
+                }
+            };
+            self.inputs[i].entries[k].pos = pos;
             self.unordered |= self.links[nu].seq >= my_seq;
         }
-        self.inputs[i] = new;
     }
 
-    /// The input set of slot `i` derived from its args then kwargs: each node met once, in
-    /// first-appearance order (edge positions not yet set).
+    /// Fills the (empty) input set of slot `i` from its args then kwargs: each node met once,
+    /// in first-appearance order (edge positions not yet set).
     #[inline]
-    fn derive_inputs(&self, i: usize) -> InputSet {
+    fn derive_inputs(&mut self, i: usize) {
         fn add(set: &mut InputSet, n: u32) {
             if !set.contains(n) {
                 set.entries.push(InputEdge { node: n, pos: TOMB });
             }
         }
-        let mut new = InputSet::default();
-        for a in self.args[i].iter() {
+        let Graph { args, kwargs, inputs, .. } = self;
+        let set = &mut inputs[i];
+        for a in args[i].iter() {
             match a {
-                Argument::Node(n) => add(&mut new, n.index),
+                Argument::Node(n) => add(set, n.index),
                 Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => {
-                    a.visit_nodes(&mut |n| add(&mut new, n.index))
+                    a.visit_nodes(&mut |n| add(set, n.index))
                 }
                 _ => {}
             }
         }
-        if let Some(k) = &self.kwargs[i] {
+        if let Some(k) = &kwargs[i] {
             for a in k.values() {
-                a.visit_nodes(&mut |n| add(&mut new, n.index));
+                a.visit_nodes(&mut |n| add(set, n.index));
             }
-        }
-        new
-    }
-
-    /// Records slot `idx` as the last user of each input in `new` (none of which lists it),
-    /// setting the edge positions.
-    #[inline]
-    fn append_user_edges(&mut self, idx: u32, new: &mut InputSet) {
-        let my_seq = self.links[idx as usize].seq;
-        for e in new.entries.iter_mut() {
-            let nu = e.node as usize;
-            let list = &mut self.users[nu].entries;
-            e.pos = list.len() as u32;
-            list.push(idx);
-            self.nusers[nu] += 1;
-            self.unordered |= self.links[nu].seq >= my_seq;
         }
     }
 
@@ -288,7 +270,8 @@ impl Graph {
                     }
                 }
             }
-            // Taken out while the user lists change, as in `apply_args_kwargs`.
+            // Taken out while the user lists change, as in `apply_args_kwargs` (an edit in
+            // place measured slower here).
             let mut set = std::mem::take(&mut self.inputs[i]);
             let my_seq = self.links[i].seq;
             for e in set.entries.iter_mut() {
