@@ -630,7 +630,11 @@ impl CleanView<'_> {
             return None;
         }
         let seen = if k < 16 {
-            inputs.get(..k)?.iter().any(|e| e.node == n.index)
+            match k {
+                0 => false,
+                1 => inputs.first()?.node == n.index,
+                _ => inputs.get(..k)?.iter().any(|e| e.node == n.index),
+            }
         } else {
             seen_many(i, cur, inputs, k, self.slots, stamp)?
         };
