@@ -153,7 +153,9 @@ impl Graph {
 
     /// All lint findings, checking targets against `resolver` when given.
     ///
-    /// One walk over the order, reading the struct-of-arrays data; no hashing:
+    /// A clean graph (the common case) is recognised by one lean walk that only answers yes or
+    /// no; when it says no, a second walk names every problem. Both read the struct-of-arrays
+    /// data and never hash. The second walk:
     /// - names: ids into the namespace arena, which hands out each name once, so a duplicate
     ///   is a repeated id (a bitset);
     /// - `input_nodes` is compared with the nodes of args/kwargs in first-appearance order
@@ -273,10 +275,7 @@ impl Graph {
             prev = cur;
             cur = l.next;
         }
-        root.prev == prev
-            && count == self.len()
-            && balance == 0
-            && resolver.is_none_or(|res| self.targets_resolve(res))
+        root.prev == prev && count == self.len() && balance == 0 && resolver.is_none_or(|res| self.targets_resolve(res))
     }
 
     /// Whether every `get_attr` and `call_module` target resolves (a second walk, only when
