@@ -790,7 +790,7 @@ impl Graph {
     /// Erases live slot `idx`, which has no users.
     pub(crate) fn erase_unused(&mut self, idx: u32) {
         // FX nulls the node's args through the use-def routine so its inputs forget it.
-        self.apply_args_kwargs(idx, Some(Args::new()), Some(None));
+        self.clear_args_kwargs(idx);
         self.lookup.remove(idx);
         self.unlink(idx);
         let link = &mut self.links[idx as usize];

@@ -2,9 +2,10 @@
 //! consistency, output placement, cycles and the integrity of the order itself.
 
 use crate::graph::argument::Argument;
-use crate::graph::edge_set::TOMB;
+use crate::graph::edge_set::{InputEdge, UserList, TOMB};
 use crate::graph::error::{GraphError, Result};
 use crate::graph::graph::{Graph, ROOT};
+use crate::graph::node_id::{GraphId, NodeId};
 use crate::graph::target::{check_target, Opcode};
 use smallvec::SmallVec;
 use std::fmt;
@@ -152,7 +153,9 @@ impl Graph {
 
     /// All lint findings, checking targets against `resolver` when given.
     ///
-    /// One walk over the order, reading the struct-of-arrays data; no hashing:
+    /// A clean graph (the common case) is recognised by one lean walk that only answers yes or
+    /// no; when it says no, a second walk names every problem. Both read the struct-of-arrays
+    /// data and never hash. The second walk:
     /// - names: ids into the namespace arena, which hands out each name once, so a duplicate
     ///   is a repeated id (a bitset);
     /// - `input_nodes` is compared with the nodes of args/kwargs in first-appearance order
@@ -162,6 +165,135 @@ impl Graph {
     ///   subset of the (input, user) pairs; both sets of pairs are duplicate-free, so equal
     ///   totals make them equal.
     pub fn lint_with(&self, resolver: Option<&dyn TargetResolver>) -> Vec<LintFinding> {
+        if self.lint_clean(resolver) {
+            return Vec::new();
+        }
+        self.lint_findings(resolver)
+    }
+
+    /// Whether [`Graph::lint_with`] finds nothing, decided in one lean walk (the common case);
+    /// `false` whenever anything is unusual, and then [`Graph::lint_findings`] walks again to
+    /// name every problem.
+    ///
+    /// It checks the same invariants as `lint_findings`, but the users/input_nodes agreement
+    /// from the input side only, with one load per edge: each input edge `(n, pos)` of a node
+    /// `u` must find `u` at `users[n][pos]`, where `n` was walked before `u`. Distinct input
+    /// edges then name distinct live user entries of walked nodes, so when the totals are equal
+    /// every live user entry is the edge of exactly one walked input: the user is live, lists
+    /// the node among its inputs, and records the entry's position (what `lint_findings`
+    /// checks from the user side). The live entries of each user list are counted against
+    /// `nusers` (a count the compiler vectorises for large lists).
+    fn lint_clean(&self, resolver: Option<&dyn TargetResolver>) -> bool {
+        let slots = self.links.len();
+        // Every per-slot array cut to the same length, so that one bounds check of a slot
+        // covers all of them.
+        let (Some(ops), Some(names), Some(targets), Some(args), Some(kwargs), Some(users), Some(inputs), Some(nusers)) = (
+            self.ops.get(..slots),
+            self.names.get(..slots),
+            self.targets.get(..slots),
+            self.args.get(..slots),
+            self.kwargs.get(..slots),
+            self.users.get(..slots),
+            self.inputs.get(..slots),
+            self.nusers.get(..slots),
+        ) else {
+            return false;
+        };
+        let links = &self.links[..];
+        let view = CleanView { id: self.id, slots, users };
+        // walked[i] == generation + 1 of slot i once it was walked, 0 before (a walked slot is
+        // live, not the root, and comes before the node being checked: sequence numbers
+        // increase along the walk); one load and compare per edge checks a handle against it.
+        let mut walked = vec![0u32; slots];
+        let mut seen_name = vec![0u64; self.namespace.count().div_ceil(64)];
+        let mut stamp: Vec<u32> = Vec::new();
+        // Input edges minus live user entries, over the walked nodes.
+        let mut balance = 0isize;
+        let mut count = 0usize;
+        let mut prev = ROOT;
+        let Some(root) = links.get(ROOT as usize) else { return false };
+        let mut cur = root.next;
+        let mut last_seq = 0u64;
+        let mut output_seen = false;
+        while cur != ROOT {
+            // Strictly increasing sequence numbers (checked below) end a walk that would revisit
+            // a node, so it takes at most `slots` steps.
+            count += 1;
+            // Nothing may follow the output node (which also rules out a second output).
+            if output_seen {
+                return false;
+            }
+            let c = cur as usize;
+            let Some(l) = links.get(c) else { return false };
+            if !l.alive || l.prev != prev || l.seq <= last_seq {
+                return false;
+            }
+            last_seq = l.seq;
+            let op = ops[c];
+            let name = names[c].0 as usize;
+            match seen_name.get_mut(name / 64) {
+                Some(w) if *w & (1 << (name % 64)) == 0 => *w |= 1 << (name % 64),
+                _ => return false,
+            }
+            if targets[c].is_callable() != (op == Opcode::CallFunction) {
+                return false;
+            }
+            let inputs = inputs[c].entries.as_slice();
+            let mut k = 0usize;
+            let mut nested = kwargs[c].is_some();
+            if !nested {
+                for a in args[c].iter() {
+                    match a {
+                        Argument::Node(n) => match view.clean_ref(*n, cur, inputs, k, &walked, &mut stamp) {
+                            Some(next) => k = next,
+                            None => return false,
+                        },
+                        Argument::List(_) | Argument::Tuple(_) | Argument::Dict(_) | Argument::Slice(_) => {
+                            nested = true;
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if nested {
+                match view.clean_refs_nested(self.live(cur), inputs, &walked, &mut stamp) {
+                    Some(all) => k = all,
+                    None => return false,
+                }
+            }
+            if k != inputs.len() {
+                return false;
+            }
+            let live = count_live(&users[c].entries);
+            if live != nusers[c] as usize {
+                return false;
+            }
+            balance += k as isize - live as isize;
+            walked[c] = l.generation.wrapping_add(1);
+            output_seen = op == Opcode::Output;
+            prev = cur;
+            cur = l.next;
+        }
+        root.prev == prev && count == self.len() && balance == 0 && resolver.is_none_or(|res| self.targets_resolve(res))
+    }
+
+    /// Whether every `get_attr` and `call_module` target resolves (a second walk, only when
+    /// an owner is given: the order was checked by the first).
+    #[inline(never)]
+    fn targets_resolve(&self, resolver: &dyn TargetResolver) -> bool {
+        self.slots().all(|idx| {
+            let target = &self.targets[idx as usize];
+            match self.ops[idx as usize] {
+                Opcode::GetAttr => resolver.has_attribute(target.name()),
+                Opcode::CallModule => resolver.has_module(target.name()),
+                _ => true,
+            }
+        })
+    }
+
+    /// Every finding of [`Graph::lint_with`], node by node.
+    fn lint_findings(&self, resolver: Option<&dyn TargetResolver>) -> Vec<LintFinding> {
         let mut findings = Vec::new();
         let slots = self.links.len();
         let mut seen_name = vec![0u64; self.namespace.count().div_ceil(64)];
@@ -452,6 +584,106 @@ impl Graph {
     }
 }
 
+/// The live entries (not [`TOMB`]) of a user list; long lists in blocks the compiler
+/// vectorises.
+#[inline]
+fn count_live(list: &[u32]) -> usize {
+    if list.len() <= 4 {
+        return list.iter().filter(|&&u| u != TOMB).count();
+    }
+    let mut chunks = list.chunks_exact(16);
+    let mut live = 0usize;
+    for chunk in &mut chunks {
+        live += chunk.iter().map(|&u| u32::from(u != TOMB)).sum::<u32>() as usize;
+    }
+    live + chunks.remainder().iter().filter(|&&u| u != TOMB).count()
+}
+
+/// What [`Graph::lint_clean`] reads per edge.
+struct CleanView<'a> {
+    id: GraphId,
+    slots: usize,
+    users: &'a [UserList],
+}
+
+impl CleanView<'_> {
+    /// One reference `n` met in the arguments of walked node `cur` (for [`Graph::lint_clean`]),
+    /// with `inputs[..k]` matched so far: `n` must be a walked node of this graph with the
+    /// handle's generation, and either already among `inputs[..k]` (then `Some(k)`) or exactly
+    /// `inputs[k]`, whose edge must be recorded at its position in `n`'s user list (then
+    /// `Some(k + 1)`); `None` otherwise.
+    #[inline(always)]
+    fn clean_ref(
+        &self,
+        n: NodeId,
+        cur: u32,
+        inputs: &[InputEdge],
+        k: usize,
+        walked: &[u32],
+        stamp: &mut Vec<u32>,
+    ) -> Option<usize> {
+        let i = n.index as usize;
+        // Compared in 64 bits: a handle's generation + 1 is never 0 (an unwalked slot), and a
+        // walked slot whose generation + 1 wrapped to 0 counts as unwalked (lint then falls back).
+        if n.graph != self.id || u64::from(*walked.get(i)?) != u64::from(n.generation) + 1 {
+            return None;
+        }
+        let seen = if k < 16 {
+            match k {
+                0 => false,
+                1 => inputs.first()?.node == n.index,
+                _ => inputs.get(..k)?.iter().any(|e| e.node == n.index),
+            }
+        } else {
+            seen_many(i, cur, inputs, k, self.slots, stamp)?
+        };
+        if seen {
+            return Some(k);
+        }
+        let e = inputs.get(k)?;
+        if e.node != n.index || self.users.get(i)?.entries.as_slice().get(e.pos as usize) != Some(&cur) {
+            return None;
+        }
+        Some(k + 1)
+    }
+
+    /// [`CleanView::clean_ref`] over every reference of a node with kwargs or nested arguments:
+    /// the number of inputs matched, `None` on any mismatch.
+    #[inline(never)]
+    fn clean_refs_nested(
+        &self,
+        node: crate::graph::node::Node<'_>,
+        inputs: &[InputEdge],
+        walked: &[u32],
+        stamp: &mut Vec<u32>,
+    ) -> Option<usize> {
+        let cur = node.idx;
+        let mut k = Some(0usize);
+        node.visit_input_refs(&mut |n| {
+            k = k.and_then(|k| self.clean_ref(n, cur, inputs, k, walked, stamp));
+        });
+        k
+    }
+}
+
+/// Whether slot `i` (below `slots`) is among `inputs[..k]` for `k >= 16` (a node with many
+/// inputs), marking it: `stamp[s] == cur + 1` when `s` is among the inputs of `cur` matched so
+/// far. `None` when the inputs are not slots or fewer than `k`.
+#[cold]
+#[inline(never)]
+fn seen_many(i: usize, cur: u32, inputs: &[InputEdge], k: usize, slots: usize, stamp: &mut Vec<u32>) -> Option<bool> {
+    let mark = cur + 1;
+    if stamp.len() < slots {
+        stamp.resize(slots, 0);
+    }
+    if k == 16 {
+        for e in inputs.get(..16)? {
+            *stamp.get_mut(e.node as usize)? = mark;
+        }
+    }
+    Some(std::mem::replace(stamp.get_mut(i)?, mark) == mark)
+}
+
 #[cfg(test)]
 mod tests {
     //! Lint must report corruption of the internal arrays (which the public API cannot cause)
@@ -584,5 +816,52 @@ mod tests {
         g.targets[x.index as usize] = Target::named("add");
         let f = findings(&g);
         assert!(f.iter().any(|f| matches!(f, LintFinding::BadTarget { node, .. } if node == "x")), "{f:?}");
+    }
+
+    /// The lean walk (`lint_clean`) and the findings walk agree on graphs that exercise every
+    /// path of the lean walk: kwargs, nested arguments, a node with more than 16 inputs and
+    /// repeated references, tombstones left by erasures, reused slots, and a broken order.
+    #[test]
+    fn clean_walk_agrees_with_the_findings_walk() {
+        let agree = |g: &Graph, expect_clean: bool| {
+            let clean = g.lint_clean(None);
+            let findings = g.lint_findings(None);
+            assert_eq!(clean, expect_clean, "{findings:?}");
+            assert_eq!(clean, findings.is_empty(), "{findings:?}");
+        };
+        let (mut g, [x, a, b, out]) = chain();
+        agree(&g, true);
+        // kwargs and nested arguments (a list with a repeated node, a dict).
+        g.update_kwarg(b, "alpha", Argument::list([x.into(), a.into(), x.into()])).unwrap();
+        g.update_kwarg(b, "d", Argument::dict([("k", Argument::Node(a))])).unwrap();
+        agree(&g, true);
+        // A node with 20 distinct inputs, each used twice (the stamped dedupe).
+        let (many, cat) = {
+            let mut g = g.inserting_before(Some(out)).unwrap();
+            let many: Vec<_> = (0..20).map(|_| g.call_function(Target::named("neg"), [x.into()]).unwrap()).collect();
+            let args: Vec<Argument> = many.iter().chain(many.iter().rev()).map(|&n| n.into()).collect();
+            let cat = g.call_function(Target::named("cat"), args).unwrap();
+            (many, cat)
+        };
+        g.update_arg(out, 0, cat.into()).unwrap();
+        agree(&g, true);
+        // Erasures (tombstones in x's user list) and a reused slot.
+        g.replace_all_uses_with(a, x).unwrap();
+        g.erase_node(a).unwrap();
+        let again = {
+            let mut g = g.inserting_before(Some(cat)).unwrap();
+            g.call_function(Target::named("relu"), [x.into()]).unwrap()
+        };
+        g.replace_all_uses_with(many[3], again).unwrap();
+        g.erase_node(many[3]).unwrap();
+        agree(&g, true);
+        // An input after its user (and the cycle search behind it).
+        let (mut g, [_, a, b, _]) = chain();
+        g.args[a.index as usize][1] = Argument::Node(b);
+        agree(&g, false);
+        // Anything after the output.
+        let (mut g, [x, ..]) = chain();
+        g.call_function(Target::named("neg"), [x.into()]).unwrap();
+        agree(&g, false);
     }
 }
