@@ -99,7 +99,7 @@ pub(crate) fn drop_node(n: NodeRef) {
 }
 
 /// Shape and dtype of one input of a node (= one output of the forward op).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct InputMetadata {
     /// Shape of the gradient expected.
     pub shape: Shape,
@@ -107,10 +107,17 @@ pub struct InputMetadata {
     pub dtype: DType,
 }
 
+impl Clone for InputMetadata {
+    // By hand: `SmallVec`'s `Clone` goes through a generic `extend`; `from_slice` copies.
+    fn clone(&self) -> Self {
+        InputMetadata { shape: SmallVec::from_slice(&self.shape), dtype: self.dtype }
+    }
+}
+
 impl InputMetadata {
     /// Metadata of a tensor.
     pub fn of(t: &Tensor) -> InputMetadata {
-        InputMetadata { shape: t.shape().into(), dtype: t.dtype() }
+        InputMetadata { shape: SmallVec::from_slice(t.shape()), dtype: t.dtype() }
     }
 }
 
