@@ -90,7 +90,11 @@ pub struct Layout {
 impl Clone for Layout {
     // By hand: `SmallVec`'s `Clone` goes through a generic `extend`; `from_slice` copies.
     fn clone(&self) -> Self {
-        Layout { shape: SmallVec::from_slice(&self.shape), strides: SmallVec::from_slice(&self.strides), offset: self.offset }
+        Layout {
+            shape: SmallVec::from_slice(&self.shape),
+            strides: SmallVec::from_slice(&self.strides),
+            offset: self.offset,
+        }
     }
 }
 

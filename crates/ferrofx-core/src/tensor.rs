@@ -206,13 +206,11 @@ impl Tensor {
     /// inputs.
     pub fn meta(&self) -> Option<TensorMeta> {
         match &self.0.data {
-            Data::Concrete { layout, dtype, .. } => {
-                Some(TensorMeta {
-                    shape: smallvec::SmallVec::from_slice(layout.shape()),
-                    dtype: *dtype,
-                    strides: smallvec::SmallVec::from_slice(layout.strides()),
-                })
-            }
+            Data::Concrete { layout, dtype, .. } => Some(TensorMeta {
+                shape: smallvec::SmallVec::from_slice(layout.shape()),
+                dtype: *dtype,
+                strides: smallvec::SmallVec::from_slice(layout.strides()),
+            }),
             Data::Symbolic(s) => s.meta.clone(),
         }
     }

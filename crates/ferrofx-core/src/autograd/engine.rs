@@ -193,12 +193,7 @@ fn check_grad_meta(
     Ok(None)
 }
 
-fn call_node(
-    node: &NodeRef,
-    inputs: GradBuffer,
-    create_graph: bool,
-    keep_graph: bool,
-) -> Result<Vec<Option<Tensor>>> {
+fn call_node(node: &NodeRef, inputs: GradBuffer, create_graph: bool, keep_graph: bool) -> Result<Vec<Option<Tensor>>> {
     let ctx = ApplyContext { this: node, create_graph, keep_graph };
     let res = node.apply(inputs, &ctx);
     let anomaly = super::anomaly::is_anomaly_enabled();
