@@ -4,6 +4,12 @@
 //! Run: `cargo run --release -p ferrofx-core --example prof_ag -- OP N` where OP is an op name
 //! (`mul`, `add`, `exp`, `tanh`, ...; forward + backward on 1-element tensors) or `mlp` (the
 //! 64-64-10 MLP training step of `bench_autograd`), N the number of iterations.
+//!
+//! It uses mimalloc as its global allocator, as `ferrofx-bench` does, so that instruction
+//! counts (`valgrind --tool=callgrind`) match the benchmark's allocator.
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use ferrofx_core::op;
 use ferrofx_core::{Tensor, Value};

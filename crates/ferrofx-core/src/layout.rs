@@ -19,6 +19,10 @@ pub fn numel(shape: &[usize]) -> usize {
 
 /// Row-major (C-contiguous) strides for `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Strides {
+    if shape.len() == 1 {
+        // One dimension (a common small case): no loop.
+        return SmallVec::from_slice(&[1]);
+    }
     let mut strides: Strides = SmallVec::from_elem(0, shape.len());
     let mut acc = 1usize;
     for i in (0..shape.len()).rev() {
@@ -49,6 +53,9 @@ pub fn wrap_dim(op: &str, dim: i64, ndim: usize) -> Result<usize> {
 /// assert!(broadcast_shapes("add", &[3], &[4]).is_err());
 /// ```
 pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Shape> {
+    if a == b {
+        return Ok(SmallVec::from_slice(a));
+    }
     let n = a.len().max(b.len());
     let mut out: Shape = SmallVec::from_elem(0, n);
     for i in 0..n {
@@ -73,17 +80,28 @@ pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Shape> {
 }
 
 /// Where a tensor's elements live in its storage.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     shape: Shape,
     strides: Strides,
     offset: usize,
 }
 
+impl Clone for Layout {
+    // By hand: `SmallVec`'s `Clone` goes through a generic `extend`; `from_slice` copies.
+    fn clone(&self) -> Self {
+        Layout {
+            shape: SmallVec::from_slice(&self.shape),
+            strides: SmallVec::from_slice(&self.strides),
+            offset: self.offset,
+        }
+    }
+}
+
 impl Layout {
     /// A contiguous layout of `shape` starting at offset 0.
     pub fn contiguous(shape: &[usize]) -> Self {
-        Layout { shape: shape.into(), strides: contiguous_strides(shape), offset: 0 }
+        Layout { shape: SmallVec::from_slice(shape), strides: contiguous_strides(shape), offset: 0 }
     }
     /// A layout from raw parts. The caller guarantees all reachable indices are in bounds of the
     /// storage it is used with ([`Layout::max_index`] helps check this).

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// Shape, dtype and strides of a tensor, without data: what meta inference produces and what
 /// graph nodes record as `tensor_meta`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct TensorMeta {
     /// Dimension sizes.
     pub shape: Shape,
@@ -21,10 +21,21 @@ pub struct TensorMeta {
     pub strides: Strides,
 }
 
+impl Clone for TensorMeta {
+    // By hand: `SmallVec`'s `Clone` goes through a generic `extend`; `from_slice` copies.
+    fn clone(&self) -> Self {
+        TensorMeta {
+            shape: smallvec::SmallVec::from_slice(&self.shape),
+            dtype: self.dtype,
+            strides: smallvec::SmallVec::from_slice(&self.strides),
+        }
+    }
+}
+
 impl TensorMeta {
     /// Metadata of a contiguous tensor.
     pub fn contiguous(shape: &[usize], dtype: DType) -> Self {
-        TensorMeta { shape: shape.into(), dtype, strides: contiguous_strides(shape) }
+        TensorMeta { shape: smallvec::SmallVec::from_slice(shape), dtype, strides: contiguous_strides(shape) }
     }
     /// Number of elements.
     pub fn numel(&self) -> usize {
@@ -195,9 +206,11 @@ impl Tensor {
     /// inputs.
     pub fn meta(&self) -> Option<TensorMeta> {
         match &self.0.data {
-            Data::Concrete { layout, dtype, .. } => {
-                Some(TensorMeta { shape: layout.shape().into(), dtype: *dtype, strides: layout.strides().into() })
-            }
+            Data::Concrete { layout, dtype, .. } => Some(TensorMeta {
+                shape: smallvec::SmallVec::from_slice(layout.shape()),
+                dtype: *dtype,
+                strides: smallvec::SmallVec::from_slice(layout.strides()),
+            }),
             Data::Symbolic(s) => s.meta.clone(),
         }
     }

@@ -292,3 +292,36 @@ fn dot_export_lists_nodes_and_edges() {
     assert_eq!(dot.matches(" -> ").count(), 5, "{dot}");
     assert!(dot.trim_end().ends_with('}'));
 }
+
+#[test]
+fn single_root_runs_without_a_graph_root() {
+    // One root edge: its node is the root of the pass (PyTorch's skip_dummy_node). Hooks and
+    // retain_grad on the root still see the initial gradient, which is converted to the
+    // root's dtype like any gradient.
+    let x = leaf32(&[2.0], &[]);
+    let y = mul(&x, &t32(&[3.0], &[]));
+    y.register_hook(|g| Some(mul(g, &scalar_like(2.0, g)))).unwrap();
+    y.retain_grad().unwrap();
+    y.backward(Some(&t64(&[0.5], &[])), false, false).unwrap();
+    assert_eq!(vals(&y.grad().unwrap()), vec![1.0]);
+    assert_eq!(x.grad().unwrap().dtype(), ferrofx_core::DType::F32);
+    assert_eq!(vals(&x.grad().unwrap()), vec![3.0]);
+    // A leaf as root accumulates into its own .grad.
+    let l = leaf32(&[1.0, 2.0], &[2]);
+    l.backward(Some(&t32(&[1.0, 1.0], &[2])), false, false).unwrap();
+    l.backward(Some(&t32(&[1.0, 1.0], &[2])), false, false).unwrap();
+    assert_eq!(vals(&l.grad().unwrap()), vec![2.0, 2.0]);
+    // grad() with respect to the root itself, and through it.
+    let x = leaf32(&[2.0], &[]);
+    let y = mul(&x, &x);
+    let g = autograd::grad(&[y.clone()], &[y.clone()], &[None], true, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![1.0]);
+    let g = autograd::grad(&[y.clone()], &[x.clone()], &[None], false, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![4.0]);
+    assert!(x.grad().is_none());
+    // Several roots still go through a GraphRoot.
+    let x = leaf32(&[1.0], &[]);
+    let (a, b) = (mul(&x, &t32(&[2.0], &[])), mul(&x, &t32(&[5.0], &[])));
+    autograd::backward(&[a, b], &[None, None], false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![7.0]);
+}

@@ -3,7 +3,7 @@
 //! gradients arriving on several edges. Entirely iterative: no recursion over the graph.
 
 use super::grad_mode::set_grad_enabled;
-use super::node::{ApplyContext, Edge, GraphRoot, Node, NodeRef};
+use super::node::{ApplyContext, Edge, GradBuffer, GraphRoot, Node, NodeRef};
 use super::op_node::gradient_edge;
 use super::raw;
 use crate::error::{Error, Result};
@@ -163,13 +163,25 @@ fn can_steal(g: &Tensor) -> bool {
 }
 
 fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, input_nr: u32) -> Result<Option<Tensor>> {
+    check_grad_meta(&|| node.name().to_string(), k, g, next, input_nr)
+}
+
+/// The shape check (an error naming `name()`, the node that produced `g`) and dtype conversion
+/// of gradient `k` flowing into input `input_nr` of `next`.
+fn check_grad_meta(
+    name: &dyn Fn() -> String,
+    k: usize,
+    g: &Tensor,
+    next: &dyn Node,
+    input_nr: u32,
+) -> Result<Option<Tensor>> {
     let Some(m) = next.input_metadata().get(input_nr as usize) else { return Ok(None) };
     if g.shape() != &m.shape[..] {
+        let name = name();
         return Err(Error::autograd(
-            node.name().to_string(),
+            name.clone(),
             format!(
-                "Function {} returned an invalid gradient at index {k} - got {:?} but expected shape compatible with {:?}",
-                node.name(),
+                "Function {name} returned an invalid gradient at index {k} - got {:?} but expected shape compatible with {:?}",
                 g.shape(),
                 &m.shape[..]
             ),
@@ -181,12 +193,7 @@ fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, inpu
     Ok(None)
 }
 
-fn call_node(
-    node: &NodeRef,
-    inputs: Vec<Option<Tensor>>,
-    create_graph: bool,
-    keep_graph: bool,
-) -> Result<Vec<Option<Tensor>>> {
+fn call_node(node: &NodeRef, inputs: GradBuffer, create_graph: bool, keep_graph: bool) -> Result<Vec<Option<Tensor>>> {
     let ctx = ApplyContext { this: node, create_graph, keep_graph };
     let res = node.apply(inputs, &ctx);
     let anomaly = super::anomaly::is_anomaly_enabled();
@@ -224,18 +231,40 @@ pub(crate) fn run_backward(
         }
         root_edges.push(e);
     }
-    let root: NodeRef = Arc::new(GraphRoot::new(root_edges, grads));
+    // PyTorch's `skip_dummy_node`: with one root edge, its node is the root of the pass and
+    // receives the initial gradient in its input buffer; a `GraphRoot` (which takes a sequence
+    // number) is only made for several roots, or in anomaly mode (which checks the initial
+    // gradients as the root's outputs).
+    let dummy_root = root_edges.len() != 1 || super::anomaly::is_anomaly_enabled();
+    let mut root_buffer: GradBuffer = SmallVec::new();
+    let single = match root_edges.first() {
+        Some(Edge { function: Some(f), input_nr }) if !dummy_root && grads.len() == 1 => Some((f.clone(), *input_nr)),
+        _ => None,
+    };
+    let root: NodeRef = match single {
+        Some((f, nr)) => {
+            let mut g = grads.into_iter().next().ok_or_else(|| Error::autograd("backward", "no initial gradient"))?;
+            if let Some(c) = check_grad_meta(&|| "GraphRoot".to_string(), 0, &g, &*f, nr)? {
+                g = c;
+            }
+            root_buffer = smallvec::smallvec![None; f.num_inputs().max(nr as usize + 1)];
+            root_buffer[nr as usize] = Some(g);
+            f
+        }
+        None => Arc::new(GraphRoot::new(root_edges, grads)),
+    };
 
     // Discover the reachable graph (iterative DFS) and count dependencies.
     let mut index = NodeIndex::default();
     let Scratch { mut nodes, mut states, mut stack, ready } = SCRATCH.with(|s| s.take());
     index.insert(key(&root), 0);
-    nodes.push(root.clone());
-    states.push(NodeState { deps: 0, buffer: SmallVec::new(), needed: true, captures: SmallVec::new() });
+    nodes.push(root);
+    states.push(NodeState { deps: 0, buffer: root_buffer, needed: true, captures: SmallVec::new() });
     stack.push(0);
-    let mut found: SmallVec<[NodeRef; 4]> = SmallVec::new();
     while let Some(i) = stack.pop() {
-        for e in nodes[i].next_edges() {
+        let n_edges = nodes[i].next_edges().len();
+        for ei in 0..n_edges {
+            let e = &nodes[i].next_edges()[ei];
             let Some(f) = &e.function else { continue };
             let k = key(f);
             match index.get(k) {
@@ -244,7 +273,8 @@ pub(crate) fn run_backward(
                     let j = states.len();
                     index.insert(k, j);
                     let n_in = f.num_inputs().max(1);
-                    found.push(f.clone());
+                    let f = f.clone();
+                    nodes.push(f);
                     states.push(NodeState {
                         deps: 1,
                         buffer: smallvec::smallvec![None; n_in],
@@ -255,7 +285,6 @@ pub(crate) fn run_backward(
                 }
             }
         }
-        nodes.extend(found.drain(..));
     }
 
     // Captures for autograd.grad: mark targets, then find which nodes lead to one.
@@ -318,7 +347,10 @@ pub(crate) fn run_backward(
             }
             states[i].needed = need;
         }
-        states[0].needed = true;
+        if dummy_root {
+            // A GraphRoot always runs; a real node as root runs only when it leads to an input.
+            states[0].needed = true;
+        }
         // Recount dependencies over edges that will actually carry gradients.
         for s in states.iter_mut() {
             s.deps = 0;
@@ -343,7 +375,7 @@ pub(crate) fn run_backward(
     heap.push(Ready { seq: u64::MAX, idx: 0 });
     while let Some(Ready { idx, .. }) = heap.pop() {
         let node = &nodes[idx];
-        let mut inputs: Vec<Option<Tensor>> = std::mem::take(&mut states[idx].buffer).into_vec();
+        let mut inputs = std::mem::take(&mut states[idx].buffer);
         if let Some(h) = node.base().pre_hooks.get() {
             if !h.is_empty() {
                 for (nr, slot) in inputs.iter_mut().enumerate() {

@@ -101,7 +101,7 @@ impl<F: Function> Node for FunctionNode<F> {
     fn name(&self) -> Cow<'static, str> {
         Cow::Owned(self.name.clone())
     }
-    fn apply(&self, grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+    fn apply(&self, grads: super::node::GradBuffer, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
         let saved = {
             let s = self.saved.lock();
             s.iter().map(|v| v.unpack(Some(ctx.this), ctx.create_graph)).collect::<Result<Vec<_>>>()?
@@ -131,7 +131,7 @@ impl<F: Function> Node for FunctionNode<F> {
             s.release();
         }
     }
-    fn take_saved_nodes(&mut self, out: &mut Vec<NodeRef>) {
+    fn take_saved_nodes(&mut self, out: &mut super::node::NodeStack) {
         for s in self.saved.get_mut().iter_mut() {
             s.take_nodes(out);
         }

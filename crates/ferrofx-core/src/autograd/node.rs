@@ -18,6 +18,12 @@ use std::sync::{Arc, OnceLock, Weak};
 
 /// A shared handle to a node.
 pub type NodeRef = Arc<dyn Node>;
+/// The explicit stack of the iterative graph teardown ([`Node::take_saved_nodes`]): inline for
+/// a small graph (an op and its AccumulateGrads), so freeing one allocates nothing.
+pub type NodeStack = SmallVec<[NodeRef; 8]>;
+/// The gradients a node receives (one per input, `None` = zero): inline for up to two inputs,
+/// so a backward pass allocates nothing for them in the common case.
+pub type GradBuffer = SmallVec<[Option<Tensor>; 2]>;
 /// A weak handle to a node.
 pub type WeakNodeRef = Weak<dyn Node>;
 
@@ -82,7 +88,7 @@ pub(crate) fn drop_node(n: NodeRef) {
         drop(n);
         return;
     }
-    let mut stack: Vec<NodeRef> = vec![n];
+    let mut stack: NodeStack = smallvec::smallvec![n];
     while let Some(mut n) = stack.pop() {
         if let Some(node) = Arc::get_mut(&mut n) {
             let base = node.base_mut();
@@ -99,7 +105,7 @@ pub(crate) fn drop_node(n: NodeRef) {
 }
 
 /// Shape and dtype of one input of a node (= one output of the forward op).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct InputMetadata {
     /// Shape of the gradient expected.
     pub shape: Shape,
@@ -107,10 +113,17 @@ pub struct InputMetadata {
     pub dtype: DType,
 }
 
+impl Clone for InputMetadata {
+    // By hand: `SmallVec`'s `Clone` goes through a generic `extend`; `from_slice` copies.
+    fn clone(&self) -> Self {
+        InputMetadata { shape: SmallVec::from_slice(&self.shape), dtype: self.dtype }
+    }
+}
+
 impl InputMetadata {
     /// Metadata of a tensor.
     pub fn of(t: &Tensor) -> InputMetadata {
-        InputMetadata { shape: t.shape().into(), dtype: t.dtype() }
+        InputMetadata { shape: SmallVec::from_slice(t.shape()), dtype: t.dtype() }
     }
 }
 
@@ -176,11 +189,11 @@ pub trait Node: Send + Sync + 'static {
     fn name(&self) -> Cow<'static, str>;
     /// Computes the gradients of the forward inputs (one per next edge) from the gradients of
     /// the forward outputs (one per input; `None` = zero).
-    fn apply(&self, grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>>;
+    fn apply(&self, grads: GradBuffer, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>>;
     /// Frees saved tensors (called after the node ran unless `retain_graph`).
     fn release_variables(&self) {}
     /// Moves out every node handle held by saved state, for the iterative graph teardown.
-    fn take_saved_nodes(&mut self, _out: &mut Vec<NodeRef>) {}
+    fn take_saved_nodes(&mut self, _out: &mut NodeStack) {}
     /// Downcast to [`AccumulateGrad`].
     fn as_accumulate_grad(&self) -> Option<&AccumulateGrad> {
         None
@@ -257,7 +270,7 @@ impl Node for GraphRoot {
     fn name(&self) -> Cow<'static, str> {
         Cow::Borrowed("GraphRoot")
     }
-    fn apply(&self, _grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+    fn apply(&self, _grads: GradBuffer, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
         // A root is applied once per backward pass; without retain_graph its gradients are
         // handed over (so an unshared gradient can become a leaf's `.grad` without a copy).
         if ctx.keep_graph {
@@ -296,7 +309,7 @@ impl Node for AccumulateGrad {
     fn name(&self) -> Cow<'static, str> {
         Cow::Borrowed("AccumulateGrad")
     }
-    fn apply(&self, grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+    fn apply(&self, grads: GradBuffer, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
         let Some(mut g) = grads.into_iter().next().flatten() else { return Ok(Vec::new()) };
         let hooks = self.variable.autograd_meta().lock().leaf_hooks.clone();
         if let Some(h) = hooks {

@@ -65,7 +65,7 @@ impl Node for OpNode {
             None => backward_name(self.op, &self.metas, &[]),
         }
     }
-    fn apply(&self, grads: Vec<Option<Tensor>>, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+    fn apply(&self, grads: super::node::GradBuffer, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
         let n_edges = self.base.next_edges.len();
         if grads.iter().all(|g| g.is_none()) {
             return Ok(vec![None; n_edges]);
@@ -137,7 +137,7 @@ impl Node for OpNode {
             s.release();
         }
     }
-    fn take_saved_nodes(&mut self, out: &mut Vec<NodeRef>) {
+    fn take_saved_nodes(&mut self, out: &mut super::node::NodeStack) {
         let st = self.state.get_mut();
         for a in st.args.iter_mut() {
             match a {

@@ -122,7 +122,7 @@ impl SavedVariable {
     }
 
     /// Moves out node handles reachable through the saved tensor (iterative teardown).
-    pub(crate) fn take_nodes(&mut self, out: &mut Vec<NodeRef>) {
+    pub(crate) fn take_nodes(&mut self, out: &mut super::node::NodeStack) {
         if let Some(t) = self.data.take() {
             if let Ok(imp) = std::sync::Arc::try_unwrap(t.0) {
                 let mut imp = imp;

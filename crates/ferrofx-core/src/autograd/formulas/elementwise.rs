@@ -181,7 +181,18 @@ fn rsub_bw(ctx: &BackwardCtx<'_>) -> Grads {
 }
 fn mul_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let g = g0(ctx)?;
-    let gi = if ctx.needs_grad(0) { fit(ctx, 0, p::mul(g, ctx.arg(1).clone()))? } else { None };
+    let gi = if ctx.needs_grad(0) {
+        fit(
+            ctx,
+            0,
+            match ctx.arg(1) {
+                Value::Tensor(b) => p::mul(g, b),
+                b => p::mul(g, b.clone()),
+            },
+        )?
+    } else {
+        None
+    };
     let go = if ctx.is_tensor_arg(1) && ctx.needs_grad(1) { fit(ctx, 1, p::mul(g, ctx.input(0)?))? } else { None };
     Ok(vec![gi, go])
 }

@@ -88,20 +88,55 @@ macro_rules! direct2 {
 }
 pub(crate) use direct2;
 
+/// The second operand of the binary prims: a tensor (borrowed or owned), a number, or a
+/// `Value`. A tensor is borrowed by the direct kernel, without a reference-count round trip.
+pub(crate) trait Operand: Into<Value> {
+    /// The tensor, when this operand is one.
+    fn tensor(&self) -> Option<&Tensor>;
+}
+impl Operand for &Tensor {
+    fn tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
+}
+impl Operand for Tensor {
+    fn tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
+}
+impl Operand for Value {
+    fn tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+impl Operand for f64 {
+    fn tensor(&self) -> Option<&Tensor> {
+        None
+    }
+}
+impl Operand for i64 {
+    fn tensor(&self) -> Option<&Tensor> {
+        None
+    }
+}
+
 macro_rules! bin {
     ($f:ident, $name:literal $(, |$x:ident, $y:ident| $body:expr)?) => {
         /// `
         #[doc = $name]
         /// ` through the registry (other may be a tensor or a number).
-        pub(crate) fn $f(a: &Tensor, b: impl Into<Value>) -> Result<Tensor> {
-            let b: Value = b.into();
+        pub(crate) fn $f(a: &Tensor, b: impl Operand) -> Result<Tensor> {
             $(
-                if let Value::Tensor(bt) = &b {
+                if let Some(bt) = b.tensor() {
                     if let Some(r) = direct2!(a, bt, |$x, $y| $body) {
                         return r;
                     }
                 }
             )?
+            let b: Value = b.into();
             static C: OnceLock<Option<&'static OpDef>> = OnceLock::new();
             let op = cached(&C, $name)?;
             if op.schema.len() == 2 {
