@@ -622,10 +622,57 @@ fn fill_shifted<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, xr: &mut [T]
 fn fill_im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, col: &mut [T], par: Par) {
     let plane = g.oh * g.ow;
     per_channel(col, g.kh * g.kw * plane, par, |ci, block| {
+        if g.sw > 1 && g.kw >= 5 {
+            im2col_channel_strided(&x[ci * g.h * g.w..(ci + 1) * g.h * g.w], g, block);
+            return;
+        }
         for (r, dst) in block.chunks_mut(plane).enumerate() {
             im2col_row(x, g, ci * g.kh * g.kw + r, dst);
         }
     });
+}
+
+/// The `kh * kw` im2col rows of one channel for a column stride `sw > 1`: the plane is split
+/// once into `sw` column phases (`phase[p][r][j] = x[r][j*sw + p]`), after which every output
+/// row is a contiguous copy instead of a strided gather. Used for wide kernels (`kw >= 5`, e.g.
+/// ResNet's 7x7/2 stem), where many rows share each phase; for 3x3 the split costs more than
+/// it saves.
+fn im2col_channel_strided<T: Copy + Default>(src: &[T], g: &Geom, block: &mut [T]) {
+    let zero = T::default();
+    let (sw, wph) = (g.sw, g.w.div_ceil(g.sw));
+    let mut phases = vec![zero; sw * g.h * wph];
+    for (r, row) in src.chunks_exact(g.w).enumerate() {
+        for p in 0..sw.min(g.w) {
+            let dst = &mut phases[(p * g.h + r) * wph..][..wph];
+            for (d, &v) in dst.iter_mut().zip(row[p..].iter().step_by(sw)) {
+                *d = v;
+            }
+        }
+    }
+    let own = g.ow;
+    for (rr, dst) in block.chunks_mut(g.oh * own).enumerate() {
+        let (ki, kj) = (rr / g.kw, rr % g.kw);
+        // valid ow range: 0 <= ow*sw + off < w
+        let off = (kj * g.dw) as isize - g.pl as isize;
+        let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(sw) };
+        let hi_num = g.w as isize - off;
+        let hi = if hi_num <= 0 { 0 } else { (hi_num as usize).div_ceil(sw).min(own) };
+        let lo = lo.min(hi);
+        let first = ((lo * sw) as isize + off).max(0) as usize; // source column of ow = lo
+        let (ph, j0) = (first % sw, first / sw);
+        for oh in 0..g.oh {
+            let drow = &mut dst[oh * own..(oh + 1) * own];
+            let ih = (oh * g.sh + ki * g.dh) as isize - g.pt as isize;
+            if ih < 0 || ih >= g.h as isize || lo == hi {
+                drow.fill(zero);
+                continue;
+            }
+            let prow = &phases[(ph * g.h + ih as usize) * wph..][..wph];
+            drow[..lo].fill(zero);
+            drow[lo..hi].copy_from_slice(&prow[j0..j0 + (hi - lo)]);
+            drow[hi..].fill(zero);
+        }
+    }
 }
 
 /// One row `(c, ki, kj)` of the im2col matrix.
