@@ -9,11 +9,10 @@
 //!   (`K = C/groups * kW`) accumulate into a "wide" output of `OH x (W + pad)` columns whose
 //!   extra columns are dropped afterwards. This moves `kW`x the input instead of im2col's
 //!   `kH*kW`x;
-//! - otherwise im2col + one GEMM.
-//!
 //! - 3x3, stride 1, ungrouped float32 (and f16/bf16, computed in f32) with enough channels and
-//!   tiles: Winograd F(4x4, 3x3) ([`winograd`]), 4x fewer multiplies; also for the input
-//!   gradient of such convolutions.
+//!   tiles: Winograd F(4x4, 3x3) (`conv/winograd.rs`; [`set_winograd_enabled`] turns it off),
+//!   4x fewer multiplies; also for the input gradient of such convolutions (checked first);
+//! - otherwise im2col + one GEMM (wide strided kernels through column phases).
 //!
 //! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across
 //! units) when there are enough of them; otherwise units run one by one with multi-threaded

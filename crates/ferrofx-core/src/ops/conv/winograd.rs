@@ -184,7 +184,6 @@ pub(crate) fn transform_weight(w: &[f32], o: usize, c: usize, flip: bool) -> Vec
     // matrices are interleaved in `u`, so tasks get a raw pointer (disjoint rows, see below).
     let base = SendPtr(u.as_mut_ptr());
     let run = |a: usize| {
-        let base = base;
         let mut b0 = 0;
         while b0 < b_len {
             let nb = L.min(b_len - b0);
@@ -202,7 +201,7 @@ pub(crate) fn transform_weight(w: &[f32], o: usize, c: usize, flip: bool) -> Vec
                 // SAFETY: row `a`, columns b0..b0+nb of matrix xi: inside `u` (36 * plane
                 // elements) and written by this task only (tasks own distinct `a`).
                 unsafe {
-                    std::ptr::copy_nonoverlapping(v.as_ptr(), base.0.add(xi * plane + a * b_len + b0), nb);
+                    std::ptr::copy_nonoverlapping(v.as_ptr(), base.ptr().add(xi * plane + a * b_len + b0), nb);
                 }
             }
             b0 += L;
@@ -243,6 +242,13 @@ simd_dispatch!(kernel_transform_into(k9: &[Lanes; 9], out: &mut [Lanes; 36]) {
 /// A raw pointer that may cross threads; users guarantee disjoint writes (see call sites).
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the `Send` wrapper, not its field).
+    fn ptr(self) -> *mut T {
+        self.0
+    }
+}
 // SAFETY: only used to hand disjoint parts of one buffer to rayon tasks.
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above; tasks never write the same element.
@@ -400,7 +406,6 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
     let zero: Lanes = [0.0; L];
 
     let work = |s: &mut Scratch, item: usize| {
-        let outp = outp;
         let (bi, obi) = (item / oblocks, item % oblocks);
         let t0 = bi * tb;
         let nt = tb.min(tiles - t0);
@@ -469,6 +474,7 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
                     None => zero,
                 };
                 output_tile(&mt, &bl, &mut y);
+                #[allow(clippy::needless_range_loop)] // `lane` indexes the inner arrays of `y`
                 for lane in 0..nl {
                     let plane = (ni * g.o + o0 + ob + lane) * ohw;
                     for r in 0..rows {
@@ -477,7 +483,7 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
                             // SAFETY: (image ni, channel o0+ob+lane, row 4ti+r < oh, column
                             // 4tj+q < ow) is inside `out`; this work item owns tile `tile` and
                             // channels o0..o0+no, so no other task writes the element.
-                            unsafe { *outp.0.add(at + q) = y[r * 4 + q][lane] };
+                            unsafe { *outp.ptr().add(at + q) = y[r * 4 + q][lane] };
                         }
                     }
                 }
