@@ -602,3 +602,49 @@ fn embedding_lookup_and_errors() {
         "embedding: invalid argument: Padding_idx must be within num_embeddings: got padding_idx=5 for a table of 4 rows"
     );
 }
+
+/// Winograd convolutions (forward, input gradient, and the cached inference weights) agree
+/// with the exact im2col path, on shapes that take the Winograd path: >= 16 channels, >= 16
+/// tiles, sizes that are not multiples of 4, paddings 0 to 2.
+#[test]
+fn winograd_forward_and_input_gradient_match_the_exact_path() {
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-5 * scale + 1e-6, "{what}: max difference {worst} at scale {scale}");
+    };
+    for (n, c, o, h, w, pad) in
+        [(2usize, 16usize, 32usize, 18usize, 13usize, 1i64), (1, 20, 17, 17, 21, 0), (3, 24, 16, 10, 10, 2)]
+    {
+        let x = t(rnd(n * c * h * w, 7).iter().map(|&v| v as f32).collect(), &[n, c, h, w]);
+        let wt = t(rnd(o * c * 9, 8).iter().map(|&v| v as f32).collect(), &[o, c, 3, 3]);
+        let b = t(rnd(o, 9).iter().map(|&v| v as f32).collect(), &[o]);
+        let run = |winograd: bool| {
+            let prev = conv::set_winograd_enabled(winograd);
+            let xg = x.detach().requires_grad_(true).unwrap();
+            let y = conv::conv2d(&xg, &wt, Some(&b), &[1], pad, &[1], 1).unwrap();
+            // a non-uniform output gradient, so a flipped or transposed kernel would show
+            let gy = t(rnd(y.numel(), 10).iter().map(|&v| v as f32).collect(), y.shape());
+            y.backward(Some(&gy), false, false).unwrap();
+            conv::set_winograd_enabled(prev);
+            (y.to_vec::<f32>().unwrap(), xg.grad().unwrap().to_vec::<f32>().unwrap())
+        };
+        let (y_exact, gx_exact) = run(false);
+        let (y_wino, gx_wino) = run(true);
+        // Winograd rounds differently: equal bits would mean the exact path ran twice
+        assert_ne!(y_wino, y_exact, "forward took the Winograd path");
+        assert_ne!(gx_wino, gx_exact, "input gradient took the Winograd path");
+        close(&y_wino, &y_exact, &format!("forward {n}x{c}x{h}x{w} -> {o}, pad {pad}"));
+        close(&gx_wino, &gx_exact, &format!("input gradient {n}x{c}x{h}x{w} -> {o}, pad {pad}"));
+        // inference: cached transformed weights, invalidated by an in-place write
+        let _ng = ferrofx_core::autograd::no_grad();
+        let y1 = conv::conv2d(&x, &wt, None, &[1], pad, &[1], 1).unwrap().to_vec::<f32>().unwrap();
+        let y2 = conv::conv2d(&x, &wt, None, &[1], pad, &[1], 1).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(y1, y2, "the cached weights give the same result");
+        wt.mul_(2.0).unwrap();
+        let y3 = conv::conv2d(&x, &wt, None, &[1], pad, &[1], 1).unwrap().to_vec::<f32>().unwrap();
+        let doubled: Vec<f32> = y1.iter().map(|v| v * 2.0).collect();
+        close(&y3, &doubled, "after an in-place write to the weights");
+        wt.mul_(0.5).unwrap();
+    }
+}
