@@ -462,6 +462,13 @@ unsafe impl<T> Send for SendPtr<T> {}
 // the same element.
 unsafe impl<T> Sync for SendPtr<T> {}
 
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the `Send` wrapper, not its field).
+    fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+
 /// A GEMM `dst (m x n, row stride dst_rs) = [dst +] a (m x k) @ b (k x n)` with unit column
 /// strides for `dst` and `b`. With `Par::Pool` (and outside rayon workers) it splits the larger
 /// of `m`/`n` into one block per thread and runs single-threaded GEMMs on the blocks: the `gemm`

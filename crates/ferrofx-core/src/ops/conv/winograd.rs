@@ -22,6 +22,7 @@
 //! (the points 0, ±1, ±2 keep it small: relative error ~1e-6 here, tested); the switch
 //! [`set_enabled`] turns the algorithm off for bit-for-bit comparisons with im2col.
 
+use super::SendPtr;
 use crate::ops::linalg::{MatElem, Par};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -238,21 +239,6 @@ simd_dispatch!(kernel_transform_into(k9: &[Lanes; 9], out: &mut [Lanes; 36]) {
 // -------------------------------------------------------------------------------------------
 // Convolution
 // -------------------------------------------------------------------------------------------
-
-/// A raw pointer that may cross threads; users guarantee disjoint writes (see call sites).
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-
-impl<T> SendPtr<T> {
-    /// The pointer (a method, so closures capture the `Send` wrapper, not its field).
-    fn ptr(self) -> *mut T {
-        self.0
-    }
-}
-// SAFETY: only used to hand disjoint parts of one buffer to rayon tasks.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above; tasks never write the same element.
-unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Pads and blocks the input into `xb`: `[n][cb][hp][wp][16]`, zero outside the image and for
 /// channels past `c`.
