@@ -1,7 +1,9 @@
 """PyTorch side of `cargo run --release -p ferrofx-core --example bench_kernels`.
 
 Prints the same case names and units (ms per call, GFLOP/s for matmul) so the two outputs can
-be compared line by line. Usage: python scripts/bench/nn_kernels_torch.py [--quick]
+be compared line by line. Usage: python scripts/bench/nn_kernels_torch.py [--quick] [--cpu-time] [--backward] [filter...]
+`--backward` times each convolution's input and weight gradients (`torch.autograd.grad` on a
+retained graph) instead of its forward.
 """
 import sys
 import time
@@ -10,6 +12,7 @@ import torch
 
 QUICK = "--quick" in sys.argv
 CPU_TIME = "--cpu-time" in sys.argv
+BACKWARD = "--backward" in sys.argv
 # --cpu-time: one thread, mean CPU time per call of this thread (robust on a loaded machine)
 torch.set_num_threads(1 if CPU_TIME else 2)
 FILTER = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -54,6 +57,25 @@ def bench(f, min_time=0.3 if not QUICK else 0.1):
             break
     return best
 
+
+if BACKWARD:
+    for batch in (1, 8):
+        for name, cin, cout, k, s, p, hw in CONVS:
+            if not wanted(f"conv2d b{batch} {name}"):
+                continue
+            x = torch.randn(batch, cin, hw, hw)
+            w = torch.randn(cout, cin, k, k)
+
+            def grad_of(x, w, wrt):
+                # one graph per gradient, only its input requiring grad
+                y = torch.nn.functional.conv2d(x, w, None, s, p)
+                gy = torch.randn_like(y)
+                return bench(lambda: torch.autograd.grad(y, wrt, gy, retain_graph=True))
+
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            gx, gw = grad_of(xg, w, xg), grad_of(x, wg, wg)
+            print(f"conv2d b{batch} {name}: grad_x {gx * 1e3:.3f} ms  grad_w {gw * 1e3:.3f} ms")
+    sys.exit(0)
 
 with torch.no_grad():
     a = torch.randn(1024, 1024)

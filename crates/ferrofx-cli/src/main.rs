@@ -54,8 +54,9 @@ enum Command {
 /// (`mi_option_purge_delay = -1`): a training step frees and reallocates hundreds of MB of
 /// activations, and purged pages come back zero-filled by the kernel (13% of a ResNet-18 step).
 fn keep_freed_memory() {
-    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15; // mimalloc v2's mi_option_e
-                                                                    // SAFETY: sets a process-wide allocator option; mimalloc allows this at any time.
+    // mimalloc v2's mi_option_e
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: sets a process-wide allocator option; mimalloc allows this at any time.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
 }
 

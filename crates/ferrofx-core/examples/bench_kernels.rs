@@ -6,10 +6,17 @@
 //! `RAYON_NUM_THREADS=2` to match `torch.set_num_threads(2)`. On a loaded machine, compare
 //! single-thread CPU time per call instead: `RAYON_NUM_THREADS=1 ... -- --cpu-time` and
 //! `python scripts/bench/nn_kernels_torch.py --cpu-time`. `--winograd` times each convolution
-//! twice, with Winograd enabled and disabled (`conv::set_winograd_enabled`).
+//! twice, with Winograd enabled and disabled (`conv::set_winograd_enabled`). `--backward` times
+//! each convolution's two gradients instead: `grad_x` (input) and `grad_w` (weight), each a
+//! `autograd::grad` call on a retained graph, as the PyTorch script does with `--backward`.
+//! The allocator is mimalloc, as in the `ferrofx` binaries; run with `MIMALLOC_PURGE_DELAY=-1`
+//! for their setting (freed memory kept, no page zeroing by the kernel).
 
 use ferrofx_core::ops::{conv, linalg};
-use ferrofx_core::Tensor;
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use ferrofx_core::{autograd, Tensor};
 use std::time::Instant;
 
 /// CPU time of the calling thread in seconds (Linux), for `--cpu-time` runs on a loaded machine.
@@ -101,6 +108,46 @@ fn main() -> ferrofx_core::Result<()> {
             }
             let x = Tensor::from_vec(randn(batch * cin * hw * hw, 3), &[batch, cin, hw, hw])?;
             let w = Tensor::from_vec(randn(cout * cin * k * k, 4), &[cout, cin, k, k])?;
+            if std::env::args().any(|a| a == "--backward") {
+                // One graph per gradient, only its input requiring grad, so each call computes
+                // just that gradient.
+                let grad_of = |x: &Tensor, w: &Tensor, input: &Tensor| -> ferrofx_core::Result<f64> {
+                    let y = conv::conv2d(x, w, None, &[s], p, &[1], 1)?;
+                    let gy = Tensor::from_vec(randn(y.numel(), 5), y.shape())?;
+                    Ok(bench(min, || {
+                        autograd::grad(
+                            std::slice::from_ref(&y),
+                            std::slice::from_ref(input),
+                            &[Some(gy.clone())],
+                            true,
+                            false,
+                            false,
+                        )
+                        .unwrap();
+                    }))
+                };
+                // (`requires_grad_` is in place, as in PyTorch: mark fresh copies)
+                let xg = Tensor::from_vec(randn(x.numel(), 3), x.shape())?.requires_grad_(true)?;
+                let wg = Tensor::from_vec(randn(w.numel(), 4), w.shape())?.requires_grad_(true)?;
+                let only = std::env::var("ONLY").unwrap_or_default(); // "x" or "w": just that one
+                let both = || -> ferrofx_core::Result<(f64, f64)> {
+                    let gx = if only != "w" { grad_of(&xg, &w, &xg)? } else { 0.0 };
+                    let gw = if only != "x" { grad_of(&x, &wg, &wg)? } else { 0.0 };
+                    Ok((gx * 1e3, gw * 1e3))
+                };
+                if std::env::args().any(|a| a == "--winograd") {
+                    let prev = conv::set_winograd_enabled(false);
+                    let (ex, ew) = both()?;
+                    conv::set_winograd_enabled(true);
+                    let (wx, ww) = both()?;
+                    conv::set_winograd_enabled(prev);
+                    println!("{label}: grad_x {wx:.3} ms (off {ex:.3})  grad_w {ww:.3} ms (off {ew:.3})");
+                } else {
+                    let (gx, gw) = both()?;
+                    println!("{label}: grad_x {gx:.3} ms  grad_w {gw:.3} ms");
+                }
+                continue;
+            }
             let run = || {
                 conv::conv2d(&x, &w, None, &[s], p, &[1], 1).unwrap();
             };

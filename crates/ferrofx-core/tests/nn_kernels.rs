@@ -607,7 +607,7 @@ fn embedding_lookup_and_errors() {
 /// with the exact im2col path, on shapes that take the Winograd path: >= 16 channels, >= 16
 /// tiles, sizes that are not multiples of 4, paddings 0 to 2.
 #[test]
-fn winograd_forward_and_input_gradient_match_the_exact_path() {
+fn winograd_forward_and_gradients_match_the_exact_path() {
     let close = |a: &[f32], b: &[f32], what: &str| {
         let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
         let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
@@ -622,20 +622,24 @@ fn winograd_forward_and_input_gradient_match_the_exact_path() {
         let run = |winograd: bool| {
             let prev = conv::set_winograd_enabled(winograd);
             let xg = x.detach().requires_grad_(true).unwrap();
-            let y = conv::conv2d(&xg, &wt, Some(&b), &[1], pad, &[1], 1).unwrap();
+            let wg = wt.detach().requires_grad_(true).unwrap();
+            let y = conv::conv2d(&xg, &wg, Some(&b), &[1], pad, &[1], 1).unwrap();
             // a non-uniform output gradient, so a flipped or transposed kernel would show
             let gy = t(rnd(y.numel(), 10).iter().map(|&v| v as f32).collect(), y.shape());
             y.backward(Some(&gy), false, false).unwrap();
             conv::set_winograd_enabled(prev);
-            (y.to_vec::<f32>().unwrap(), xg.grad().unwrap().to_vec::<f32>().unwrap())
+            let grad = |t: &Tensor| t.grad().unwrap().to_vec::<f32>().unwrap();
+            (y.to_vec::<f32>().unwrap(), grad(&xg), grad(&wg))
         };
-        let (y_exact, gx_exact) = run(false);
-        let (y_wino, gx_wino) = run(true);
+        let (y_exact, gx_exact, gw_exact) = run(false);
+        let (y_wino, gx_wino, gw_wino) = run(true);
         // Winograd rounds differently: equal bits would mean the exact path ran twice
         assert_ne!(y_wino, y_exact, "forward took the Winograd path");
         assert_ne!(gx_wino, gx_exact, "input gradient took the Winograd path");
+        assert_ne!(gw_wino, gw_exact, "weight gradient took the Winograd path");
         close(&y_wino, &y_exact, &format!("forward {n}x{c}x{h}x{w} -> {o}, pad {pad}"));
         close(&gx_wino, &gx_exact, &format!("input gradient {n}x{c}x{h}x{w} -> {o}, pad {pad}"));
+        close(&gw_wino, &gw_exact, &format!("weight gradient {n}x{c}x{h}x{w} -> {o}, pad {pad}"));
         // inference: cached transformed weights, invalidated by an in-place write
         let _ng = ferrofx_core::autograd::no_grad();
         let y1 = conv::conv2d(&x, &wt, None, &[1], pad, &[1], 1).unwrap().to_vec::<f32>().unwrap();

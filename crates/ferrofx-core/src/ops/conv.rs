@@ -1131,8 +1131,11 @@ pub(crate) fn conv_input_weight_grads(
         let gyc = kernel::contiguous(&gy)?;
         let gx = if let (true, DType::F32, Some(g3)) = (need_input, dt, g.winograd_grad_input()) {
             let wc = kernel::contiguous(w)?;
-            let u = wc.with_contiguous::<f32, _>(op, |ws| winograd::transform_weight(ws, g.o, g.c, true))?;
-            let v = gyc.with_contiguous::<f32, _>(op, |gys| winograd::conv3x3(gys, &g3, &u, None))?;
+            let v = gyc.with_contiguous::<f32, _>(op, |gys| {
+                wc.with_contiguous::<f32, _>(op, |ws| {
+                    winograd::with_transformed_weight(ws, g.o, g.c, true, |u| winograd::conv3x3(gys, &g3, u, None))
+                })
+            })??;
             Some(Tensor::from_vec(v, x.shape())?)
         } else if need_input {
             let wc = kernel::contiguous(w)?;
@@ -1141,7 +1144,11 @@ pub(crate) fn conv_input_weight_grads(
         } else {
             None
         };
-        let gw = if need_weight {
+        let gw = if let (true, DType::F32, Some(g3)) = (need_weight, dt, g.winograd()) {
+            let xc = kernel::contiguous(x)?;
+            let v = gyc.with_contiguous::<f32, _>(op, |gys| xc.with_contiguous::<f32, _>(op, |xs| winograd::conv3x3_grad_weight(xs, gys, &g3)))??;
+            Some(Tensor::from_vec(v, w.shape())?)
+        } else if need_weight {
             let xc = kernel::contiguous(x)?;
             let v = gyc.with_contiguous::<E, _>(op, |gys| xc.with_contiguous::<E, _>(op, |xs| conv_grad_weight(&g, xs, gys)))??;
             Some(Tensor::from_vec(v, w.shape())?)
@@ -1157,29 +1164,27 @@ fn add<T: MatElem>(a: T, b: T) -> T {
     a.add_wrapping(b)
 }
 
-/// The forward Winograd transform of `w` (`wc` is `w` made contiguous). Weights that will not
-/// change under autograd's eyes (no grad mode, or no `requires_grad`: inference) keep their
-/// transform cached on their storage ([`crate::storage::Storage::derived`]): any write to the
-/// weights invalidates it, and it is freed with them.
-fn winograd_weight(op: &str, w: &Tensor, wc: &Tensor, g: &Geom) -> Result<std::sync::Arc<Vec<f32>>> {
+/// The cached forward Winograd transform of `w`, for weights that will not change under
+/// autograd's eyes (no grad mode, or no `requires_grad`: inference). The cache lives on the
+/// weights' storage ([`crate::storage::Storage::derived`]): any write to the weights
+/// invalidates it, and it is freed with them. `None` when the weights are not cacheable
+/// (training: the caller transforms them into a scratch buffer per call).
+fn cached_winograd_weight(w: &Tensor, g: &Geom) -> Option<std::sync::Arc<Vec<f32>>> {
     const KEY: usize = 0x3a3; // Winograd F(4x4, 3x3) forward weights
-    if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
-        let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
-        if cacheable && lay.is_contiguous() {
-            let (off, len) = (lay.offset(), g.o * g.c * 9);
-            // (an empty vector stands for "the storage does not hold these f32 weights")
-            let u = st.derived(&[KEY, off, g.o, g.c], |buf| {
-                buf.as_slice::<f32>()
-                    .and_then(|v| v.get(off..off + len))
-                    .map(|ws| winograd::transform_weight(ws, g.o, g.c, false))
-                    .unwrap_or_default()
-            });
-            if !u.is_empty() {
-                return Ok(u);
-            }
-        }
+    let (st, lay) = (w.storage()?, w.layout()?);
+    let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
+    if !cacheable || !lay.is_contiguous() {
+        return None;
     }
-    Ok(std::sync::Arc::new(wc.with_contiguous::<f32, _>(op, |ws| winograd::transform_weight(ws, g.o, g.c, false))?))
+    let (off, len) = (lay.offset(), g.o * g.c * 9);
+    // (an empty vector stands for "the storage does not hold these f32 weights")
+    let u = st.derived(&[KEY, off, g.o, g.c], |buf| {
+        buf.as_slice::<f32>()
+            .and_then(|v| v.get(off..off + len))
+            .map(|ws| winograd::transform_weight(ws, g.o, g.c, false))
+            .unwrap_or_default()
+    });
+    (!u.is_empty()).then_some(u)
 }
 
 fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
@@ -1209,8 +1214,15 @@ fn run_conv(
         let xc = kernel::contiguous(x)?;
         let wc = kernel::contiguous(w)?;
         let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
-        let u = winograd_weight(op, w, &wc, g)?;
-        let out = xc.with_contiguous::<f32, _>(op, |xs| winograd::conv3x3(xs, &g3, &u, bv.as_deref()))?;
+        let bias = bv.as_deref();
+        let out = match cached_winograd_weight(w, g) {
+            Some(u) => xc.with_contiguous::<f32, _>(op, |xs| winograd::conv3x3(xs, &g3, &u, bias))?,
+            None => xc.with_contiguous::<f32, _>(op, |xs| {
+                wc.with_contiguous::<f32, _>(op, |ws| {
+                    winograd::with_transformed_weight(ws, g.o, g.c, false, |u| winograd::conv3x3(xs, &g3, u, bias))
+                })
+            })??,
+        };
         return Tensor::from_vec(out, shape);
     }
     match_mat_dtype!(op, dt, E => {

@@ -20,6 +20,7 @@ pub mod random;
 pub mod reduce;
 pub mod scan;
 pub mod shape_misc;
+pub(crate) mod simd;
 pub mod softmax;
 pub mod sort;
 pub mod unary;

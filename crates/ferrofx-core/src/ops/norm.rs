@@ -20,6 +20,7 @@ use crate::op::{
 };
 use crate::ops::kernel::{self, PAR_THRESHOLD};
 use crate::ops::linalg::{dtype_title, is_half};
+use crate::ops::simd::simd_dispatch;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
@@ -55,24 +56,86 @@ fn norm_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
     Cost { flops: c.flops * 5, bytes: c.bytes }
 }
 
-/// Mean and biased variance of strided f64-convertible values.
+/// Independent f64 accumulators per reduction: sums split over this many lanes vectorise (a
+/// single running sum is one long chain of dependent additions) and round less.
+const LANES: usize = 8;
+
+/// Mean and biased variance of strided f64-convertible values, in one pass over the data:
+/// sums of `d = x - k` and `d²` in f64, shifted by the first value `k` so that a mean far
+/// from zero does not cancel the variance's digits (`var = (Σd² - (Σd)²/n) / n`).
 #[inline]
 fn stats<T: Element>(chunks: impl Iterator<Item = impl AsRef<[T]>> + Clone, count: usize) -> (f64, f64) {
-    let mut s = 0f64;
-    for c in chunks.clone() {
-        for &v in c.as_ref() {
-            s += v.to_f64();
-        }
-    }
-    let mean = s / count as f64;
-    let mut q = 0f64;
+    let k = chunks.clone().find_map(|c| c.as_ref().first().map(|v| v.to_f64())).unwrap_or(0.0);
+    let mut acc = [[0f64; LANES]; 2];
     for c in chunks {
-        for &v in c.as_ref() {
-            let d = v.to_f64() - mean;
-            q += d * d;
+        shifted_sums(c.as_ref(), k, &mut acc);
+    }
+    let [s, q] = acc.map(|a| a.iter().sum::<f64>());
+    let n = count as f64;
+    let mean_d = s / n;
+    (k + mean_d, ((q - s * mean_d) / n).max(0.0))
+}
+
+simd_dispatch! {
+    /// Adds `d = x - k` and `d²` of `x` to the lane sums `acc`.
+    fn shifted_sums<T: Element>(x: &[T], k: f64, acc: &mut [[f64; LANES]; 2]) {
+        let [s, q] = acc;
+        let mut blocks = x.chunks_exact(LANES);
+        for b in &mut blocks {
+            for l in 0..LANES {
+                let d = b[l].to_f64() - k;
+                s[l] += d;
+                q[l] += d * d;
+            }
+        }
+        for (l, v) in blocks.remainder().iter().enumerate() {
+            let d = v.to_f64() - k;
+            s[l] += d;
+            q[l] += d * d;
         }
     }
-    (mean, q / count as f64)
+}
+
+simd_dispatch! {
+    /// Adds `Σd, Σd², Σgy, Σgy·d` (`d = x - k`) of one plane to the lane sums `acc`: the batch
+    /// statistics and gradient sums of the batch-norm backward, in one pass over `x` and `gy`.
+    fn grad_sums<T: Element>(x: &[T], g: &[T], k: f64, acc: &mut [[f64; LANES]; 4]) {
+        let (mut xb, mut gb) = (x.chunks_exact(LANES), g.chunks_exact(LANES));
+        for (xs, gs) in (&mut xb).zip(&mut gb) {
+            for l in 0..LANES {
+                let (d, gv) = (xs[l].to_f64() - k, gs[l].to_f64());
+                acc[0][l] += d;
+                acc[1][l] += d * d;
+                acc[2][l] += gv;
+                acc[3][l] += gv * d;
+            }
+        }
+        for (l, (xv, gv)) in xb.remainder().iter().zip(gb.remainder()).enumerate() {
+            let (d, gv) = (xv.to_f64() - k, gv.to_f64());
+            acc[0][l] += d;
+            acc[1][l] += d * d;
+            acc[2][l] += gv;
+            acc[3][l] += gv * d;
+        }
+    }
+}
+
+simd_dispatch! {
+    /// `out = x * scale + shift` (the batch-norm forward of one plane), computed in f64.
+    fn scale_shift<T: Element>(out: &mut [T], x: &[T], scale: f64, shift: f64) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = T::from_f64(v.to_f64() * scale + shift);
+        }
+    }
+}
+
+simd_dispatch! {
+    /// `out = a * g + b * x + k` (the batch-norm input gradient of one plane), computed in f64.
+    fn affine2<T: Element>(out: &mut [T], g: &[T], x: &[T], a: f64, b: f64, k: f64) {
+        for ((o, &gv), &xv) in out.iter_mut().zip(g).zip(x) {
+            *o = T::from_f64(a * gv.to_f64() + b * xv.to_f64() + k);
+        }
+    }
 }
 
 fn f64_vec(op: &str, t: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
@@ -170,10 +233,7 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
         let mut out = vec![E::default(); xs.len()];
         let row = |(r, o): (usize, &mut [E])| {
             let ch = r % c;
-            let (sc, sh) = (scale[ch], shift[ch]);
-            for (o, &v) in o.iter_mut().zip(&xs[r * sp..(r + 1) * sp]) {
-                *o = E::from_f64(v.to_f64() * sc + sh);
-            }
+            scale_shift::<E>(o, &xs[r * sp..(r + 1) * sp], scale[ch], shift[ch]);
         };
         if sp > 0 {
             if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
@@ -240,16 +300,17 @@ pub(crate) fn batch_norm_train_grads(
             // per channel: (mean, sum of gy, sum of gy * (x - mean)), and the biased variance
             let chan = |ch: usize| {
                 let planes = (0..n).map(move |i| (i * c + ch) * sp..(i * c + ch + 1) * sp);
-                let (mean, var) = stats::<E>(planes.clone().map(|r| &xs[r]), n * sp);
-                let (mut sg, mut sgx) = (0f64, 0f64);
+                let k = xs.get(ch * sp).map_or(0.0, |v| v.to_f64());
+                let mut acc = [[0f64; LANES]; 4];
                 for r in planes {
-                    for (&xv, &gv) in xs[r.clone()].iter().zip(&gs[r]) {
-                        let g = gv.to_f64();
-                        sg += g;
-                        sgx += g * (xv.to_f64() - mean);
-                    }
+                    grad_sums::<E>(&xs[r.clone()], &gs[r], k, &mut acc);
                 }
-                ((mean, sg, sgx), var)
+                let [sd, sdd, sg, sgd] = acc.map(|a| a.iter().sum::<f64>());
+                let count = (n * sp) as f64;
+                let mean_d = sd / count;
+                let var = ((sdd - sd * mean_d) / count).max(0.0);
+                // Σ gy (x - mean) = Σ gy d - (mean - k) Σ gy
+                ((k + mean_d, sg, sgd - mean_d * sg), var)
             };
             let (sums, vars): (Vec<(f64, f64, f64)>, Vec<f64>) =
                 if xs.len() >= PAR_THRESHOLD { (0..c).into_par_iter().map(chan).unzip() } else { (0..c).map(chan).unzip() };
@@ -270,9 +331,7 @@ pub(crate) fn batch_norm_train_grads(
             let mut out = vec![E::default(); xs.len()];
             let row = |(r, o): (usize, &mut [E])| {
                 let (a, b, k) = coef[r % c];
-                for ((o, &xv), &gv) in o.iter_mut().zip(&xs[r * sp..(r + 1) * sp]).zip(&gs[r * sp..(r + 1) * sp]) {
-                    *o = E::from_f64(a * gv.to_f64() + b * xv.to_f64() + k);
-                }
+                affine2::<E>(o, &gs[r * sp..(r + 1) * sp], &xs[r * sp..(r + 1) * sp], a, b, k);
             };
             if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
             Ok((Some(Tensor::from_vec(out, &s)?), params))

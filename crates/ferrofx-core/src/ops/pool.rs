@@ -14,6 +14,7 @@ use crate::op::{
 };
 use crate::ops::kernel::PAR_THRESHOLD;
 use crate::ops::linalg::dtype_title;
+use crate::ops::simd::simd_dispatch;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
@@ -226,17 +227,114 @@ fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, 
         return (out, idx);
     }
     for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, ip| {
+        let mut scan = ArgmaxScan::new(g, xp);
         for oh in 0..g.oh {
-            for ow in 0..g.ow {
-                let (v, i) = window_max(g, xp, oh, ow);
-                op[oh * g.ow + ow] = v;
-                if want_idx {
-                    ip[oh * g.ow + ow] = i as i64;
+            let (vals, at) = scan.row(oh);
+            op[oh * g.ow..(oh + 1) * g.ow].copy_from_slice(vals);
+            if want_idx {
+                for (d, &i) in ip[oh * g.ow..(oh + 1) * g.ow].iter_mut().zip(at) {
+                    *d = i as i64;
                 }
             }
         }
     });
     (out, idx)
+}
+
+/// The maxima and argmaxes of a plane's windows, one output row at a time, equal to
+/// [`window_max`]'s (same scan order, so the same first maximum and NaN rule) but
+/// vectorisable: each input row is split into its `stride` column phases once, so a window
+/// column is a contiguous run over the outputs of a row, and the interior outputs (windows
+/// inside the columns) are scanned as whole rows with branch-free compare-selects. Edge
+/// outputs, dilated windows and planes too large for `u32` indices use [`window_max`].
+struct ArgmaxScan<'a, T> {
+    g: &'a PoolGeom,
+    xp: &'a [T],
+    /// `phases[(r * sw + p) * plen + k] = xp[r * w + k * sw + p]`
+    phases: Vec<T>,
+    plen: usize,
+    /// interior outputs `lo..hi` of every row (empty when the fast path does not apply)
+    lo: usize,
+    hi: usize,
+    vals: Vec<T>,
+    at: Vec<u32>,
+}
+
+impl<'a, T: Element> ArgmaxScan<'a, T> {
+    fn new(g: &'a PoolGeom, xp: &'a [T]) -> Self {
+        let (lo, mut hi) = (g.pw.div_ceil(g.sw), 0);
+        let fast = g.dh == 1 && g.dw == 1 && g.h * g.w < u32::MAX as usize && g.w + g.pw >= g.kw;
+        if fast {
+            hi = ((g.w + g.pw - g.kw) / g.sw + 1).min(g.ow);
+        }
+        let (lo, hi) = if hi > lo { (lo, hi) } else { (0, 0) };
+        let plen = g.w.div_ceil(g.sw);
+        let mut phases = Vec::new();
+        if hi > lo && g.sw > 1 {
+            phases.resize(g.h * g.sw * plen, T::default());
+            for (row, dst) in xp.chunks_exact(g.w).zip(phases.chunks_exact_mut(g.sw * plen)) {
+                if g.sw == 2 {
+                    // the common stride, as a plain deinterleave
+                    let (even, odd) = dst.split_at_mut(plen);
+                    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
+                        *e = pair[0];
+                        *o = pair[1];
+                    }
+                    if g.w % 2 == 1 {
+                        even[plen - 1] = row[g.w - 1];
+                    }
+                } else {
+                    for (k, v) in row.iter().enumerate() {
+                        dst[(k % g.sw) * plen + k / g.sw] = *v;
+                    }
+                }
+            }
+        }
+        ArgmaxScan { g, xp, phases, plen, lo, hi, vals: vec![T::default(); g.ow], at: vec![0; g.ow] }
+    }
+
+    /// Values and flat plane indices of the maxima of output row `oh`.
+    fn row(&mut self, oh: usize) -> (&[T], &[u32]) {
+        let g = self.g;
+        let top = (oh * g.sh) as isize - g.ph as isize;
+        let (hs, he) = (top.max(0) as usize, ((top + g.kh as isize).min(g.h as isize)).max(0) as usize);
+        let (lo, hi) = if hs < he { (self.lo, self.hi) } else { (0, 0) };
+        for ow in (0..lo).chain(hi..g.ow) {
+            let (v, i) = window_max(g, self.xp, oh, ow);
+            self.vals[ow] = v;
+            self.at[ow] = i as u32;
+        }
+        if lo < hi {
+            let n = hi - lo;
+            let (b, bi) = (&mut self.vals[lo..hi], &mut self.at[lo..hi]);
+            let mut first = true;
+            for r in hs..he {
+                for j in 0..g.kw {
+                    // input column of output ow: ow * sw + t, t = j - pw
+                    let t = j as isize - g.pw as isize;
+                    let start = (lo * g.sw) as isize + t; // >= 0 for interior outputs
+                    let src: &[T] = if g.sw == 1 {
+                        &self.xp[r * g.w + start as usize..][..n]
+                    } else {
+                        let (p, q) = (t.rem_euclid(g.sw as isize) as usize, t.div_euclid(g.sw as isize));
+                        &self.phases[(r * g.sw + p) * self.plen + (lo as isize + q) as usize..][..n]
+                    };
+                    let base = (r * g.w) as u32 + start as u32;
+                    let step = g.sw as u32;
+                    if first {
+                        b.copy_from_slice(src);
+                        for (k, d) in bi.iter_mut().enumerate() {
+                            *d = base + k as u32 * step;
+                        }
+                        first = false;
+                        continue;
+                    }
+                    select_max(b, bi, src, base, step);
+                }
+            }
+        }
+        (&self.vals, &self.at)
+    }
 }
 
 /// The maximum of output `(oh, ow)`'s window in plane `xp` and its flat index: a row-major
@@ -301,11 +399,13 @@ pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tens
                 let run = |(p, gp): (usize, &mut [E])| {
                     let xp = &xs[p * plane_in..(p + 1) * plane_in];
                     let gyp = &gs[p * plane_out..(p + 1) * plane_out];
+                    let mut scan = ArgmaxScan::new(g, xp);
                     for oh in 0..g.oh {
-                        for ow in 0..g.ow {
-                            let (_, i) = window_max(g, xp, oh, ow);
+                        let (_, at) = scan.row(oh);
+                        for (&i, &gv) in at.iter().zip(&gyp[oh * g.ow..(oh + 1) * g.ow]) {
+                            let i = i as usize;
                             // summed through f64 (halves round once per addition)
-                            gp[i] = E::from_f64(gp[i].to_f64() + gyp[oh * g.ow + ow].to_f64());
+                            gp[i] = E::from_f64(gp[i].to_f64() + gv.to_f64());
                         }
                     }
                 };
@@ -321,6 +421,19 @@ pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tens
         })??;
         Tensor::from_vec(v, x.shape())
     })
+}
+
+simd_dispatch! {
+    /// `b[k], bi[k] = src[k], base + k * step` where `src[k]` is larger than `b[k]` or NaN: one
+    /// step of [`ArgmaxScan`]'s scan, compiled for AVX2/AVX-512 when the CPU has them (x86-64's
+    /// baseline SSE2 has no blend, and its compare-selects become a branch per lane).
+    fn select_max<T: Element>(b: &mut [T], bi: &mut [u32], src: &[T], base: u32, step: u32) {
+        for (k, ((bv, bix), &v)) in b.iter_mut().zip(bi.iter_mut()).zip(src).enumerate() {
+            let take = v > *bv || is_nan(v);
+            *bv = if take { v } else { *bv };
+            *bix = if take { base + k as u32 * step } else { *bix };
+        }
+    }
 }
 
 /// Max pooling of one plane without dilation or indices, separably: the maximum over the
@@ -903,4 +1016,55 @@ pub fn adaptive_avg_pool2d(input: &Tensor, output_size: &[i64]) -> Result<Tensor
 /// `adaptive_max_pool2d(input, output_size) -> (values, indices)`.
 pub fn adaptive_max_pool2d(input: &Tensor, output_size: &[i64]) -> Result<(Tensor, Tensor)> {
     pair(&ADAPTIVE_MAX_POOL2D, call(&ADAPTIVE_MAX_POOL2D, &[input.into(), output_size.into()])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vectorised scan finds the same values and indices as the window-by-window scan:
+    /// ties (values drawn from a few levels, so windows hold equal maxima), NaNs, every
+    /// stride/padding/ceil combination of small kernels, odd and even widths.
+    #[test]
+    fn argmax_scan_equals_window_max() {
+        let mut s = 0x2545F4914F6CDD1Du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for (h, w) in [(7usize, 9usize), (8, 8), (5, 12), (1, 6)] {
+            let xp: Vec<f32> = (0..h * w)
+                .map(|_| match next() % 11 {
+                    0 => f32::NAN,
+                    r => (r % 4) as f32,
+                })
+                .collect();
+            for (kh, kw) in [(1usize, 1usize), (2, 2), (3, 3), (1, 3), (3, 2)] {
+                for (sh, sw) in [(1usize, 1usize), (2, 2), (1, 3), (3, 2)] {
+                    for (ph, pw) in [(0usize, 0usize), (kh / 2, kw / 2)] {
+                        for ceil in [false, true] {
+                            let oh = out_size(h as i64, kh as i64, ph as i64, sh as i64, 1, ceil);
+                            let ow = out_size(w as i64, kw as i64, pw as i64, sw as i64, 1, ceil);
+                            if oh < 1 || ow < 1 {
+                                continue;
+                            }
+                            let (oh, ow) = (oh as usize, ow as usize);
+                            let g = PoolGeom { planes: 1, h, w, kh, kw, sh, sw, ph, pw, dh: 1, dw: 1, oh, ow };
+                            let mut scan = ArgmaxScan::new(&g, &xp);
+                            for r in 0..oh {
+                                let (vals, at) = scan.row(r);
+                                for c in 0..ow {
+                                    let (v, i) = window_max(&g, &xp, r, c);
+                                    assert_eq!(at[c] as usize, i, "{g:?} output ({r}, {c})");
+                                    assert_eq!(vals[c].to_bits(), v.to_bits(), "{g:?} output ({r}, {c})");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -24,6 +24,7 @@
 
 use super::SendPtr;
 use crate::ops::linalg::{MatElem, Par};
+use crate::ops::simd::simd_dispatch;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,29 +145,35 @@ fn at(m: [&Lanes; 6], o: &mut [Lanes; 4]) {
     }
 }
 
-/// Runs `$body` compiled for AVX-512 (and FMA) when the CPU has them, portable otherwise.
-macro_rules! simd_dispatch {
-    ($name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
-        fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            fn body($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx2,fma")]
-                fn wide($($arg: $ty),*) {
-                    body($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: the CPU supports the features `wide` is compiled for (checked
-                    // just above); `wide` itself is safe code.
-                    return unsafe { wide($($arg),*) };
-                }
-            }
-            body($($arg),*)
-        }
-    };
+/// `A d` for F(4, 3) (`A` is `6 x 4`, the transpose of the output transform), lane by lane:
+/// the output-gradient transform of the weight gradient.
+#[inline(always)]
+fn a6(d: [&Lanes; 4], o: &mut [Lanes; 6]) {
+    let [d0, d1, d2, d3] = d;
+    for l in 0..L {
+        let (d0, d1, d2, d3) = (d0[l], d1[l], d2[l], d3[l]);
+        let (s02, s13) = (d0 + d2, d1 + d3);
+        let (q02, q13) = (d0 + 4.0 * d2, 2.0 * d1 + 8.0 * d3);
+        o[0][l] = d0;
+        o[1][l] = s02 + s13;
+        o[2][l] = s02 - s13;
+        o[3][l] = q02 + q13;
+        o[4][l] = q02 - q13;
+        o[5][l] = d3;
+    }
+}
+
+/// `Gᵀ u` for F(4, 3) (`Gᵀ` is `3 x 6`), lane by lane: the weight gradient's back-transform.
+#[inline(always)]
+fn gt(u: [&Lanes; 6], o: &mut [Lanes; 3]) {
+    let [u0, u1, u2, u3, u4, u5] = u;
+    for l in 0..L {
+        let (u0, u1, u2, u3, u4, u5) = (u0[l], u1[l], u2[l], u3[l], u4[l], u5[l]);
+        let (s12, d12, s34, d34) = (u1 + u2, u2 - u1, u3 + u4, u3 - u4);
+        o[0][l] = u0 * 0.25 - s12 * (1.0 / 6.0) + s34 * (1.0 / 24.0);
+        o[1][l] = d12 * (1.0 / 6.0) + d34 * (1.0 / 12.0);
+        o[2][l] = (s34 - s12) * (1.0 / 6.0) + u5;
+    }
 }
 
 // -------------------------------------------------------------------------------------------
@@ -177,10 +184,32 @@ macro_rules! simd_dispatch {
 /// Forward (`flip = false`): `a` = input channel `c`, `b` = output channel `o`, `U = G w[o][c] Gᵀ`.
 /// For the input gradient (`flip = true`): `a = o`, `b = c` and the kernel is rotated by 180°,
 /// since `∂L/∂x` is the convolution of `∂L/∂y` with the flipped, transposed kernel.
+/// (`[ξ][a][b]` rather than `[a][ξ][b]`, which would be written front to back: the GEMMs read
+/// `U_ξ` column by column, and a column stride of `36 * b_len` floats costs them TLB misses.)
 pub(crate) fn transform_weight(w: &[f32], o: usize, c: usize, flip: bool) -> Vec<f32> {
+    let mut u = Vec::new();
+    transform_weight_into(w, o, c, flip, &mut u);
+    u
+}
+
+/// Runs `f` on [`transform_weight`]'s result, computed into this thread's reusable buffer (the
+/// transform of a large layer is tens of MB: allocating it per call costs more in page faults
+/// than the transform itself).
+pub(crate) fn with_transformed_weight<R>(w: &[f32], o: usize, c: usize, flip: bool, f: impl FnOnce(&[f32]) -> R) -> R {
+    WEIGHTS.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut u) => {
+            transform_weight_into(w, o, c, flip, &mut u);
+            f(&u)
+        }
+        Err(_) => f(&transform_weight(w, o, c, flip)),
+    })
+}
+
+fn transform_weight_into(w: &[f32], o: usize, c: usize, flip: bool, u: &mut Vec<f32>) {
     let (a_len, b_len) = if flip { (o, c) } else { (c, o) };
-    let mut u = vec![0f32; 36 * a_len * b_len];
     let plane = a_len * b_len;
+    // every element is written below; `resize` only initialises growth
+    u.resize(36 * plane, 0.0);
     // Parallel over `a`: each task writes the row `a` of all 36 matrices. Rows of different
     // matrices are interleaved in `u`, so tasks get a raw pointer (disjoint rows, see below).
     let base = SendPtr(u.as_mut_ptr());
@@ -201,19 +230,23 @@ pub(crate) fn transform_weight(w: &[f32], o: usize, c: usize, flip: bool) -> Vec
             for (xi, v) in t.iter().enumerate() {
                 // SAFETY: row `a`, columns b0..b0+nb of matrix xi: inside `u` (36 * plane
                 // elements) and written by this task only (tasks own distinct `a`).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(v.as_ptr(), base.ptr().add(xi * plane + a * b_len + b0), nb);
+                let dst = unsafe { base.ptr().add(xi * plane + a * b_len + b0) };
+                if nb == L {
+                    // SAFETY: as above, with nb = L (a fixed-size copy, inlined)
+                    unsafe { dst.cast::<Lanes>().write_unaligned(*v) };
+                } else {
+                    // SAFETY: as above
+                    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, nb) };
                 }
             }
             b0 += L;
         }
     };
-    if a_len * b_len >= 1 << 14 && rayon::current_thread_index().is_none() {
+    if plane >= 1 << 14 && rayon::current_thread_index().is_none() {
         (0..a_len).into_par_iter().for_each(run);
     } else {
         (0..a_len).for_each(run);
     }
-    u
 }
 
 fn kernel_transform(k9: &[Lanes; 9]) -> [Lanes; 36] {
@@ -222,19 +255,21 @@ fn kernel_transform(k9: &[Lanes; 9]) -> [Lanes; 36] {
     out
 }
 
-simd_dispatch!(kernel_transform_into(k9: &[Lanes; 9], out: &mut [Lanes; 36]) {
-    // columns first: t[i][j] = (G g)[i][j] for each kernel column j
-    // columns first: c[j][i] = (G g)[i][j] for each kernel column j, then rows
-    let mut c = [[[0f32; L]; 6]; 3];
-    for (j, cj) in c.iter_mut().enumerate() {
-        gk([&k9[j], &k9[3 + j], &k9[6 + j]], cj);
+simd_dispatch!(
+    fn kernel_transform_into(k9: &[Lanes; 9], out: &mut [Lanes; 36]) {
+        // columns first: t[i][j] = (G g)[i][j] for each kernel column j
+        // columns first: c[j][i] = (G g)[i][j] for each kernel column j, then rows
+        let mut c = [[[0f32; L]; 6]; 3];
+        for (j, cj) in c.iter_mut().enumerate() {
+            gk([&k9[j], &k9[3 + j], &k9[6 + j]], cj);
+        }
+        let mut row = [[0f32; L]; 6];
+        for i in 0..6 {
+            gk([&c[0][i], &c[1][i], &c[2][i]], &mut row);
+            out[i * 6..i * 6 + 6].copy_from_slice(&row);
+        }
     }
-    let mut row = [[0f32; L]; 6];
-    for i in 0..6 {
-        gk([&c[0][i], &c[1][i], &c[2][i]], &mut row);
-        out[i * 6..i * 6 + 6].copy_from_slice(&row);
-    }
-});
+);
 
 // -------------------------------------------------------------------------------------------
 // Convolution
@@ -283,38 +318,77 @@ fn block_input(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
     }
 }
 
-simd_dispatch!(input_tile(xb: &[f32], wp: usize, out: &mut [Lanes; 36]) {
-    // xb starts at the patch's top-left corner of one 16-channel block
-    const ZERO: Lanes = [0.0; L];
-    let ld = |r: usize, k: usize| -> &Lanes { xb[(r * wp + k) * L..].first_chunk::<L>().unwrap_or(&ZERO) };
-    // columns first: c[k][i] = (Bᵀ d)[i][k], then rows
-    let mut c = [[[0f32; L]; 6]; 6];
-    for (k, ck) in c.iter_mut().enumerate() {
-        bt([ld(0, k), ld(1, k), ld(2, k), ld(3, k), ld(4, k), ld(5, k)], ck);
+simd_dispatch!(
+    fn input_tile(xb: &[f32], wp: usize, out: &mut [Lanes; 36]) {
+        // xb starts at the patch's top-left corner of one 16-channel block
+        const ZERO: Lanes = [0.0; L];
+        let ld = |r: usize, k: usize| -> &Lanes { xb[(r * wp + k) * L..].first_chunk::<L>().unwrap_or(&ZERO) };
+        // columns first: c[k][i] = (Bᵀ d)[i][k], then rows
+        let mut c = [[[0f32; L]; 6]; 6];
+        for (k, ck) in c.iter_mut().enumerate() {
+            bt([ld(0, k), ld(1, k), ld(2, k), ld(3, k), ld(4, k), ld(5, k)], ck);
+        }
+        let mut row = [[0f32; L]; 6];
+        for i in 0..6 {
+            bt([&c[0][i], &c[1][i], &c[2][i], &c[3][i], &c[4][i], &c[5][i]], &mut row);
+            out[i * 6..i * 6 + 6].copy_from_slice(&row);
+        }
     }
-    let mut row = [[0f32; L]; 6];
-    for i in 0..6 {
-        bt([&c[0][i], &c[1][i], &c[2][i], &c[3][i], &c[4][i], &c[5][i]], &mut row);
-        out[i * 6..i * 6 + 6].copy_from_slice(&row);
-    }
-});
+);
 
-simd_dispatch!(output_tile(m: &[Lanes; 36], bias: &Lanes, out: &mut [Lanes; 16]) {
-    // columns first: c[j][r] = (Aᵀ m)[r][j], then rows, then the bias
-    let mut c = [[[0f32; L]; 4]; 6];
-    for (j, cj) in c.iter_mut().enumerate() {
-        at([&m[j], &m[6 + j], &m[12 + j], &m[18 + j], &m[24 + j], &m[30 + j]], cj);
-    }
-    let mut row = [[0f32; L]; 4];
-    for r in 0..4 {
-        at([&c[0][r], &c[1][r], &c[2][r], &c[3][r], &c[4][r], &c[5][r]], &mut row);
-        for (q, v) in row.iter().enumerate() {
-            for l in 0..L {
-                out[r * 4 + q][l] = v[l] + bias[l];
+simd_dispatch!(
+    fn output_tile(m: &[Lanes; 36], bias: &Lanes, out: &mut [Lanes; 16]) {
+        // columns first: c[j][r] = (Aᵀ m)[r][j], then rows, then the bias
+        let mut c = [[[0f32; L]; 4]; 6];
+        for (j, cj) in c.iter_mut().enumerate() {
+            at([&m[j], &m[6 + j], &m[12 + j], &m[18 + j], &m[24 + j], &m[30 + j]], cj);
+        }
+        let mut row = [[0f32; L]; 4];
+        for r in 0..4 {
+            at([&c[0][r], &c[1][r], &c[2][r], &c[3][r], &c[4][r], &c[5][r]], &mut row);
+            for (q, v) in row.iter().enumerate() {
+                for l in 0..L {
+                    out[r * 4 + q][l] = v[l] + bias[l];
+                }
             }
         }
     }
-});
+);
+
+simd_dispatch!(
+    fn grad_tile(gb: &[f32], wp: usize, out: &mut [Lanes; 36]) {
+        // gb starts at the top-left corner of a 4x4 output-gradient tile of one 16-channel block;
+        // out = A dY Aᵀ. Columns first: c[k][a] = (A dY)[a][k], then rows.
+        const ZERO: Lanes = [0.0; L];
+        let ld = |r: usize, k: usize| -> &Lanes { gb[(r * wp + k) * L..].first_chunk::<L>().unwrap_or(&ZERO) };
+        let mut c = [[[0f32; L]; 6]; 4];
+        for (k, ck) in c.iter_mut().enumerate() {
+            a6([ld(0, k), ld(1, k), ld(2, k), ld(3, k)], ck);
+        }
+        let mut row = [[0f32; L]; 6];
+        for a in 0..6 {
+            a6([&c[0][a], &c[1][a], &c[2][a], &c[3][a]], &mut row);
+            out[a * 6..a * 6 + 6].copy_from_slice(&row);
+        }
+    }
+);
+
+simd_dispatch!(
+    fn weight_grad_tile(du: &[Lanes; 36], out: &mut [Lanes; 9]) {
+        // out = Gᵀ dU G: rows first, t[a][j] = (dU G)[a][j], then columns
+        let mut t = [[[0f32; L]; 3]; 6];
+        for (a, ta) in t.iter_mut().enumerate() {
+            gt([&du[a * 6], &du[a * 6 + 1], &du[a * 6 + 2], &du[a * 6 + 3], &du[a * 6 + 4], &du[a * 6 + 5]], ta);
+        }
+        let mut col = [[0f32; L]; 3];
+        for j in 0..3 {
+            gt([&t[0][j], &t[1][j], &t[2][j], &t[3][j], &t[4][j], &t[5][j]], &mut col);
+            for i in 0..3 {
+                out[i * 3 + j] = col[i];
+            }
+        }
+    }
+);
 
 /// Scratch of one worker, reused across work items and calls (grow-only, per thread).
 #[derive(Default)]
@@ -326,6 +400,8 @@ struct Scratch {
 thread_local! {
     /// The blocked input of the convolution this thread is running.
     static BLOCKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// This thread's transformed weights, when not cached (training).
+    static WEIGHTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// This thread's transform buffers for work items.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
@@ -373,12 +449,16 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
     let tiles = g.tiles();
     let (cp, cbn) = (g.c.div_ceil(L) * L, g.c.div_ceil(L));
     let threads = if rayon::current_thread_index().is_some() { 1 } else { rayon::current_num_threads() };
-    // Tile blocks of up to 64 tiles, but at least 2 work items per thread when there are
-    // enough tiles; below that, output channels are split too.
-    let mut tb = 64.min(tiles.div_ceil(2 * threads)).max(8).min(tiles);
+    // Work items: tile blocks (up to 64 tiles) x output-channel blocks, at least 2 per thread.
+    // Every tile block reads all of the transformed weights U (36 * c * o floats) and every
+    // channel block transforms its tiles' input again (36 * c floats per tile), so when there
+    // are more output channels than tiles (deep layers, U larger than the transformed input)
+    // the split is over output channels, with tile blocks as large as allowed; otherwise over
+    // tiles first, and over channels too when the tiles alone do not make enough items.
+    let mut tb = if g.o > tiles { 64.min(tiles) } else { 64.min(tiles.div_ceil(2 * threads)).max(8).min(tiles) };
     let blocks = tiles.div_ceil(tb);
     let mut ob_len = g.o;
-    if blocks < 2 * threads && threads > 1 {
+    if blocks < 2 * threads {
         let want = (2 * threads).div_ceil(blocks);
         ob_len = g.o.div_ceil(want).next_multiple_of(L).min(g.o);
     }
@@ -484,6 +564,156 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
     }
 }
 
+/// Buffers of one weight-gradient call (grow-only, per calling thread).
+#[derive(Default)]
+struct GradWeightScratch {
+    /// Blocked input and blocked output gradient.
+    xb: Vec<f32>,
+    gb: Vec<f32>,
+    /// Transformed input `V[t][ξ][cp]` and output gradient `[t][ξ][op]` of one chunk of tiles.
+    v: Vec<f32>,
+    dy: Vec<f32>,
+    /// The gradient in the transform domain, `dU[ξ][o][cp]`.
+    du: Vec<f32>,
+}
+
+thread_local! {
+    static GRAD_WEIGHT: RefCell<GradWeightScratch> = RefCell::new(GradWeightScratch::default());
+}
+
+/// Gradient of the convolution with respect to its 3x3 kernel (`[o, c, 3, 3]`), from the input
+/// `x` (`[n, c, h, w]`) and the output gradient `gy` (`[n, o, oh, ow]`), both contiguous.
+///
+/// The forward output of one tile is `Y = Aᵀ [Σ_c U_oc ⊙ V_c] A` with `U = G w Gᵀ`, so
+/// `∂L/∂U_oc = Σ_tiles (A ∂Y_o Aᵀ) ⊙ V_c` and `∂L/∂w_oc = Gᵀ (∂L/∂U_oc) G`. The sum over tiles
+/// is 36 GEMMs (`o x c`, inner dimension the tiles), 4x fewer multiplies than im2col's.
+///
+/// Tiles are processed in chunks small enough for the transformed chunk to stay in cache:
+/// both transforms run in parallel over the chunk's tiles, then the 36 GEMMs in parallel
+/// (one per transform point), accumulating into `dU`; the back-transform comes last.
+pub(crate) fn conv3x3_grad_weight(x: &[f32], gy: &[f32], g: &Geom3) -> Vec<f32> {
+    GRAD_WEIGHT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => grad_weight_with(x, gy, g, &mut s),
+        Err(_) => grad_weight_with(x, gy, g, &mut GradWeightScratch::default()),
+    })
+}
+
+fn grad_weight_with(x: &[f32], gy: &[f32], g: &Geom3, s: &mut GradWeightScratch) -> Vec<f32> {
+    let (th, tw) = (g.tiles_h(), g.tiles_w());
+    let tiles = g.tiles();
+    let (cbn, obn) = (g.c.div_ceil(L), g.o.div_ceil(L));
+    let (cp, op) = (cbn * L, obn * L);
+    let mut gw = vec![0f32; g.o * g.c * 9];
+    if tiles == 0 || gw.is_empty() {
+        return gw;
+    }
+    // The output gradient, blocked like an input with no padding: its 4x4 tiles are exactly
+    // the forward's output tiles, zero past the output's edge.
+    let gg = Geom3 { n: g.n, c: g.o, h: g.oh, w: g.ow, o: 0, oh: g.oh, ow: g.ow, pt: 0, pl: 0 };
+    block_input(x, g, &mut s.xb);
+    block_input(gy, &gg, &mut s.gb);
+    let (hp, wp) = (g.hp(), g.wp());
+    let (unit_x, unit_g) = (cbn * hp * wp * L, obn * hp * wp * L);
+    // ~4 MB of transformed tiles per chunk, but at least 64 tiles and at least o*c/(o+c): each
+    // chunk's GEMMs read and write all of dU (36 * o * c floats), which should not outweigh
+    // the chunk's transformed tiles (36 * chunk * (c + o)).
+    let chunk = (4usize << 20).div_ceil(36 * 4 * (cp + op)).max(64).max(g.o * g.c / (g.o + g.c)).min(tiles);
+    let (vrow, grow) = (36 * cp, 36 * op);
+    s.v.resize(chunk * vrow, 0.0);
+    s.dy.resize(chunk * grow, 0.0);
+    s.du.resize(36 * g.o * cp, 0.0);
+    let parallel = rayon::current_thread_index().is_none() && rayon::current_num_threads() > 1;
+    let (xb, gb) = (&s.xb[..], &s.gb[..]);
+    let mut t0 = 0;
+    while t0 < tiles {
+        let nt = chunk.min(tiles - t0);
+        // 1. transforms of this chunk's tiles: V[t][ξ][c] and (A dY Aᵀ)[t][ξ][o]
+        let transform = |(t, (vt, gt)): (usize, (&mut [f32], &mut [f32]))| {
+            let tile = t0 + t;
+            let (ni, rem) = (tile / (th * tw), tile % (th * tw));
+            let (ti, tj) = (rem / tw, rem % tw);
+            let mut out = [[0f32; L]; 36];
+            for cb in 0..cbn {
+                input_tile(&xb[ni * unit_x + ((cb * hp + 4 * ti) * wp + 4 * tj) * L..], wp, &mut out);
+                for (xi, v) in out.iter().enumerate() {
+                    vt[xi * cp + cb * L..][..L].copy_from_slice(v);
+                }
+            }
+            for ob in 0..obn {
+                grad_tile(&gb[ni * unit_g + ((ob * hp + 4 * ti) * wp + 4 * tj) * L..], wp, &mut out);
+                for (xi, v) in out.iter().enumerate() {
+                    gt[xi * op + ob * L..][..L].copy_from_slice(v);
+                }
+            }
+        };
+        let (vc, dyc) = (&mut s.v[..nt * vrow], &mut s.dy[..nt * grow]);
+        if parallel {
+            vc.par_chunks_mut(vrow).zip(dyc.par_chunks_mut(grow)).enumerate().with_min_len(4).for_each(transform);
+        } else {
+            vc.chunks_mut(vrow).zip(dyc.chunks_mut(grow)).enumerate().for_each(transform);
+        }
+        // 2. dU[ξ] (+)= Σ_t dY[t][ξ]ᵀ V[t][ξ]: `o x c` = (`o x nt`) @ (`nt x c`)
+        let (v, dy) = (&s.v[..], &s.dy[..]);
+        let first = t0 == 0;
+        let gemm = |(xi, du): (usize, &mut [f32])| {
+            // SAFETY: dst: (o, c) at o*cp + c, o < g.o, c < g.c: inside du (g.o*cp), disjoint
+            // from the inputs. a: (o, t) at t*36*op + xi*op + o inside dy (chunk*36*op).
+            // b: (t, c) at t*36*cp + xi*cp + c inside v (chunk*36*cp).
+            unsafe {
+                f32::gemm(
+                    g.o,
+                    g.c,
+                    nt,
+                    du.as_mut_ptr(),
+                    cp as isize,
+                    1,
+                    !first,
+                    dy.as_ptr().add(xi * op),
+                    1,
+                    grow as isize,
+                    v.as_ptr().add(xi * cp),
+                    vrow as isize,
+                    1,
+                    1.0,
+                    1.0,
+                    Par::Seq,
+                );
+            }
+        };
+        if parallel {
+            s.du.par_chunks_mut(g.o * cp).enumerate().for_each(gemm);
+        } else {
+            s.du.chunks_mut(g.o * cp).enumerate().for_each(gemm);
+        }
+        t0 += nt;
+    }
+    // 3. back-transform: gw[o][c] = Gᵀ dU[·][o][c] G, 16 input channels at a time
+    let du = &s.du[..];
+    let plane = g.o * cp;
+    let back = |(o, gwo): (usize, &mut [f32])| {
+        let mut dut = [[0f32; L]; 36];
+        let mut k = [[0f32; L]; 9];
+        for cb in 0..cbn {
+            for (xi, d) in dut.iter_mut().enumerate() {
+                d.copy_from_slice(&du[xi * plane + o * cp + cb * L..][..L]);
+            }
+            weight_grad_tile(&dut, &mut k);
+            for lane in 0..L.min(g.c - cb * L) {
+                let dst = &mut gwo[(cb * L + lane) * 9..][..9];
+                for (d, kk) in dst.iter_mut().zip(&k) {
+                    *d = kk[lane];
+                }
+            }
+        }
+    };
+    if parallel && g.o * g.c >= 1 << 12 {
+        gw.par_chunks_mut(g.c * 9).enumerate().for_each(back);
+    } else {
+        gw.chunks_mut(g.c * 9).enumerate().for_each(back);
+    }
+    gw
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,6 +755,57 @@ mod tests {
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
+    }
+
+    /// `∂L/∂w` of [`direct`] for the output gradient `gy`, in f64.
+    fn direct_grad_weight(x: &[f32], gy: &[f32], g: &Geom3) -> Vec<f32> {
+        let mut gw = vec![0f64; g.o * g.c * 9];
+        for ni in 0..g.n {
+            for o in 0..g.o {
+                for y in 0..g.oh {
+                    for xx in 0..g.ow {
+                        let d = gy[((ni * g.o + o) * g.oh + y) * g.ow + xx] as f64;
+                        for c in 0..g.c {
+                            for i in 0..3 {
+                                for j in 0..3 {
+                                    let (iy, ix) = (
+                                        y as isize + i as isize - g.pt as isize,
+                                        xx as isize + j as isize - g.pl as isize,
+                                    );
+                                    if iy >= 0 && ix >= 0 && (iy as usize) < g.h && (ix as usize) < g.w {
+                                        gw[((o * g.c + c) * 3 + i) * 3 + j] +=
+                                            d * x[((ni * g.c + c) * g.h + iy as usize) * g.w + ix as usize] as f64;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        gw.into_iter().map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn weight_gradient_matches_direct_on_odd_shapes() {
+        // channels not multiples of 16, partial tiles, asymmetric padding, several chunks of
+        // tiles (the last shape has 3 * 12 * 12 = 432 tiles)
+        for (n, c, h, w, o, pt, pb, pl, pr) in [
+            (1, 3, 5, 7, 5, 1, 1, 1, 1),
+            (2, 17, 9, 6, 33, 1, 1, 1, 1),
+            (1, 16, 4, 4, 16, 0, 0, 0, 0),
+            (3, 20, 11, 13, 18, 2, 0, 0, 2),
+            (3, 24, 46, 45, 40, 1, 1, 1, 1),
+        ] {
+            let g = Geom3 { n, c, h, w, o, oh: h + pt + pb - 2, ow: w + pl + pr - 2, pt, pl };
+            let x = rand_vec(n * c * h * w, 4);
+            let gy = rand_vec(n * o * g.oh * g.ow, 5);
+            let want = direct_grad_weight(&x, &gy, &g);
+            let got = conv3x3_grad_weight(&x, &gy, &g);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst <= 1e-5 * scale, "{g:?}: max error {worst} (largest gradient {scale})");
+        }
     }
 
     #[test]
