@@ -31,6 +31,7 @@ use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
 use smallvec::smallvec;
+use std::mem::MaybeUninit;
 
 mod winograd;
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
@@ -730,7 +731,7 @@ fn conv_unit<T: MatElem>(
     x: &[T],
     w: &[T],
     bias: Option<&[T]>,
-    out: &mut [T],
+    out: &mut [MaybeUninit<T>],
     s1: &mut Vec<T>,
     s2: &mut Vec<T>,
     par: Par,
@@ -740,14 +741,17 @@ fn conv_unit<T: MatElem>(
     let has_bias = bias.is_some();
     if let Some(b) = bias {
         for (o, row) in out.chunks_mut(ohw).enumerate() {
-            row.fill(b[o]);
+            row.fill(MaybeUninit::new(b[o]));
         }
     }
+    // Every element of `out` is written below: by the GEMM (which reads it only after the bias
+    // wrote it, `read_dst = has_bias`) or by the copy out of the shifted scheme's wide rows.
+    let out_ptr = out.as_mut_ptr().cast::<T>();
     match algo {
         Algo::Pointwise => {
             // SAFETY: w is [og, cg] contiguous, x is [cg, h*w] contiguous, out is [og, h*w]
             // contiguous; out is exclusively borrowed and disjoint from x and w.
-            unsafe { gemm_split(og, ohw, cg, out.as_mut_ptr(), ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par) }
+            unsafe { gemm_split(og, ohw, cg, out_ptr, ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par) }
         }
         Algo::Im2col => {
             let (len, _) = scratch_len(g, algo);
@@ -756,9 +760,7 @@ fn conv_unit<T: MatElem>(
             let kk = cg * g.kh * g.kw;
             // SAFETY: w is [og, kk], col is [kk, ohw], out is [og, ohw], all contiguous and in
             // bounds; out is disjoint from both.
-            unsafe {
-                gemm_split(og, ohw, kk, out.as_mut_ptr(), ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par)
-            }
+            unsafe { gemm_split(og, ohw, kk, out_ptr, ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par) }
         }
         Algo::Shifted => {
             let (len1, len2) = scratch_len(g, algo);
@@ -800,7 +802,9 @@ fn conv_unit<T: MatElem>(
             for (o, orow) in out.chunks_mut(ohw).enumerate() {
                 let src = &wide[o * nw..(o + 1) * nw];
                 for oh in 0..g.oh {
-                    orow[oh * g.ow..(oh + 1) * g.ow].copy_from_slice(&src[oh * wp..oh * wp + g.ow]);
+                    for (d, &v) in orow[oh * g.ow..(oh + 1) * g.ow].iter_mut().zip(&src[oh * wp..oh * wp + g.ow]) {
+                        d.write(v);
+                    }
                 }
             }
         }
@@ -835,13 +839,16 @@ fn conv_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> V
     } else {
         w
     };
-    let mut out = vec![T::default(); g.n * g.o * g.oh * g.ow];
+    let len = g.n * g.o * g.oh * g.ow;
+    // not zero-filled: conv_unit writes every element of its unit (see there)
+    let mut buf: Vec<T> = Vec::with_capacity(len);
+    let out = &mut buf.spare_capacity_mut()[..len];
     if out.is_empty() {
-        return out;
+        return Vec::new();
     }
     let units = g.n * g.groups;
     let threads = rayon::current_num_threads();
-    let run = |u: usize, o: &mut [T], s1: &mut Vec<T>, s2: &mut Vec<T>, par: Par| {
+    let run = |u: usize, o: &mut [MaybeUninit<T>], s1: &mut Vec<T>, s2: &mut Vec<T>, par: Par| {
         let (ni, gi) = (u / g.groups, u % g.groups);
         let xi = &x[ni * g.c * g.h * g.w + gi * unit_in..][..unit_in];
         let wi = &wsrc[gi * unit_w..(gi + 1) * unit_w];
@@ -859,7 +866,9 @@ fn conv_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> V
             run(u, o, &mut s1, &mut s2, Par::Pool);
         }
     }
-    out
+    // SAFETY: the units cover all `len` elements and conv_unit initialised each of them.
+    unsafe { buf.set_len(len) };
+    buf
 }
 
 /// Transposed convolution on contiguous `x` `[n, c, h, w]`, `w` `[c, og, kh, kw]`: per unit
