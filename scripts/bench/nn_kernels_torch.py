@@ -58,23 +58,27 @@ def bench(f, min_time=0.3 if not QUICK else 0.1):
     return best
 
 
-if BACKWARD:
+def conv_cases():
+    """(label, x, w, stride, pad) of every wanted convolution case, with random x and w."""
     for batch in (1, 8):
         for name, cin, cout, k, s, p, hw in CONVS:
-            if not wanted(f"conv2d b{batch} {name}"):
-                continue
-            x = torch.randn(batch, cin, hw, hw)
-            w = torch.randn(cout, cin, k, k)
+            label = f"conv2d b{batch} {name}"
+            if wanted(label):
+                yield label, torch.randn(batch, cin, hw, hw), torch.randn(cout, cin, k, k), s, p
 
-            def grad_of(x, w, wrt):
-                # one graph per gradient, only its input requiring grad
-                y = torch.nn.functional.conv2d(x, w, None, s, p)
-                gy = torch.randn_like(y)
-                return bench(lambda: torch.autograd.grad(y, wrt, gy, retain_graph=True))
 
-            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-            gx, gw = grad_of(xg, w, xg), grad_of(x, wg, wg)
-            print(f"conv2d b{batch} {name}: grad_x {gx * 1e3:.3f} ms  grad_w {gw * 1e3:.3f} ms")
+if BACKWARD:
+    for label, x, w, s, p in conv_cases():
+
+        def grad_of(x, w, wrt):
+            # one graph per gradient, only its input requiring grad
+            y = torch.nn.functional.conv2d(x, w, None, s, p)
+            gy = torch.randn_like(y)
+            return bench(lambda: torch.autograd.grad(y, wrt, gy, retain_graph=True))
+
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        gx, gw = grad_of(xg, w, xg), grad_of(x, wg, wg)
+        print(f"{label}: grad_x {gx * 1e3:.3f} ms  grad_w {gw * 1e3:.3f} ms")
     sys.exit(0)
 
 with torch.no_grad():
@@ -84,11 +88,6 @@ with torch.no_grad():
     if wanted("matmul 1024^3 f32"):
         dt = bench(lambda: torch.matmul(a, b, out=out))
         print(f"matmul 1024^3 f32: {dt * 1e3:.3f} ms  {2 * 1024**3 / dt / 1e9:.1f} GFLOP/s")
-    for batch in (1, 8):
-        for name, cin, cout, k, s, p, hw in CONVS:
-            if not wanted(f"conv2d b{batch} {name}"):
-                continue
-            x = torch.randn(batch, cin, hw, hw)
-            w = torch.randn(cout, cin, k, k)
-            dt = bench(lambda: torch.nn.functional.conv2d(x, w, None, s, p))
-            print(f"conv2d b{batch} {name}: {dt * 1e3:.3f} ms")
+    for label, x, w, s, p in conv_cases():
+        dt = bench(lambda: torch.nn.functional.conv2d(x, w, None, s, p))
+        print(f"{label}: {dt * 1e3:.3f} ms")

@@ -786,18 +786,36 @@ mod tests {
         gw.into_iter().map(|v| v as f32).collect()
     }
 
-    #[test]
-    fn weight_gradient_matches_direct_on_odd_shapes() {
-        // channels not multiples of 16, partial tiles, asymmetric padding, several chunks of
-        // tiles (the last shape has 3 * 12 * 12 = 432 tiles)
-        for (n, c, h, w, o, pt, pb, pl, pr) in [
+    /// Channels not multiples of 16, sizes not multiples of 4 (partial tiles), asymmetric
+    /// padding, then `extra` (`(n, c, h, w, o, pt, pb, pl, pr)`).
+    fn odd_shapes(extra: (usize, usize, usize, usize, usize, usize, usize, usize, usize)) -> Vec<Geom3> {
+        [
             (1, 3, 5, 7, 5, 1, 1, 1, 1),
             (2, 17, 9, 6, 33, 1, 1, 1, 1),
             (1, 16, 4, 4, 16, 0, 0, 0, 0),
             (3, 20, 11, 13, 18, 2, 0, 0, 2),
-            (3, 24, 46, 45, 40, 1, 1, 1, 1),
-        ] {
-            let g = Geom3 { n, c, h, w, o, oh: h + pt + pb - 2, ow: w + pl + pr - 2, pt, pl };
+            extra,
+        ]
+        .into_iter()
+        .map(|(n, c, h, w, o, pt, pb, pl, pr)| Geom3 {
+            n,
+            c,
+            h,
+            w,
+            o,
+            oh: h + pt + pb - 2,
+            ow: w + pl + pr - 2,
+            pt,
+            pl,
+        })
+        .collect()
+    }
+
+    #[test]
+    fn weight_gradient_matches_direct_on_odd_shapes() {
+        // the extra shape has 3 * 12 * 12 = 432 tiles: several chunks
+        for g in odd_shapes((3, 24, 46, 45, 40, 1, 1, 1, 1)) {
+            let (n, c, h, w, o) = (g.n, g.c, g.h, g.w, g.o);
             let x = rand_vec(n * c * h * w, 4);
             let gy = rand_vec(n * o * g.oh * g.ow, 5);
             let want = direct_grad_weight(&x, &gy, &g);
@@ -810,15 +828,9 @@ mod tests {
 
     #[test]
     fn matches_direct_convolution_on_odd_shapes() {
-        // channels not multiples of 16, sizes not multiples of 4, asymmetric and large padding
-        for (n, c, h, w, o, pt, pb, pl, pr) in [
-            (1, 3, 5, 7, 5, 1, 1, 1, 1),
-            (2, 17, 9, 6, 33, 1, 1, 1, 1),
-            (1, 16, 4, 4, 16, 0, 0, 0, 0),
-            (3, 20, 11, 13, 18, 2, 0, 0, 2),
-            (1, 5, 3, 3, 7, 3, 3, 3, 3),
-        ] {
-            let g = Geom3 { n, c, h, w, o, oh: h + pt + pb - 2, ow: w + pl + pr - 2, pt, pl };
+        // the extra shape has padding larger than the kernel's reach
+        for g in odd_shapes((1, 5, 3, 3, 7, 3, 3, 3, 3)) {
+            let (n, c, h, w, o) = (g.n, g.c, g.h, g.w, g.o);
             let x = rand_vec(n * c * h * w, 1);
             let wt = rand_vec(o * c * 9, 2);
             let b = rand_vec(o, 3);
