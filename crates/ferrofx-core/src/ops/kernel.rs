@@ -8,6 +8,7 @@ use crate::storage::CpuBuffer;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 use smallvec::SmallVec;
+use std::mem::MaybeUninit;
 
 /// Element count above which elementwise kernels split work across threads.
 pub const PAR_THRESHOLD: usize = 1 << 15;
@@ -209,25 +210,27 @@ impl<const N: usize> Plan<N> {
 
 /// `out[i] = f(x[ox + i*sx])` for a row (not inlined: one copy of the loop per element type
 /// and function keeps compile times and code size down).
+/// Every element of `out` is written (it may start uninitialised).
 #[inline(never)]
-fn row1<T: Copy, U>(out: &mut [U], x: &[T], ox: usize, sx: usize, f: &impl Fn(T) -> U) {
+fn row1<T: Copy, U>(out: &mut [MaybeUninit<U>], x: &[T], ox: usize, sx: usize, f: &impl Fn(T) -> U) {
     let n = out.len();
     if sx == 1 {
         for (o, &x) in out.iter_mut().zip(&x[ox..ox + n]) {
-            *o = f(x);
+            o.write(f(x));
         }
     } else {
         for (i, o) in out.iter_mut().enumerate() {
-            *o = f(x[ox + i * sx]);
+            o.write(f(x[ox + i * sx]));
         }
     }
 }
 
-/// `out[i] = f(x[ox + i*sx], y[oy + i*sy])` for a row, specialised for strides 0 and 1.
+/// `out[i] = f(x[ox + i*sx], y[oy + i*sy])` for a row, specialised for strides 0 and 1. Every
+/// element of `out` is written (it may start uninitialised).
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn row2<T: Copy, V: Copy, U>(
-    out: &mut [U],
+    out: &mut [MaybeUninit<U>],
     x: &[T],
     ox: usize,
     sx: usize,
@@ -240,24 +243,24 @@ fn row2<T: Copy, V: Copy, U>(
     match (sx, sy) {
         (1, 1) => {
             for ((o, &x), &y) in out.iter_mut().zip(&x[ox..ox + n]).zip(&y[oy..oy + n]) {
-                *o = f(x, y);
+                o.write(f(x, y));
             }
         }
         (1, 0) => {
             let y = y[oy];
             for (o, &x) in out.iter_mut().zip(&x[ox..ox + n]) {
-                *o = f(x, y);
+                o.write(f(x, y));
             }
         }
         (0, 1) => {
             let x = x[ox];
             for (o, &y) in out.iter_mut().zip(&y[oy..oy + n]) {
-                *o = f(x, y);
+                o.write(f(x, y));
             }
         }
         _ => {
             for (i, o) in out.iter_mut().enumerate() {
-                *o = f(x[ox + i * sx], y[oy + i * sy]);
+                o.write(f(x[ox + i * sx], y[oy + i * sy]));
             }
         }
     }
@@ -266,19 +269,23 @@ fn row2<T: Copy, V: Copy, U>(
 /// Maps every element of `data` (read through `layout`) into a fresh row-major `Vec`.
 pub fn map_strided<T: Element, U: Element>(data: &[T], layout: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
     let n = layout.numel();
-    let mut out = vec![U::default(); n];
+    let mut buf: Vec<U> = Vec::with_capacity(n);
     if n == 0 {
         // (an empty view may have an offset past the end of its storage)
-        return out;
+        return buf;
     }
+    // not zero-filled first: row1 writes every element it is given, and the rows cover all n
+    let out = &mut buf.spare_capacity_mut()[..n];
     if n < PAR_THRESHOLD && layout.is_contiguous() {
-        row1(&mut out, data, layout.offset(), 1, &f);
+        row1(out, data, layout.offset(), 1, &f);
     } else {
         let plan = Plan::new([layout]);
         let [sx] = plan.inner_strides;
-        plan.fill(&mut out, &|o, [ox]| row1(o, data, ox, sx, &f));
+        plan.fill(out, &|o, [ox]| row1(o, data, ox, sx, &f));
     }
-    out
+    // SAFETY: all n elements were written above (the plan's rows x inner = n).
+    unsafe { buf.set_len(n) };
+    buf
 }
 
 /// Maps every element through `f` into a new contiguous tensor of dtype `U`.
@@ -307,27 +314,29 @@ pub fn zip_strided<T: Element, V: Element, U: Element>(
     f: impl Fn(T, V) -> U + Sync + Send,
 ) -> Result<Vec<U>> {
     let n: usize = out_shape.iter().product();
-    let mut out = vec![U::default(); n];
+    let mut buf: Vec<U> = Vec::with_capacity(n);
     if n == 0 {
-        return Ok(out);
+        return Ok(buf);
     }
-    if n < PAR_THRESHOLD && la.is_contiguous() && la.shape() == out_shape {
+    // not zero-filled first: row2 writes every element it is given, and the rows cover all n
+    let out = &mut buf.spare_capacity_mut()[..n];
+    let small_contiguous = n < PAR_THRESHOLD && la.is_contiguous() && la.shape() == out_shape;
+    if small_contiguous && lb.shape() == out_shape && lb.is_contiguous() {
         // Tiny/small fast paths: skip building a plan.
-        if lb.shape() == out_shape && lb.is_contiguous() {
-            row2(&mut out, da, la.offset(), 1, db, lb.offset(), 1, &f);
-            return Ok(out);
-        }
-        if lb.numel() == 1 {
-            row2(&mut out, da, la.offset(), 1, db, lb.offset(), 0, &f);
-            return Ok(out);
-        }
+        row2(out, da, la.offset(), 1, db, lb.offset(), 1, &f);
+    } else if small_contiguous && lb.numel() == 1 {
+        row2(out, da, la.offset(), 1, db, lb.offset(), 0, &f);
+    } else {
+        let ea = la.broadcast_to(op, out_shape)?;
+        let eb = lb.broadcast_to(op, out_shape)?;
+        let plan = Plan::new([&ea, &eb]);
+        let [sa, sb] = plan.inner_strides;
+        plan.fill(out, &|o, [oa, ob]| row2(o, da, oa, sa, db, ob, sb, &f));
     }
-    let ea = la.broadcast_to(op, out_shape)?;
-    let eb = lb.broadcast_to(op, out_shape)?;
-    let plan = Plan::new([&ea, &eb]);
-    let [sa, sb] = plan.inner_strides;
-    plan.fill(&mut out, &|o, [oa, ob]| row2(o, da, oa, sa, db, ob, sb, &f));
-    Ok(out)
+    // SAFETY: all n elements were written above (the plan's rows x inner = n). On the error
+    // returns above, `buf` is dropped with length 0.
+    unsafe { buf.set_len(n) };
+    Ok(buf)
 }
 
 /// Combines two tensors of element type `T` (both must already have dtype `T`) elementwise with
