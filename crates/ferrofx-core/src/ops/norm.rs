@@ -1,7 +1,8 @@
 //! Normalisations: `batch_norm` (training and evaluation, running statistics), `layer_norm`,
 //! `group_norm`.
 //!
-//! Statistics accumulate in f64 (two passes: mean, then squared deviations); the normalised
+//! Statistics accumulate in f64 lanes in one pass over the data, shifted by each channel's first
+//! value so that a mean far from zero does not cancel the variance (see `stats`); the normalised
 //! output is written in the input's dtype (f16/bf16 compute in f32). Normalisation uses the
 //! biased variance, as PyTorch does.
 //!

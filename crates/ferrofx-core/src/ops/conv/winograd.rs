@@ -14,11 +14,15 @@
 //!    transform writes `V[ξ][tile][c]`, 36 GEMMs give `M[ξ][tile][o] = Σ_c U[ξ][c][o] V[ξ][tile][c]`
 //!    (column-major for the `gemm` crate: output channels are the vectorised dimension), and
 //!    the output transform adds the bias and writes the 4x4 outputs of every channel;
-//! 3. when there are too few tile blocks to keep every thread busy, work items also split the
-//!    output channels.
+//! 3. work items split the output channels too when the tiles alone give too few of them, and
+//!    split them first when a layer has more output channels than tiles (see `run_tiles`).
+//!
+//! The input gradient is the same convolution of the output gradient with the flipped,
+//! transposed kernel; the weight gradient ([`conv3x3_grad_weight`]) reuses the input transform
+//! and sums `(A ∂Y Aᵀ) ⊙ V` over tiles with 36 GEMMs.
 //!
 //! The transforms run on `[f32; 16]` lanes (one lane per channel) in functions compiled for
-//! AVX-512 when the CPU has it. Winograd's results differ from direct convolution by rounding
+//! AVX-512 or AVX2 when the CPU has them (`simd_dispatch!`). Winograd's results differ from direct convolution by rounding
 //! (the points 0, ±1, ±2 keep it small: relative error ~1e-6 here, tested); the switch
 //! [`set_enabled`] turns the algorithm off for bit-for-bit comparisons with im2col.
 
