@@ -9,6 +9,12 @@ Writes tests/data/golden_grads.safetensors: tensors `<case>/in<i>`, `<case>/v<j>
 {name, op, args, kwargs, grad, second}); args are literals or {"t": i} / {"tl": [i, ...]}
 references to inputs. The Rust runner is crates/ferrofx-core/tests/autograd_golden.rs.
 
+In-place cases: `prep` maps an input index to a list of [op, *args] calls applied to that input
+before the case's op (e.g. [["clone"], ["select", 0, 1]]: a non-leaf copy, then a view of it);
+`ret` (an input index) makes the case's output the result of that input's first prep call (the
+base an in-place op on a view wrote through, whose history is then CopySlices). The torch
+function of such a case must do the same explicitly.
+
 Run: .venv/bin/python scripts/goldens/gen_grads.py
 """
 import json
@@ -44,8 +50,8 @@ T = lambda i: {"t": i}
 CASES = []
 
 
-def case(name, op, inputs, grad, args, fn, kwargs=None, second=False):
-    CASES.append((name, op, inputs, grad, args, kwargs or {}, fn, second))
+def case(name, op, inputs, grad, args, fn, kwargs=None, second=False, prep=None, ret=None):
+    CASES.append((name, op, inputs, grad, args, kwargs or {}, fn, second, prep or {}, ret))
 
 
 # elementwise
@@ -129,10 +135,89 @@ case("batch_norm", "batch_norm", [rn(3, 2, 2, 2), pos(2), rn(2)], [0, 1, 2], [T(
      lambda x, w, b: F.batch_norm(x, None, None, w, b, True), second=True)
 case("group_norm", "group_norm", [rn(2, 4, 3), pos(4), rn(4)], [0, 1, 2], [T(0), 2, T(1), T(2)], lambda x, w, b: F.group_norm(x, 2, w, b), second=True)
 
+# The cases below draw their inputs from a saved generator state that is restored afterwards,
+# so the upstream gradients drawn in main() for the cases above stay as they were.
+_RNG = torch.get_rng_state()
+torch.manual_seed(16)
+# In-place ops (version-correct saving; issue 16). `a.mul_(b)` with `a` not requiring grad and
+# `b` requiring grad: PyTorch saves the original `a` (grad of b = v * a_before), never the
+# overwritten one.
+case("mul__self_nograd", "mul_", [rn(2, 3), rn(3)], [1], [T(0), T(1)], lambda a, b: a.mul_(b))
+case("div__self_nograd", "div_", [rn(2, 3), pos(3)], [1], [T(0), T(1)], lambda a, b: a.div_(b))
+CL = [["clone"]]
+case("mul__both", "mul_", [rn(2, 3), rn(3)], [0, 1], [T(0), T(1)], lambda a, b: a.clone().mul_(b), second=True, prep={0: CL})
+case("div__both", "div_", [rn(2, 3), pos(3)], [0, 1], [T(0), T(1)], lambda a, b: a.clone().div_(b), second=True, prep={0: CL})
+case("pow__tensor", "pow_", [pos(2, 3), rn(3)], [0, 1], [T(0), T(1)], lambda a, b: a.clone().pow_(b), second=True, prep={0: CL})
+for n in ["relu_", "sigmoid_", "tanh_", "exp_", "sin_", "abs_", "elu_", "hardtanh_", "silu_", "erf_", "neg_"]:
+    f = (lambda a: F.silu(a, inplace=True)) if n == "silu_" else getattr(torch, n, None) or getattr(F, n)
+    case(n, n, [rn(2, 5)], [0], [T(0)], lambda a, f=f: f(a.clone()), second=n in ("sigmoid_", "tanh_", "exp_", "sin_"), prep={0: CL})
+for n in ["log_", "sqrt_", "rsqrt_", "reciprocal_"]:
+    case(n, n, [pos(2, 5)], [0], [T(0)], lambda a, n=n: getattr(a.clone(), n)(), second=n == "log_", prep={0: CL})
+case("leaky_relu_", "leaky_relu_", [rn(2, 5)], [0], [T(0), 0.2], lambda a: F.leaky_relu_(a.clone(), 0.2), prep={0: CL})
+case("clamp_", "clamp_", [rn(3, 4)], [0], [T(0), -0.5, 0.5], lambda a: a.clone().clamp_(-0.5, 0.5), prep={0: CL})
+case("copy_", "copy_", [rn(2, 3), rn(3)], [0, 1], [T(0), T(1)], lambda a, b: a.clone().copy_(b), prep={0: CL})
+case("copy__plain_dst", "copy_", [rn(2, 3), rn(2, 3)], [1], [T(0), T(1)], lambda a, b: a.copy_(b))
+case("fill__tensor", "fill_", [rn(2, 3), torch.randn((), dtype=D)], [0, 1], [T(0), T(1)], lambda a, b: a.clone().fill_(b), prep={0: CL})
+case("zero_", "zero_", [rn(2, 3)], [0], [T(0)], lambda a: a.clone().zero_(), prep={0: CL})
+case("clone", "clone", [rn(2, 3)], [0], [T(0)], lambda a: a.clone())
+
+
+# CopySlices: in-place ops through views of a base that requires grad (or of a plain base
+# written with values that require grad); the output is the base.
+def through(view, op):
+    def f(a, *rest):
+        y = a.clone()
+        op(view(y), *rest)
+        return y
+    return f
+
+
+case("cs_select_mul_", "mul_", [rn(3, 4), rn(4)], [0, 1], [T(0), T(1)],
+     through(lambda y: y.select(0, 1), lambda v, b: v.mul_(b)), second=True, prep={0: [["clone"], ["select", 0, 1]]}, ret=0)
+case("cs_narrow_add_", "add_", [rn(3, 4), rn(3, 2)], [0, 1], [T(0), T(1)],
+     through(lambda y: y.narrow(1, 1, 2), lambda v, b: v.add_(b)), prep={0: [["clone"], ["narrow", 1, 1, 2]]}, ret=0)
+case("cs_slice_step_mul_", "mul_", [rn(3, 5), rn(3, 3)], [0, 1], [T(0), T(1)],
+     through(lambda y: y[:, 0:5:2], lambda v, b: v.mul_(b)), second=True, prep={0: [["clone"], ["slice", 1, 0, 5, 2]]}, ret=0)
+case("cs_transpose_mul_", "mul_", [rn(2, 3), rn(2)], [0, 1], [T(0), T(1)],
+     through(lambda y: y.transpose(0, 1), lambda v, b: v.mul_(b)), prep={0: [["clone"], ["transpose", 0, 1]]}, ret=0)
+case("cs_view_copy_", "copy_", [rn(2, 3), rn(6)], [0, 1], [T(0), T(1)],
+     through(lambda y: y.view(6), lambda v, b: v.copy_(b)), prep={0: [["clone"], ["view", [6]]]}, ret=0)
+case("cs_select_sigmoid_", "sigmoid_", [rn(3, 4)], [0], [T(0)],
+     through(lambda y: y.select(1, 2), lambda v: v.sigmoid_()), second=True, prep={0: [["clone"], ["select", 1, 2]]}, ret=0)
+case("cs_nested_views_", "mul_", [rn(3, 4), rn(2)], [0, 1], [T(0), T(1)],
+     through(lambda y: y.t().narrow(0, 1, 2).select(1, 2), lambda v, b: v.mul_(b)),
+     prep={0: [["clone"], ["t"], ["narrow", 0, 1, 2], ["select", 1, 2]]}, ret=0)
+
+# Gradient conventions at the edges (PyTorch 2.15): clamp passes the gradient where
+# min <= x <= max (bounds included); tensor bounds get it where x is below / above them;
+# pow's gradient is 0 where the exponent is 0, and d/de at x == 0 is 0 for e >= 0.
+EDGE = torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0], dtype=D)
+case("clamp_at_bounds", "clamp", [EDGE.clone()], [0], [T(0), -0.5, 0.5], lambda a: a.clamp(-0.5, 0.5))
+case("clamp_tensor_bounds", "clamp", [EDGE.clone(), torch.tensor([-0.5, -0.5, 0.2, 0.7, 2.0], dtype=D), torch.tensor([0.0, -0.5, 0.0, 0.5, 1.5], dtype=D)],
+     [0, 1, 2], [T(0), T(1), T(2)], lambda a, lo, hi: a.clamp(lo, hi))
+case("pow_at_zero", "pow", [torch.tensor([0.0, 0.0, 0.0, 2.0, 0.0], dtype=D), torch.tensor([0.0, 1.0, 2.0, 0.5, 3.0], dtype=D)], [0, 1], [T(0), T(1)], torch.pow)
+case("pow_scalar_zero_exp", "pow", [torch.tensor([0.0, 1.5, -2.0], dtype=D)], [0], [T(0), 0.0], lambda a: a ** 0.0)
+
+
+def plain_base(view, op):
+    def f(a, *rest):
+        op(view(a), *rest)
+        return a
+    return f
+
+
+# x = zeros; x[1] = w (setitem = select + copy_): x gets CopySlices, dx/dw flows.
+case("cs_plain_base_copy_", "copy_", [torch.zeros(3, 4, dtype=D), rn(4)], [1], [T(0), T(1)],
+     plain_base(lambda y: y.select(0, 1), lambda v, b: v.copy_(b)), prep={0: [["alias"], ["select", 0, 1]]}, ret=0)
+case("cs_plain_base_mul_", "mul_", [rn(3, 4), rn(3, 2)], [1], [T(0), T(1)],
+     plain_base(lambda y: y.narrow(1, 0, 2), lambda v, b: v.mul_(b)), prep={0: [["alias"], ["narrow", 1, 0, 2]]}, ret=0)
+
+torch.set_rng_state(_RNG)
+
 
 def main():
     tensors, meta = {}, []
-    for name, op, inputs, grad, args, kwargs, fn, second in CASES:
+    for name, op, inputs, grad, args, kwargs, fn, second, prep, ret in CASES:
         xs = [x.clone().requires_grad_(i in grad) for i, x in enumerate(inputs)]
         out = fn(*xs)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if o.is_floating_point()]
@@ -152,7 +237,12 @@ def main():
             for i, u, h in zip(grad, us, hv):
                 tensors[f"{name}/u{i}"] = u
                 tensors[f"{name}/hvp{i}"] = (h if h is not None else torch.zeros_like(xs[i])).detach().clone().contiguous()
-        meta.append({"name": name, "op": op, "args": args, "kwargs": kwargs, "grad": grad, "second": second, "n_out": len(outs)})
+        m = {"name": name, "op": op, "args": args, "kwargs": kwargs, "grad": grad, "second": second, "n_out": len(outs)}
+        if prep:
+            m["prep"] = {str(k): v for k, v in prep.items()}
+        if ret is not None:
+            m["ret"] = ret
+        meta.append(m)
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, "..", "..", "tests", "data", "golden_grads.safetensors")
     save_file(tensors, path, metadata={"cases": json.dumps(meta)})

@@ -2,6 +2,9 @@
 //! `scripts/goldens/gen_grads.py`): first-order gradients of every case and Hessian-vector
 //! products (double backward under `create_graph`) for the second-order subset, computed with
 //! the ops called by registry name (`op::call`) and compared in float64.
+//!
+//! In-place cases (issue 16) may `prep` an input with a chain of ops (a non-leaf `clone`, then
+//! views of it) and return (`ret`) the base the in-place op wrote through (CopySlices).
 
 mod golden_common;
 use ferrofx_core::autograd;
@@ -90,18 +93,46 @@ fn run_case(st: &SafeTensors, c: &Json) -> Result<bool, String> {
     for &i in &grad {
         inputs[i] = inputs[i].requires_grad_(true).map_err(|e| e.to_string())?;
     }
+    // `prep`: input i goes through a chain of ops first ("alias" = the input itself); `bases`
+    // keeps each chain's first result (the base of the views after it).
+    let mut work = inputs.clone();
+    let mut bases: Vec<Option<Tensor>> = vec![None; inputs.len()];
+    if let Some(prep) = c.get("prep").and_then(|p| p.as_object()) {
+        for (k, steps) in prep {
+            let i: usize = k.parse().map_err(|_| format!("{name}: bad prep index {k}"))?;
+            let mut t = inputs[i].clone();
+            for (n, step) in steps.as_array().ok_or("bad prep")?.iter().enumerate() {
+                let step = step.as_array().ok_or("bad prep step")?;
+                let opn = step.first().and_then(|v| v.as_str()).ok_or("bad prep op")?;
+                if opn != "alias" {
+                    let mut a = vec![Value::Tensor(t.clone())];
+                    for v in &step[1..] {
+                        a.push(to_value(v, &inputs)?);
+                    }
+                    t = op::call(opn, a, vec![]).map_err(|e| format!("{name}: prep {opn}: {e}"))?.remove(0);
+                }
+                if n == 0 {
+                    bases[i] = Some(t.clone());
+                }
+            }
+            work[i] = t;
+        }
+    }
     let args: Vec<Value> =
-        c["args"].as_array().ok_or("no args")?.iter().map(|a| to_value(a, &inputs)).collect::<Result<_, _>>()?;
+        c["args"].as_array().ok_or("no args")?.iter().map(|a| to_value(a, &work)).collect::<Result<_, _>>()?;
     let kwargs: Vec<(String, Value)> = c["kwargs"]
         .as_object()
-        .map(|o| o.iter().map(|(k, v)| Ok((k.clone(), to_value(v, &inputs)?))).collect::<Result<Vec<_>, String>>())
+        .map(|o| o.iter().map(|(k, v)| Ok((k.clone(), to_value(v, &work)?))).collect::<Result<Vec<_>, String>>())
         .transpose()?
         .unwrap_or_default();
-    let outs: Vec<Tensor> = op::call(opname, args, kwargs)
+    let mut outs: Vec<Tensor> = op::call(opname, args, kwargs)
         .map_err(|e| format!("{name}: {e}"))?
         .into_iter()
         .filter(|t| t.dtype().is_floating_point())
         .collect();
+    if let Some(r) = c.get("ret").and_then(|r| r.as_u64()) {
+        outs = vec![bases.get(r as usize).cloned().flatten().ok_or(format!("{name}: ret without prep"))?];
+    }
     let vs: Vec<Option<Tensor>> =
         (0..outs.len()).map(|j| load_tensor(st, &format!("{name}/v{j}")).map(Some)).collect::<Result<_, _>>()?;
     let wrt: Vec<Tensor> = grad.iter().map(|&i| inputs[i].clone()).collect();

@@ -49,10 +49,21 @@ pub trait Function: Send + Sync + 'static {
     /// Computes the outputs (grad mode is off). Save tensors with
     /// [`FunctionCtx::save_for_backward`]; non-tensor state can be kept in `self`.
     fn forward(&mut self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
-    /// Gradients of the inputs (one per input, `None` for no gradient) from the gradients of
-    /// the outputs (`None` = zero). Use differentiable ops for higher-order gradients.
+    /// Gradients of the inputs (one per input, `None` for no gradient; extra trailing `None`s
+    /// are allowed, as in PyTorch) from the gradients of the outputs. Output gradients the
+    /// engine did not compute arrive as zeros of the output's shape, unless
+    /// [`FunctionCtx::set_materialize_grads`]`(false)` was called in forward (then `None`).
+    /// Use differentiable ops for higher-order gradients.
     fn backward(&self, ctx: &FunctionCtx, grad_outputs: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>;
+    /// PyTorch's `@once_differentiable`: `backward` runs with grad mode off, and differentiating
+    /// its result again (under `create_graph`) fails with PyTorch's message.
+    fn once_differentiable(&self) -> bool {
+        false
+    }
 }
+
+/// PyTorch's message when a `@once_differentiable` backward is differentiated.
+pub const ONCE_DIFFERENTIABLE_MSG: &str = "trying to differentiate twice a function that was marked with @once_differentiable";
 
 /// The context of a custom function: tensors saved in forward, available in backward.
 #[derive(Default)]
@@ -61,6 +72,8 @@ pub struct FunctionCtx {
     saved: Vec<Tensor>,
     needs_input_grad: Vec<bool>,
     non_differentiable: Vec<Tensor>,
+    dirty: Vec<Tensor>,
+    no_materialize: bool,
 }
 
 impl FunctionCtx {
@@ -77,9 +90,42 @@ impl FunctionCtx {
     pub fn needs_input_grad(&self, i: usize) -> bool {
         self.needs_input_grad.get(i).copied().unwrap_or(false)
     }
-    /// Declares an output non-differentiable (it will not require grad).
+    /// Declares an output non-differentiable (it will not require grad; its gradient arrives
+    /// in backward as zeros, or `None` without materialisation).
     pub fn mark_non_differentiable(&mut self, t: &Tensor) {
         self.non_differentiable.push(t.clone());
+    }
+    /// Declares that forward modified input `t` in place (PyTorch's `ctx.mark_dirty`): when
+    /// forward returns it, it keeps its identity and its history is rebased onto this
+    /// function's node. A leaf requiring grad cannot be dirtied (PyTorch's error).
+    pub fn mark_dirty(&mut self, t: &Tensor) {
+        self.dirty.push(t.clone());
+    }
+    /// PyTorch's `ctx.set_materialize_grads`: with `false`, output gradients the engine did
+    /// not compute reach backward as `None` instead of zeros.
+    pub fn set_materialize_grads(&mut self, value: bool) {
+        self.no_materialize = !value;
+    }
+}
+
+/// Stands in the graph for the gradients of a `@once_differentiable` backward under
+/// `create_graph`: differentiating through it fails (PyTorch's `DelayedError`).
+struct DelayedError {
+    base: NodeBase,
+}
+
+impl Node for DelayedError {
+    fn base(&self) -> &NodeBase {
+        &self.base
+    }
+    fn base_mut(&mut self) -> &mut NodeBase {
+        &mut self.base
+    }
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed("DelayedError")
+    }
+    fn apply(&self, _grads: super::node::GradBuffer, _ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
+        Err(Error::autograd("backward", ONCE_DIFFERENTIABLE_MSG))
     }
 }
 
@@ -89,6 +135,7 @@ struct FunctionNode<F: Function> {
     name: String,
     saved: Mutex<Vec<SavedVariable>>,
     needs: Vec<bool>,
+    materialize: bool,
 }
 
 impl<F: Function> Node for FunctionNode<F> {
@@ -111,8 +158,42 @@ impl<F: Function> Node for FunctionNode<F> {
             saved,
             needs_input_grad: self.needs.clone(),
             non_differentiable: Vec::new(),
+            dirty: Vec::new(),
+            no_materialize: !self.materialize,
         };
-        let out = self.f.backward(&fctx, &grads)?;
+        let mut grads = grads;
+        if self.materialize {
+            for (g, m) in grads.iter_mut().zip(self.base.input_metadata.iter()) {
+                if g.is_none() {
+                    *g = Some(crate::ops::kernel::zeros(&m.shape, m.dtype)?);
+                }
+            }
+        }
+        let once = self.f.once_differentiable();
+        let mut out = if once {
+            let _g = set_grad_enabled(false);
+            self.f.backward(&fctx, &grads)?
+        } else {
+            self.f.backward(&fctx, &grads)?
+        };
+        // Extra trailing gradients are allowed when they are None (PyTorch).
+        while out.len() > self.needs.len() && out.last().is_some_and(|g| g.is_none()) {
+            out.pop();
+        }
+        if once && ctx.create_graph {
+            let edges: SmallVec<[Edge; 2]> = grads.iter().flatten().map(gradient_edge).collect();
+            if edges.iter().any(|e| e.is_valid()) {
+                let meta: SmallVec<[InputMetadata; 1]> = out.iter().flatten().map(InputMetadata::of).collect();
+                let node: NodeRef = Arc::new(DelayedError { base: NodeBase::new(next_sequence_nr(), edges, meta) });
+                let mut k = 0;
+                for g in out.iter_mut().flatten() {
+                    let alias = detached_alias(g);
+                    set_history(&alias, node.clone(), k);
+                    *g = alias;
+                    k += 1;
+                }
+            }
+        }
         if out.len() != self.needs.len() {
             return Err(Error::autograd(
                 self.name.clone(),
@@ -149,11 +230,24 @@ pub fn apply_function<F: Function>(mut f: F, inputs: &[Tensor]) -> Result<Vec<Te
         let _g = set_grad_enabled(false);
         f.forward(&mut ctx, inputs)?
     };
-    // An input returned as is becomes a fresh alias, so its own history is untouched.
-    let outputs: Vec<Tensor> =
-        outputs.into_iter().map(|o| if inputs.iter().any(|i| i.same(&o)) { detached_alias(&o) } else { o }).collect();
+    // An input returned as is becomes a fresh alias, so its own history is untouched, unless
+    // forward marked it dirty (modified in place): then it keeps its identity and its history
+    // is rebased onto the node, as for in-place ops.
+    let is_dirty = |o: &Tensor| ctx.dirty.iter().any(|d| d.same(o));
+    let outputs: Vec<Tensor> = outputs
+        .into_iter()
+        .map(|o| if inputs.iter().any(|i| i.same(&o)) && !is_dirty(&o) { detached_alias(&o) } else { o })
+        .collect();
     if !record {
         return Ok(outputs);
+    }
+    for d in &ctx.dirty {
+        if d.requires_grad() && d.is_leaf() {
+            return Err(Error::autograd(
+                f.name(),
+                "a leaf Variable that requires grad is being used in an in-place operation.",
+            ));
+        }
     }
     let name = f.name();
     let meta: SmallVec<[InputMetadata; 1]> = outputs.iter().map(InputMetadata::of).collect();
@@ -163,6 +257,7 @@ pub fn apply_function<F: Function>(mut f: F, inputs: &[Tensor]) -> Result<Vec<Te
         name,
         saved: Mutex::new(Vec::new()),
         needs,
+        materialize: !ctx.no_materialize,
     });
     let node_ref: NodeRef = node.clone();
     for (j, o) in outputs.iter().enumerate() {

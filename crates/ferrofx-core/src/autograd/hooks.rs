@@ -69,6 +69,16 @@ impl HookList {
                             ),
                         ));
                     }
+                    if new.dtype() != grad.dtype() {
+                        return Err(Error::autograd(
+                            "register_hook",
+                            format!(
+                                "hook 'hook' has changed the type of value (was torch.{} got torch.{})",
+                                super::legacy_type_name(grad.dtype()),
+                                super::legacy_type_name(new.dtype())
+                            ),
+                        ));
+                    }
                     grad = new;
                 }
             }

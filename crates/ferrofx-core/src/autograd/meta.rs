@@ -33,8 +33,11 @@ pub(crate) struct MetaInner {
     pub(crate) retains_grad: bool,
     /// Hooks registered on a leaf (non-leaf hooks live on the grad_fn).
     pub(crate) leaf_hooks: Option<Arc<HookList>>,
-    /// For differentiable views: the storage version when the view was created.
-    pub(crate) view_version: Option<u64>,
+    /// `register_post_accumulate_grad_hook` hooks of a leaf (run after `.grad` is updated).
+    pub(crate) post_accumulate_hooks: Option<Arc<HookList>>,
+    /// For views: the root base, how the view was created, and the version at which its
+    /// `grad_fn` was set (see `view.rs`).
+    pub(crate) view: Option<Box<super::view::ViewInfo>>,
 }
 
 impl AutogradMeta {

@@ -12,17 +12,18 @@
 //!   and teardown all use explicit stacks: a 1,000,000-node chain is fine).
 //! * Without `retain_graph`, saved tensors are freed as nodes run; a second backward through
 //!   a node that saved tensors fails with PyTorch's message.
-//! * In-place ops: on a leaf requiring grad they fail (PyTorch's message); on other tensors the
-//!   history is rebased onto the in-place node. **In-place ops on differentiable views** (a
-//!   view of a tensor requiring grad, taken while recording) **are rejected with an error**:
-//!   ferrofx does not implement PyTorch's CopySlices rebase of the base. Likewise, views taken
-//!   from a base *before* an in-place op on that base keep their old history.
+//! * In-place ops: on a leaf requiring grad (or a view of one) they fail with PyTorch's
+//!   message; on other tensors the history is rebased onto the in-place node; through a view,
+//!   the base gets a [`CopySlices`] node and the view an [`AsStridedBackward`] (views are
+//!   tracked whatever the grad mode; see `docs/autograd.md`). The overwritten tensor's
+//!   original value is saved as a copy when the formula needs it.
 //!
 //! Backward formulas live in [`formulas`], one file per op family, and are referenced from each
 //! op's `OpDef { backward, saves }`.
 
 mod anomaly;
 mod backward_ctx;
+mod copy_slices;
 pub mod dot;
 mod engine;
 pub mod formulas;
@@ -36,11 +37,13 @@ mod op_node;
 mod raw;
 mod saved;
 mod tensor_api;
+mod view;
 
 pub use anomaly::{detect_anomaly, is_anomaly_enabled, set_detect_anomaly, AnomalyGuard};
 pub use backward_ctx::{BackwardCtx, MetaSlot};
+pub use copy_slices::{AsStridedBackward, CopySlices};
 pub use dot::to_dot;
-pub use function::{apply_function, Function, FunctionCtx};
+pub use function::{apply_function, Function, FunctionCtx, ONCE_DIFFERENTIABLE_MSG};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use hooks::{HookFn, HookHandle};
@@ -50,9 +53,11 @@ pub use node::{
 };
 pub use op_node::{camel_backward_name, OpNode};
 pub use saved::{legacy_type_name, SavedVariable, SECOND_BACKWARD_MSG};
+pub use view::{LEAF_VIEW_MSG, NO_GRAD_VIEW_MSG};
 
 pub(crate) use meta::AutogradMeta;
 pub(crate) use op_node::set_history;
+pub(crate) use view::track_views;
 
 use crate::error::{Error, Result};
 use crate::op::{OpDef, Outputs};
@@ -65,9 +70,13 @@ pub(crate) fn needs_grad(op: &'static OpDef, args: &[Value]) -> bool {
     if !is_grad_enabled() {
         return false;
     }
-    let _ = op;
-    args.iter().any(|a| match a {
-        Value::Tensor(t) => t.autograd_meta().requires_grad(),
+    args.iter().enumerate().any(|(i, a)| match a {
+        Value::Tensor(t) => {
+            t.autograd_meta().requires_grad()
+                // The target of an in-place op requires grad when its base does (a view taken
+                // before the base's requires_grad_, PyTorch's `is_view() && base.requires_grad()`).
+                || (i == 0 && view::is_inplace(op) && view::inplace_target_requires_grad(t))
+        }
         Value::Tensors(ts) => ts.iter().any(|t| t.autograd_meta().requires_grad()),
         _ => false,
     })
@@ -121,4 +130,86 @@ pub fn grad(
     }
     let grads = engine::make_grads(outputs, Some(grad_outputs))?;
     engine::run_backward(outputs, grads, retain_graph || create_graph, create_graph, Some(inputs), allow_unused)
+}
+
+/// Options of [`grad_with`] (the keyword arguments of `torch.autograd.grad`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GradOptions {
+    /// Keep the graph (saved tensors) after this pass.
+    pub retain_graph: bool,
+    /// Record the backward computation (higher-order gradients); implies `retain_graph`.
+    pub create_graph: bool,
+    /// Inputs the outputs do not depend on get `None` instead of an error.
+    pub allow_unused: bool,
+    /// Inputs the outputs do not depend on get zeros of their shape and dtype instead of
+    /// `None`; implies `allow_unused` (PyTorch defaults `allow_unused` to `materialize_grads`).
+    pub materialize_grads: bool,
+}
+
+/// `torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=, create_graph=,
+/// allow_unused=, materialize_grads=)`.
+///
+/// ```
+/// use ferrofx_core::{autograd::{self, GradOptions}, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap().requires_grad_(true).unwrap();
+/// let unused = Tensor::from_vec(vec![0.0f32; 3], &[3]).unwrap().requires_grad_(true).unwrap();
+/// let y = x.sum().unwrap();
+/// // Unused inputs are an error by default...
+/// assert!(autograd::grad_with(&[y.clone()], &[unused.clone()], &[None], GradOptions { retain_graph: true, ..Default::default() }).is_err());
+/// // ...and zeros with materialize_grads.
+/// let g = autograd::grad_with(&[y], &[x, unused], &[None], GradOptions { materialize_grads: true, ..Default::default() }).unwrap();
+/// assert_eq!(g[1].as_ref().unwrap().to_vec::<f32>().unwrap(), vec![0.0; 3]);
+/// ```
+pub fn grad_with(
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    grad_outputs: &[Option<Tensor>],
+    opts: GradOptions,
+) -> Result<Vec<Option<Tensor>>> {
+    let allow_unused = opts.allow_unused || opts.materialize_grads;
+    let mut gs = grad(outputs, inputs, grad_outputs, opts.retain_graph, opts.create_graph, allow_unused)?;
+    if opts.materialize_grads {
+        for (g, x) in gs.iter_mut().zip(inputs) {
+            if g.is_none() {
+                *g = Some(crate::ops::kernel::zeros(x.shape(), x.dtype())?);
+            }
+        }
+    }
+    Ok(gs)
+}
+
+/// `torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph, inputs=...)`:
+/// accumulates gradients into the `.grad` of `inputs` only (leaves or non-leaves), leaving every
+/// other leaf's `.grad` untouched. Inputs the tensors do not depend on keep their `.grad`.
+///
+/// ```
+/// use ferrofx_core::{autograd, Tensor};
+/// let a = Tensor::from_vec(vec![2.0f32], &[]).unwrap().requires_grad_(true).unwrap();
+/// let b = Tensor::from_vec(vec![3.0f32], &[]).unwrap().requires_grad_(true).unwrap();
+/// let y = a.mul(&b).unwrap();
+/// autograd::backward_inputs(&[y], &[None], false, false, &[a.clone()]).unwrap();
+/// assert_eq!(a.grad().unwrap().item().unwrap(), 3.0);
+/// assert!(b.grad().is_none());
+/// ```
+pub fn backward_inputs(
+    tensors: &[Tensor],
+    grad_tensors: &[Option<Tensor>],
+    retain_graph: bool,
+    create_graph: bool,
+    inputs: &[Tensor],
+) -> Result<()> {
+    if tensors.is_empty() {
+        return Err(Error::autograd("backward", "no tensors to differentiate"));
+    }
+    if inputs.is_empty() {
+        return Err(Error::autograd("backward", "`inputs` argument to `backward()` cannot be empty."));
+    }
+    let grads = engine::make_grads(tensors, Some(grad_tensors))?;
+    let gs = engine::run_backward(tensors, grads, retain_graph || create_graph, create_graph, Some(inputs), true)?;
+    for (x, g) in inputs.iter().zip(gs) {
+        if let Some(g) = g {
+            engine::accumulate_into_grad(x, g, create_graph)?;
+        }
+    }
+    Ok(())
 }

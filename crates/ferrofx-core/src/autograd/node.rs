@@ -316,6 +316,10 @@ impl Node for AccumulateGrad {
             g = h.run(0, g, false)?;
         }
         super::engine::accumulate_into_grad(&self.variable, g, ctx.create_graph)?;
+        let post = self.variable.autograd_meta().lock().post_accumulate_hooks.clone();
+        if let Some(h) = post {
+            h.run(0, self.variable.clone(), false)?;
+        }
         Ok(Vec::new())
     }
     fn as_accumulate_grad(&self) -> Option<&AccumulateGrad> {

@@ -157,6 +157,13 @@ pub(crate) fn gradient_edge(t: &Tensor) -> Edge {
         return Edge::invalid();
     }
     let mut m = meta.lock();
+    if m.view.is_some() {
+        // A view whose base (or a sibling view) was modified in place since its grad_fn was
+        // set gets an AsStridedBackward0 from the base's current history first.
+        drop(m);
+        let _ = super::view::refresh_view_grad_fn(t);
+        m = meta.lock();
+    }
     if let Some(f) = &m.grad_fn {
         return Edge::new(f.clone(), m.output_nr);
     }
@@ -166,6 +173,27 @@ pub(crate) fn gradient_edge(t: &Tensor) -> Edge {
     let acc: NodeRef = Arc::new(super::node::AccumulateGrad::new(t.clone()));
     m.grad_accumulator = Some(Arc::downgrade(&acc));
     Edge::new(acc, 0)
+}
+
+/// Whether the formula of in-place `op` reads the original value of the overwritten tensor on
+/// this call: `mul_`, `div_`, `remainder_` and `fmod_` read it only for the other operand's
+/// gradient, so they copy it only when that operand requires grad.
+fn original_needed(op: &OpDef, args: &[Value]) -> bool {
+    match op.name {
+        "mul_" | "div_" | "remainder_" | "fmod_" => matches!(args.get(1), Some(Value::Tensor(t)) if t.requires_grad()),
+        _ => true,
+    }
+}
+
+/// A copy of `t` taken before an in-place op overwrites it: with history (a `CloneBackward0`
+/// node) when `t` requires grad, a plain copy otherwise.
+fn original_copy(t: &Tensor) -> Result<Tensor> {
+    if t.requires_grad() {
+        t.clone_tensor()
+    } else {
+        let _g = set_grad_enabled(false);
+        t.clone_tensor()
+    }
 }
 
 /// Makes `t` output `output_nr` of `node` (a non-leaf requiring grad).
@@ -197,34 +225,29 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         let _g = set_grad_enabled(false);
         return crate::op::run_kernel(op, args);
     }
-    // In-place checks (before the kernel, as PyTorch does).
-    let mutated = match op.effect {
+    // In-place checks (before the kernel, as PyTorch does). `view_base`: the root base when
+    // the op writes through a view (its history is rebased with CopySlices after the kernel).
+    let inplace = super::view::is_inplace(op);
+    let (mutated, view_base) = match op.effect {
         Effect::Mutates(i) => match args.get(i) {
             Some(Value::Tensor(t)) => {
-                let meta = t.autograd_meta();
-                if meta.requires_grad() {
-                    let m = meta.lock();
-                    if m.grad_fn.is_none() {
+                let vb = if inplace {
+                    super::view::check_inplace(op.name, t)?
+                } else {
+                    let meta = t.autograd_meta();
+                    if meta.requires_grad() && meta.lock().grad_fn.is_none() {
                         return Err(Error::autograd(
                             op.name,
                             "a leaf Variable that requires grad is being used in an in-place operation.",
                         ));
                     }
-                    if m.view_version.is_some() {
-                        return Err(Error::autograd(
-                            op.name,
-                            format!(
-                                "in-place operation '{}' on a view of a tensor that requires grad is not supported: ferrofx does not rebase the base's history (PyTorch's CopySlices). Apply the in-place op to the base tensor, or clone() the view first",
-                                op.name
-                            ),
-                        ));
-                    }
-                }
-                Some(t.clone())
+                    None
+                };
+                (Some(t.clone()), vb)
             }
-            _ => None,
+            _ => (None, None),
         },
-        _ => None,
+        _ => (None, None),
     };
 
     // Edges, metadata and saved inputs, captured before the kernel runs (in-place ops rebase
@@ -236,12 +259,22 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
     let mut saved_args: SmallVec<[SavedArg; 2]> = SmallVec::with_capacity(args.len());
     for (p, a) in args.iter().enumerate() {
         let ty = op.schema.get(p).map(|s| s.ty);
-        // The tensor an in-place op overwrites (with history) cannot be saved as its old value:
-        // formulas of in-place ops must not need it (they read it as `Value::None`).
-        let overwritten =
-            matches!(op.effect, Effect::Mutates(m) if m == p) && matches!(a, Value::Tensor(t) if t.requires_grad());
-        let save = p < 32 && op.saves.inputs & (1 << p) != 0 && !overwritten;
+        let save = p < 32 && op.saves.inputs & (1 << p) != 0;
         match a {
+            Value::Tensor(t) if inplace && p == 0 => {
+                // The tensor an in-place op overwrites: its formula reads the original, so save
+                // a copy taken before the kernel (PyTorch's `original_self = self.clone()`),
+                // with history when it has some (double backward), never the overwritten tensor.
+                let e = gradient_edge(t);
+                needs.push(e.is_valid());
+                slot_edge.push(edges.len() as u32);
+                edges.push(e);
+                metas.push(MetaSlot::One(
+                    t.meta().unwrap_or_else(|| crate::tensor::TensorMeta::contiguous(&[], t.dtype())),
+                ));
+                let copy = save && original_needed(op, args);
+                saved_args.push(if copy { SavedArg::Tensor(SavedVariable::input(&original_copy(t)?)) } else { SavedArg::Unsaved });
+            }
             Value::Tensor(t) => {
                 let e = gradient_edge(t);
                 needs.push(e.is_valid());
@@ -288,7 +321,9 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         let _g = set_grad_enabled(false);
         crate::op::run_kernel(op, args)?
     };
-    if mutated.is_some() || matches!(op.effect, Effect::Mutates(_)) {
+    if !inplace && mutated.is_some() {
+        // State a non-in-place op updates as a side effect (batch_norm's running statistics)
+        // is saved as it is after the op.
         for a in saved_args.iter_mut() {
             if let SavedArg::Tensor(s) = a {
                 s.refresh_version_if_no_grad();
@@ -320,18 +355,22 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         needs,
         slot_edge,
     });
-    let is_view = op.category == Category::View;
+    if let (Some(base), Some(view)) = (&view_base, &mutated) {
+        // In-place through a view: the base's history becomes CopySlices(node), the view's an
+        // AsStridedBackward0 from it (PyTorch's rebase_history for views).
+        let base_edge = gradient_edge(base);
+        let cs: NodeRef = Arc::new(super::copy_slices::CopySlices::new(base, view, base_edge, node)?);
+        set_history(base, cs, 0);
+        super::view::rebase_view_onto_base(view, base)?;
+        return Ok(outs);
+    }
     for (j, o) in outs.iter().enumerate() {
         if attach[j] {
             set_history(o, node.clone(), j as u32);
-            if is_view {
-                if let Some(Value::Tensor(inp)) = args.first() {
-                    if inp.shares_storage(o) {
-                        o.autograd_meta().lock().view_version = Some(o.version());
-                    }
-                }
-            }
         }
+    }
+    if op.category == Category::View {
+        super::view::track_views(op, args, &outs);
     }
     Ok(outs)
 }
@@ -359,7 +398,6 @@ fn exact_name(op: &str) -> Option<&'static str> {
         "group_norm" => "NativeGroupNormBackward0",
         "dropout" => "NativeDropoutBackward0",
         "linear" => "AddmmBackward0",
-        "clamp" | "clip" => "ClampBackward1",
         "cross_entropy" => "NllLossBackward0",
         "abs" => "AbsBackward0",
         "where" => "WhereBackward0",
@@ -367,6 +405,10 @@ fn exact_name(op: &str) -> Option<&'static str> {
         "square" => "PowBackward0",
         "relu6" => "HardtanhBackward0",
         "hardtanh" => "HardtanhBackward0",
+        "copy" => "CopyBackwards",
+        "max.dim" => "MaxBackward0",
+        "min.dim" => "MinBackward0",
+        "chunk" | "split_with_sizes" => "SplitBackward0",
         _ => return None,
     })
 }
@@ -398,6 +440,21 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
     let base = op.name.trim_end_matches('_');
     let arg_is_none = |i: usize| matches!(args.get(i), Some(SavedArg::Value(Value::None)) | None);
     match base {
+        // In-place forms whose PyTorch node differs from the out-of-place one (they
+        // differentiate from the result).
+        "leaky_relu" | "elu" | "selu" if op.name.ends_with('_') => {
+            return Cow::Borrowed(if base == "leaky_relu" { "LeakyReluBackward1" } else { "EluBackward1" })
+        }
+        "clamp" | "clip" => {
+            let tensor_bounds = matches!(metas.get(1), Some(MetaSlot::One(_))) || matches!(metas.get(2), Some(MetaSlot::One(_)));
+            return Cow::Borrowed(if tensor_bounds { "ClampBackward0" } else { "ClampBackward1" });
+        }
+        "max" => return Cow::Borrowed("MaxBackward1"),
+        "min" => return Cow::Borrowed("MinBackward1"),
+        "fill" => {
+            let tensor_value = matches!(metas.get(1), Some(MetaSlot::One(_)));
+            return Cow::Borrowed(if tensor_value { "FillBackward3" } else { "FillBackward2" });
+        }
         "sum" | "mean" | "nansum" => {
             let n = if arg_is_none(1) { 0 } else { 1 };
             let camel = if base == "sum" {

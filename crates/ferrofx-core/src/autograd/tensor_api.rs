@@ -51,9 +51,20 @@ impl Tensor {
         self.autograd_meta().lock().grad.clone()
     }
 
-    /// Replaces `.grad` (`None` clears it). The gradient must have this tensor's shape.
+    /// Replaces `.grad` (`None` clears it). The gradient must have this tensor's shape and
+    /// dtype (PyTorch's messages; ferrofx tensors all live on the CPU, so devices always match).
     pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
         if let Some(g) = &grad {
+            if g.dtype() != self.dtype() {
+                return Err(Error::dtype(
+                    "set_grad",
+                    format!(
+                        "attempting to assign a gradient with dtype '{}' to a tensor with grad_dtype '{}'. The gradient must match the tensor's grad_dtype (defaults to the tensor's dtype).",
+                        type_meta_name(g.dtype()),
+                        crate::ops::num::torch_name(self.dtype())
+                    ),
+                ));
+            }
             if g.shape() != self.shape() {
                 return Err(Error::shape(
                     "set_grad",
@@ -74,8 +85,12 @@ impl Tensor {
         self.autograd_meta().lock().grad = None;
     }
 
-    /// The node that produced this tensor (`None` for leaves).
+    /// The node that produced this tensor (`None` for leaves). A view whose base was modified
+    /// in place since gets its `grad_fn` regenerated first (`AsStridedBackward0`), as in PyTorch.
     pub fn grad_fn(&self) -> Option<NodeRef> {
+        if self.requires_grad() && self.autograd_meta().lock().view.is_some() {
+            let _ = super::view::refresh_view_grad_fn(self);
+        }
         self.autograd_meta().lock().grad_fn.clone()
     }
 
@@ -126,7 +141,7 @@ impl Tensor {
     pub fn detach_(&self) -> Result<Tensor> {
         let old = {
             let mut m = self.autograd_meta().lock();
-            if m.view_version.is_some() {
+            if m.view.is_some() && m.grad_fn.is_some() {
                 return Err(Error::autograd("detach_", "Can't detach views in-place. Use detach() instead."));
             }
             m.output_nr = 0;
@@ -168,11 +183,68 @@ impl Tensor {
         }
     }
 
+    /// PyTorch's `register_post_accumulate_grad_hook`: `hook` is called with this leaf after
+    /// backward accumulated into its `.grad` (e.g. to step an optimizer per parameter). Only
+    /// leaves requiring grad accept one (PyTorch's messages).
+    ///
+    /// ```
+    /// use ferrofx_core::Tensor;
+    /// use std::sync::{Arc, Mutex};
+    /// let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap().requires_grad_(true).unwrap();
+    /// let seen = Arc::new(Mutex::new(vec![]));
+    /// let s = seen.clone();
+    /// w.register_post_accumulate_grad_hook(move |p| s.lock().unwrap().push(p.grad().unwrap().to_vec::<f32>().unwrap())).unwrap();
+    /// w.mul(3.0).unwrap().sum().unwrap().backward(None, false, false).unwrap();
+    /// assert_eq!(*seen.lock().unwrap(), vec![vec![3.0, 3.0]]);
+    /// ```
+    pub fn register_post_accumulate_grad_hook(
+        &self,
+        hook: impl Fn(&Tensor) + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        if !self.requires_grad() {
+            return Err(Error::autograd(
+                "register_post_accumulate_grad_hook",
+                "cannot register a hook on a tensor that doesn't require gradient",
+            ));
+        }
+        let mut m = self.autograd_meta().lock();
+        if m.grad_fn.is_some() {
+            return Err(Error::autograd(
+                "register_post_accumulate_grad_hook",
+                "post accumulate grad hooks cannot be registered on non-leaf tensors",
+            ));
+        }
+        let list = m.post_accumulate_hooks.get_or_insert_with(Default::default).clone();
+        drop(m);
+        let f: Arc<HookFn> = Arc::new(move |t: &Tensor| {
+            hook(t);
+            None
+        });
+        Ok(list.add(0, HookKind::User(f)))
+    }
+
     /// Computes gradients of this tensor w.r.t. the graph leaves, accumulating into their
     /// `.grad`. `gradient` is required unless the tensor has one element. Without
     /// `retain_graph` (or `create_graph`, which implies it) the graph's saved tensors are freed.
     pub fn backward(&self, gradient: Option<&Tensor>, retain_graph: bool, create_graph: bool) -> Result<()> {
         super::backward(std::slice::from_ref(self), &[gradient.cloned()], retain_graph, create_graph)
+    }
+}
+
+/// c10 `TypeMeta` names (`float`, `double`...), as PyTorch prints a gradient's dtype.
+fn type_meta_name(d: crate::DType) -> &'static str {
+    use crate::DType::*;
+    match d {
+        F32 => "float",
+        F64 => "double",
+        F16 => "c10::Half",
+        BF16 => "c10::BFloat16",
+        I64 => "long int",
+        I32 => "int",
+        I16 => "short int",
+        I8 => "signed char",
+        U8 => "unsigned char",
+        Bool => "bool",
     }
 }
 

@@ -44,7 +44,12 @@ pub fn dispatch(op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Ou
     if crate::autograd::needs_grad(op, args) {
         return crate::autograd::dispatch_with_grad(op, args);
     }
-    run_kernel(op, args)
+    let out = run_kernel(op, args)?;
+    if op.category == crate::op::Category::View {
+        // Views remember their base whatever the grad mode (autograd's view tracking).
+        crate::autograd::track_views(op, args, &out);
+    }
+    Ok(out)
 }
 
 /// Runs the kernel only (no tracing, no autograd), bumping the version counter for in-place

@@ -208,8 +208,8 @@ macro_rules! unary_inplace_op {
                 cost: cost_elementwise,
                 effect: Effect::Mutates(0),
                 category: Category::Elementwise,
-                backward: None,
-                saves: Saves::NOTHING,
+                backward: crate::autograd::formulas::elementwise::backward_for($name),
+                saves: crate::autograd::formulas::elementwise::saves_for($name),
                 doc: "In-place form of an elementwise op.",
             };
         )*
@@ -319,7 +319,7 @@ pub static FILL_: OpDef = OpDef {
     cost: cost_elementwise,
     effect: Effect::Mutates(0),
     category: Category::Elementwise,
-    backward: None,
+    backward: Some(crate::autograd::formulas::elementwise::fill_bw),
     saves: Saves::NOTHING,
     doc: "Fills the tensor with a value, in place.",
 };
@@ -337,7 +337,7 @@ pub static ZERO_: OpDef = OpDef {
     cost: cost_elementwise,
     effect: Effect::Mutates(0),
     category: Category::Elementwise,
-    backward: None,
+    backward: Some(crate::autograd::formulas::elementwise::fill_bw),
     saves: Saves::NOTHING,
     doc: "Fills the tensor with zeros, in place.",
 };
@@ -381,7 +381,7 @@ pub static COPY_: OpDef = OpDef {
     cost: crate::op::cost_memory,
     effect: Effect::Mutates(0),
     category: Category::Elementwise,
-    backward: None,
+    backward: Some(crate::autograd::formulas::elementwise::copy_bw),
     saves: Saves::NOTHING,
     doc: "Copies src into the tensor (broadcasting, converting dtype), in place.",
 };

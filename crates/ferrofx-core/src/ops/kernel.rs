@@ -443,6 +443,12 @@ pub fn contiguous(t: &Tensor) -> Result<Tensor> {
     crate::match_dtype!(dt, T => unary_map::<T, T>("contiguous", t, |x| x))
 }
 
+/// A row-major copy of `t` in new storage (always a copy, unlike [`contiguous`]).
+pub fn clone(t: &Tensor) -> Result<Tensor> {
+    let dt = t.dtype();
+    crate::match_dtype!(dt, T => unary_map::<T, T>("clone", t, |x| x))
+}
+
 /// Reads any tensor as a contiguous `Vec<f64>` (for reference computations and tests).
 pub fn to_f64_vec(t: &Tensor) -> Result<Vec<f64>> {
     t.to_vec_f64()

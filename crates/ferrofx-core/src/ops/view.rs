@@ -283,6 +283,26 @@ pub static CONTIGUOUS: OpDef = OpDef {
     doc: "A row-major copy, or the tensor itself when already contiguous.",
 };
 
+/// `clone`: a new tensor with its own storage holding a copy of the elements (row-major);
+/// its backward passes the gradient through (`CloneBackward0`). Reached from Rust as
+/// [`Tensor::clone_tensor`] (`Tensor::clone` is Rust's cheap handle clone).
+pub static CLONE: OpDef = OpDef {
+    name: "clone",
+    schema: SELF_ONLY,
+    meta: |args| {
+        let t = tensor("clone", args, 0)?;
+        let l = meta_layout("clone", t)?;
+        Ok(smallvec![TensorMeta::contiguous(l.shape(), t.dtype())])
+    },
+    kernel: |args| Ok(smallvec![kernel::clone(tensor("clone", args, 0)?)?]),
+    cost: cost_memory,
+    effect: Effect::Pure,
+    category: Category::View,
+    backward: Some(fm::identity_backward),
+    saves: Saves::NOTHING,
+    doc: "A copy of the tensor in new storage (PyTorch's clone).",
+};
+
 /// `to(dtype)`: converts elements (PyTorch's casting rules); the same tensor if already `dtype`.
 pub static TO: OpDef = OpDef {
     name: "to",
@@ -320,6 +340,7 @@ pub(crate) static OPS: &[&OpDef] = &[
     &UNSQUEEZE,
     &FLATTEN,
     &CONTIGUOUS,
+    &CLONE,
     &TO,
 ];
 
@@ -386,6 +407,20 @@ impl Tensor {
     /// `contiguous()`: copies only when not already contiguous.
     pub fn contiguous(&self) -> Result<Tensor> {
         one(&CONTIGUOUS, &[self.into()])
+    }
+    /// PyTorch's `clone()`: a copy of the elements in new storage, recorded by autograd as
+    /// `CloneBackward0`. (Rust's [`Clone::clone`] on a `Tensor` is a cheap handle copy that
+    /// shares storage and history; this is the tensor operation.)
+    ///
+    /// ```
+    /// use ferrofx_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap().requires_grad_(true).unwrap();
+    /// let y = x.clone_tensor().unwrap();
+    /// assert!(!y.shares_storage(&x));
+    /// assert_eq!(y.grad_fn().unwrap().name(), "CloneBackward0");
+    /// ```
+    pub fn clone_tensor(&self) -> Result<Tensor> {
+        one(&CLONE, &[self.into()])
     }
     /// `to(dtype)`.
     pub fn to_dtype(&self, dtype: crate::DType) -> Result<Tensor> {

@@ -43,9 +43,6 @@ macro_rules! table {
         /// The backward formula of an elementwise op, by name (in-place forms share the base's).
         pub const fn backward_for(name: &str) -> Option<BackwardFn> {
             let n = base(name);
-            if n.len() != name.len() && !inplace_ok(n) {
-                return None;
-            }
             $( if eq(n, $name) { return Some($f); } )*
             None
         }
@@ -56,13 +53,6 @@ macro_rules! table {
             Saves::NOTHING
         }
     };
-}
-
-/// In-place forms get the base's formula only when it does not need the overwritten input
-/// (`mul_`/`div_` need it only for the other operand's gradient, which then errors clearly).
-const fn inplace_ok(base: &str) -> bool {
-    let s = saves_for(base);
-    s.inputs & 1 == 0 || eq(base, "mul") || eq(base, "div")
 }
 
 const IN0: Saves = Saves::inputs(1);
@@ -449,6 +439,12 @@ fn gelu_bw(ctx: &BackwardCtx<'_>) -> Grads {
 }
 fn leaky_relu_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let slope = sc(ctx, 1, 0.01);
+    if ctx.op().name == "leaky_relu_" && slope < 0.0 {
+        return Err(crate::error::Error::autograd(
+            "leaky_relu_",
+            "In-place leakyReLu backward calculation is triggered with a negative slope which is not supported. This is caused by calling in-place forward function with a negative slope, please call out-of-place version instead.",
+        ));
+    }
     one(ctx, |g| {
         let x = x0(ctx)?;
         p::where_(&p::gt_(x, 0.0)?, g, &scale(g, slope)?)
@@ -476,6 +472,25 @@ fn relu_bw(ctx: &BackwardCtx<'_>) -> Grads {
         p::mul(g, &p::gt_(y, 0.0)?)
     })
 }
+/// `fill_(value)` / `zero_()`: the overwritten tensor gets a zero gradient, a tensor `value`
+/// the sum of the output gradient (PyTorch's FillBackward2/3, ZeroBackward0).
+pub(crate) fn fill_bw(ctx: &BackwardCtx<'_>) -> Grads {
+    let g = g0(ctx)?;
+    let m = ctx.input_meta(0)?;
+    let z = if ctx.needs_grad(0) { Some(zeros(&m.shape, g.dtype())?) } else { None };
+    if ctx.args().len() > 1 && ctx.is_tensor_arg(1) {
+        return Ok(vec![z, fit(ctx, 1, g.sum())?]);
+    }
+    Ok(vec![z])
+}
+/// `copy_(src)`: the overwritten tensor gets a zero gradient, `src` the output gradient reduced
+/// to its shape and converted to its dtype (PyTorch's CopyBackwards).
+pub(crate) fn copy_bw(ctx: &BackwardCtx<'_>) -> Grads {
+    let g = g0(ctx)?;
+    let m = ctx.input_meta(0)?;
+    let z = if ctx.needs_grad(0) { Some(zeros(&m.shape, g.dtype())?) } else { None };
+    Ok(vec![z, fit(ctx, 1, Ok(g.clone()))?, None])
+}
 fn zero_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let m = ctx.input_meta(0)?;
     Ok(vec![Some(zeros(&m.shape, g0(ctx)?.dtype())?)])
@@ -488,10 +503,24 @@ fn hardtanh_bw(ctx: &BackwardCtx<'_>) -> Grads {
         p::mul(g, &inside)
     })
 }
+/// PyTorch 2.15's conventions: with number bounds (ClampBackward1) the gradient passes where
+/// `min < x < max` (zero at the bounds, as hardtanh); with tensor bounds (ClampBackward0) it
+/// passes where `min <= x <= max`, `min` gets it where `x < min` and `min < max`, `max` where
+/// `x > max` or `max < min` (a crossed pair clamps to `max`).
 fn clamp_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let g = g0(ctx)?;
     let x = ctx.input(0)?;
     let (lo, hi) = (ctx.arg(1).clone(), ctx.arg(2).clone());
+    let (has_lo, has_hi) = (!matches!(lo, Value::None), !matches!(hi, Value::None));
+    let tensor_bounds = ctx.is_tensor_arg(1) || ctx.is_tensor_arg(2);
+    // a < b for two bounds, whichever of them is a tensor.
+    let lt = |a: &Value, b: &Value| -> Result<Tensor> {
+        match (a, b) {
+            (Value::Tensor(a), b) => p::lt_(a, b.clone()),
+            (a, Value::Tensor(b)) => p::gt_(b, a.clone()),
+            _ => Err(crate::error::Error::autograd("clamp", "bounds compared without a tensor")),
+        }
+    };
     let mut inside: Option<Tensor> = None;
     let and = |a: Option<Tensor>, b: Tensor| -> Result<Tensor> {
         match a {
@@ -499,11 +528,13 @@ fn clamp_bw(ctx: &BackwardCtx<'_>) -> Grads {
             None => Ok(b),
         }
     };
-    if !matches!(lo, Value::None) {
-        inside = Some(and(inside, p::ge_(x, lo.clone())?)?);
+    if has_lo {
+        let m = if tensor_bounds { p::ge_(x, lo.clone())? } else { p::gt_(x, lo.clone())? };
+        inside = Some(and(inside, m)?);
     }
-    if !matches!(hi, Value::None) {
-        inside = Some(and(inside, p::le_(x, hi.clone())?)?);
+    if has_hi {
+        let m = if tensor_bounds { p::le_(x, hi.clone())? } else { p::lt_(x, hi.clone())? };
+        inside = Some(and(inside, m)?);
     }
     let gi = match &inside {
         Some(m) => fit(ctx, 0, p::mul(g, m))?,
@@ -511,17 +542,18 @@ fn clamp_bw(ctx: &BackwardCtx<'_>) -> Grads {
     };
     let gmin = if ctx.is_tensor_arg(1) && ctx.needs_grad(1) {
         let below = p::lt_(x, lo.clone())?;
-        let below = if !matches!(hi, Value::None) {
-            p::logical_and(&below, &p::le_(&p::where_(&below, lo.clone(), 0.0)?, hi.clone())?)?
-        } else {
-            below
-        };
+        let below = if has_hi { p::logical_and(&below, &lt(&lo, &hi)?)? } else { below };
         fit(ctx, 1, p::mul(g, &below))?
     } else {
         None
     };
-    let gmax =
-        if ctx.is_tensor_arg(2) && ctx.needs_grad(2) { fit(ctx, 2, p::mul(g, &p::gt_(x, hi.clone())?))? } else { None };
+    let gmax = if ctx.is_tensor_arg(2) && ctx.needs_grad(2) {
+        let above = p::gt_(x, hi.clone())?;
+        let above = if has_lo { p::logical_or(&above, &lt(&hi, &lo)?)? } else { above };
+        fit(ctx, 2, p::mul(g, &above))?
+    } else {
+        None
+    };
     Ok(vec![gi, gmin, gmax])
 }
 fn where_bw(ctx: &BackwardCtx<'_>) -> Grads {

@@ -1,0 +1,529 @@
+//! PyTorch 2.15 parity of the eager autograd (issue 16): version-correct saving for in-place
+//! ops, view tracking whatever the grad mode, CopySlices, in-place derivatives, `clone`,
+//! hooks, custom Functions, `grad()` options and node names. Each test quotes what PyTorch
+//! prints or returns; the numbers of in-place and CopySlices gradients are also checked against
+//! PyTorch goldens in `autograd_golden.rs` (cases `mul__*`, `cs_*`, ...).
+
+#![allow(clippy::cloned_ref_to_slice_refs)] // `&[x.clone()]` reads better in tests
+
+mod autograd_common;
+use autograd_common::*;
+use ferrofx_core::autograd::{self, LEAF_VIEW_MSG, NO_GRAD_VIEW_MSG};
+use ferrofx_core::{Tensor, Value};
+
+fn name(t: &Tensor) -> String {
+    t.grad_fn().map(|g| g.name().into_owned()).unwrap_or_else(|| "None".into())
+}
+fn next_names(t: &Tensor) -> Vec<String> {
+    t.grad_fn()
+        .unwrap()
+        .next_functions()
+        .iter()
+        .map(|(f, _)| f.as_ref().map(|f| f.name().into_owned()).unwrap_or_else(|| "None".into()))
+        .collect()
+}
+fn err_of<T: std::fmt::Debug>(r: ferrofx_core::Result<T>) -> String {
+    r.unwrap_err().to_string()
+}
+
+// ---- 1. version-correct saving ----
+
+#[test]
+fn mul_into_a_tensor_without_grad_saves_its_original_value() {
+    // a = torch.tensor([1., 2., 3.]); b = torch.tensor([4., 5., 6.], requires_grad=True)
+    // a.mul_(b); a.sum().backward(); b.grad -> tensor([1., 2., 3.])   (not the overwritten a)
+    let a = t32(&[1.0, 2.0, 3.0], &[3]);
+    let b = leaf32(&[4.0, 5.0, 6.0], &[3]);
+    a.mul_(&b).unwrap();
+    assert_eq!(name(&a), "MulBackward0");
+    assert_eq!(vals(&a), vec![4.0, 10.0, 18.0]);
+    sum(&a).backward(None, false, false).unwrap();
+    assert_eq!(vals(&b.grad().unwrap()), vec![1.0, 2.0, 3.0]);
+    // a.div_(b) likewise: b.grad = -a_before / b**2 -> tensor([-0.0625, -0.08, -0.0833])
+    let a = t64(&[1.0, 2.0, 3.0], &[3]);
+    let b = leaf64(&[4.0, 5.0, 6.0], &[3]);
+    a.div_(&b).unwrap();
+    // Overwriting `a` again after the op does not corrupt the saved original either.
+    {
+        let _g = autograd::no_grad();
+        a.fill_(100.0).unwrap();
+    }
+    // a's storage changed after the node was recorded: PyTorch errors for the saved *output*
+    // it does not use here; the saved original self is a private copy, so backward through b
+    // only needs b itself.
+    let r = sum(&a).backward(None, false, false);
+    let g = b.grad();
+    assert!(r.is_ok(), "{r:?}");
+    let g = vals(&g.unwrap());
+    for (x, w) in g.iter().zip([-1.0 / 16.0, -2.0 / 25.0, -3.0 / 36.0]) {
+        assert!((x - w).abs() < 1e-12, "{g:?}");
+    }
+}
+
+#[test]
+fn mul_of_a_tensor_by_itself_in_place_fails_in_backward_as_pytorch() {
+    // a = torch.ones(3, requires_grad=True); y = a * 1; y.mul_(y); y.sum().backward() ->
+    // RuntimeError: one of the variables needed for gradient computation has been modified by
+    // an inplace operation: [torch.FloatTensor [3]], which is output 0 of Mul, is at version 1;
+    // expected version 0 instead.
+    let a = leaf32(&[1.0, 1.0, 1.0], &[3]);
+    let y = mul(&a, &t32(&[1.0], &[]));
+    y.mul_(&y).unwrap();
+    let e = err_of(sum(&y).backward(None, false, false));
+    assert!(e.contains("modified by an inplace operation: [torch.FloatTensor [3]], which is output 0 of Mul, is at version 1; expected version 0 instead."), "{e}");
+}
+
+// ---- 2. views track their base whatever the grad mode ----
+
+#[test]
+fn view_taken_before_requires_grad_cannot_modify_the_leaf() {
+    // x = torch.zeros(3); v = x[:2]; x.requires_grad_(); v.add_(1) -> RuntimeError: a view of
+    // a leaf Variable that requires grad is being used in an in-place operation.
+    let x = t32(&[0.0; 3], &[3]);
+    let v = x.slice(0, Some(0), Some(2), 1).unwrap();
+    x.requires_grad_(true).unwrap();
+    assert_eq!(err_of(v.add_(&t32(&[1.0], &[]))), format!("add_: autograd error: {LEAF_VIEW_MSG}"));
+    assert_eq!(vals(&x), vec![0.0; 3], "the refused op must not write");
+    // x = torch.zeros(3, requires_grad=True); x[:2].add_(1) -> the same error.
+    let x = leaf32(&[0.0; 3], &[3]);
+    assert!(err_of(x.narrow(0, 0, 2).unwrap().add_(&t32(&[1.0], &[]))).contains(LEAF_VIEW_MSG));
+}
+
+#[test]
+fn view_created_in_no_grad_cannot_be_modified_with_grad_mode_on() {
+    // x = torch.zeros(3, requires_grad=True)
+    // with torch.no_grad(): v = x[:2]
+    // v.add_(1) -> RuntimeError: A view was created in no_grad mode and is being modified
+    // inplace with grad mode enabled. Given that this use case is ambiguous and error-prone, ...
+    let x = leaf32(&[0.0; 3], &[3]);
+    let v = {
+        let _g = autograd::no_grad();
+        x.slice(0, Some(0), Some(2), 1).unwrap()
+    };
+    assert_eq!(err_of(v.add_(&t32(&[1.0], &[]))), format!("add_: autograd error: {NO_GRAD_VIEW_MSG}"));
+    // Both inside no_grad is allowed (parameter initialisation): x -> tensor([1., 1., 0.]).
+    {
+        let _g = autograd::no_grad();
+        let v = x.slice(0, Some(0), Some(2), 1).unwrap();
+        v.add_(&t32(&[1.0], &[])).unwrap();
+    }
+    assert_eq!(vals(&x), vec![1.0, 1.0, 0.0]);
+    // A no_grad view of a non-leaf: y = x * 1; with no_grad: v = y[:2]; v.mul_(2) -> the same.
+    let y = mul(&x, &t32(&[1.0], &[]));
+    let v = {
+        let _g = autograd::no_grad();
+        y.select(0, 0).unwrap()
+    };
+    assert!(err_of(v.mul_(&t32(&[2.0], &[]))).contains("A view was created in no_grad mode"));
+    // A no_grad view of a plain tensor written with a value requiring grad: the same error.
+    let p = t32(&[0.0; 3], &[3]);
+    let v = {
+        let _g = autograd::no_grad();
+        p.narrow(0, 1, 2).unwrap()
+    };
+    assert!(err_of(v.copy_(&leaf32(&[1.0, 2.0], &[2]))).contains("A view was created in no_grad mode"));
+}
+
+#[test]
+fn outputs_of_multi_view_functions_cannot_be_modified_in_place() {
+    // y = torch.ones(3, requires_grad=True) * 1; y.unbind(0)[0].mul_(2) -> RuntimeError: Output
+    // 0 of UnbindBackward0 is a view and is being modified inplace. This view is the output of a
+    // function that returns multiple views. Such functions do not allow the output views to be
+    // modified inplace. You should replace the inplace operation by an out-of-place one.
+    // (PyTorch 2.15 names the function "Unbind" / "Split" in that message.)
+    let y = mul(&leaf32(&[1.0; 3], &[3]), &t32(&[1.0], &[]));
+    let u = y.unbind(0).unwrap();
+    let e = err_of(u[1].mul_(&t32(&[2.0], &[])));
+    assert!(e.contains("Output 1 of Unbind is a view and is being modified inplace. This view is the output of a function that returns multiple views."), "{e}");
+    let c = y.chunk(3, 0).unwrap();
+    let e = err_of(c[0].mul_(&t32(&[2.0], &[])));
+    // y.chunk(3)[0].mul_(2) -> "Output 0 of Split is a view and is being modified inplace. ..."
+    assert!(e.contains("Output 0 of Split is a view and is being modified inplace."), "{e}");
+}
+
+// ---- 3. CopySlices ----
+
+#[test]
+fn in_place_on_a_view_rebases_the_base_with_copy_slices() {
+    // a = torch.ones(3, requires_grad=True); y = a * 1; v = y[:2]; v.mul_(2)
+    // y.grad_fn -> <CopySlices>, y.grad_fn.next_functions -> ((<MulBackward0>, 0), (None, 0))
+    // v.grad_fn -> <AsStridedBackward0>, next_functions -> ((<CopySlices>, 0),)
+    // y.sum().backward(); a.grad -> tensor([2., 2., 1.])
+    let a = leaf32(&[1.0; 3], &[3]);
+    let y = mul(&a, &t32(&[1.0], &[]));
+    let v = y.slice(0, Some(0), Some(2), 1).unwrap();
+    v.mul_(&t32(&[2.0], &[])).unwrap();
+    assert_eq!(name(&y), "CopySlices");
+    assert_eq!(next_names(&y), vec!["MulBackward0", "None"]);
+    assert_eq!(name(&v), "AsStridedBackward0");
+    assert_eq!(next_names(&v), vec!["CopySlices"]);
+    assert_eq!(vals(&y), vec![2.0, 2.0, 1.0]);
+    sum(&y).backward(None, true, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![2.0, 2.0, 1.0]);
+    // Through the view: v.sum().backward() adds tensor([2., 2., 0.]).
+    sum(&v).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![4.0, 4.0, 1.0]);
+}
+
+#[test]
+fn writing_grad_values_into_a_view_of_a_plain_tensor_gives_the_base_history() {
+    // x = torch.zeros(2, 3); w = torch.ones(3, requires_grad=True); x[1] = w * 2
+    // x.requires_grad -> True, x.grad_fn -> <CopySlices>
+    // (x * torch.tensor([1., 2., 3.])).sum().backward(); w.grad -> tensor([2., 4., 6.])
+    let x = t32(&[0.0; 6], &[2, 3]);
+    let w = leaf32(&[1.0; 3], &[3]);
+    x.select(0, 1).unwrap().copy_(&mul(&w, &t32(&[2.0], &[]))).unwrap();
+    assert!(x.requires_grad());
+    assert_eq!(name(&x), "CopySlices");
+    assert_eq!(vals(&x), vec![0.0, 0.0, 0.0, 2.0, 2.0, 2.0]);
+    sum(&mul(&x, &t32(&[1.0, 2.0, 3.0], &[3]))).backward(None, false, false).unwrap();
+    assert_eq!(vals(&w.grad().unwrap()), vec![2.0, 4.0, 6.0]);
+}
+
+#[test]
+fn other_views_get_their_grad_fn_regenerated_after_the_base_changes() {
+    // a = torch.ones(3, requires_grad=True); y = a * 1; v = y[1:]; y.mul_(3)
+    // v.grad_fn -> <AsStridedBackward0> (was SliceBackward0); v.sum().backward();
+    // a.grad -> tensor([0., 3., 3.])
+    let a = leaf32(&[1.0; 3], &[3]);
+    let y = mul(&a, &t32(&[1.0], &[]));
+    let v = y.slice(0, Some(1), None, 1).unwrap();
+    assert_eq!(name(&v), "SliceBackward0");
+    y.mul_(&t32(&[3.0], &[])).unwrap();
+    assert_eq!(name(&v), "AsStridedBackward0");
+    sum(&v).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![0.0, 3.0, 3.0]);
+    // A sibling view modified in place: w = y2[:2]; u = y2[1:]; w.mul_(2); u.sum().backward()
+    // a2.grad -> tensor([0., 2., 1.])
+    let a2 = leaf32(&[1.0; 3], &[3]);
+    let y2 = mul(&a2, &t32(&[1.0], &[]));
+    let w = y2.slice(0, Some(0), Some(2), 1).unwrap();
+    let u = y2.slice(0, Some(1), None, 1).unwrap();
+    w.mul_(&t32(&[2.0], &[])).unwrap();
+    sum(&u).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a2.grad().unwrap()), vec![0.0, 2.0, 1.0]);
+}
+
+#[test]
+fn in_place_on_an_expanded_view_is_refused() {
+    // a = torch.ones(3, requires_grad=True); (a * 1).expand(2, 3).mul_(2) -> RuntimeError:
+    // unsupported operation: more than one element of the written-to tensor refers to a single
+    // memory location. Please clone() the tensor before performing the operation.
+    let y = mul(&leaf32(&[1.0; 3], &[3]), &t32(&[1.0], &[]));
+    let e = y.expand(&[2, 3]).unwrap();
+    let m = err_of(e.mul_(&t32(&[2.0], &[])));
+    assert!(m.contains("unsupported operation: more than one element of the written-to tensor refers to a single memory location"), "{m}");
+    assert!(m.contains("Please clone() the tensor before performing the operation."), "{m}");
+}
+
+// ---- 4. derivatives of in-place ops ----
+
+#[test]
+fn in_place_ops_have_pytorch_nodes() {
+    // y = torch.rand(3, requires_grad=True) + 0.5 (a non-leaf); type(f(y).grad_fn).__name__:
+    let cases: Vec<(&str, Box<dyn Fn(&Tensor) -> ferrofx_core::Result<Tensor>>, &str)> = vec![
+        ("relu_", Box::new(|y| y.relu_()), "ReluBackward0"),
+        ("sigmoid_", Box::new(|y| y.sigmoid_()), "SigmoidBackward0"),
+        ("tanh_", Box::new(|y| y.tanh_()), "TanhBackward0"),
+        ("exp_", Box::new(|y| y.exp_()), "ExpBackward0"),
+        ("leaky_relu_", Box::new(|y| y.leaky_relu_(0.1)), "LeakyReluBackward1"),
+        ("elu_", Box::new(|y| y.elu_(1.0)), "EluBackward1"),
+        ("hardtanh_", Box::new(|y| y.hardtanh_(-1.0, 1.0)), "HardtanhBackward0"),
+        ("fill_", Box::new(|y| y.fill_(2.0)), "FillBackward2"),
+        ("fill_ tensor", Box::new(|y| y.fill_(&t32(&[2.0], &[]))), "FillBackward3"),
+        ("zero_", Box::new(|y| y.zero_()), "ZeroBackward0"),
+        ("copy_", Box::new(|y| y.copy_(&t32(&[1.0; 3], &[3]))), "CopyBackwards"),
+        ("mul_", Box::new(|y| y.mul_(&t32(&[2.0], &[]))), "MulBackward0"),
+        ("log_", Box::new(|y| y.log_()), "LogBackward0"),
+    ];
+    for (what, f, want) in cases {
+        let y = mul(&leaf32(&[0.7, 1.2, 0.9], &[3]), &t32(&[1.0], &[]));
+        let r = f(&y).unwrap();
+        assert!(r.same(&y));
+        assert_eq!(name(&y), want, "{what}");
+        assert_eq!(next_names(&y)[0], "MulBackward0", "{what}");
+        sum(&y).backward(None, false, false).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}
+
+#[test]
+fn in_place_derivatives_match_pytorch() {
+    // y = a * 1 with a = [-1., 0.5, 2.]:
+    // y.relu_().sum().backward() -> a.grad = [0., 1., 1.]
+    // y.exp_(): a.grad = exp(a); y.fill_(2.): a.grad = [0., 0., 0.]; y.copy_(w): a.grad = 0,
+    // w.grad = 1
+    let a = leaf64(&[-1.0, 0.5, 2.0], &[3]);
+    let y = mul(&a, &t64(&[1.0], &[]));
+    y.relu_().unwrap();
+    sum(&y).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![0.0, 1.0, 1.0]);
+    let a = leaf64(&[-1.0, 0.5, 2.0], &[3]);
+    let y = mul(&a, &t64(&[1.0], &[]));
+    y.exp_().unwrap();
+    sum(&y).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![(-1.0f64).exp(), 0.5f64.exp(), 2.0f64.exp()]);
+    let a = leaf64(&[-1.0, 0.5, 2.0], &[3]);
+    let y = mul(&a, &t64(&[1.0], &[]));
+    y.fill_(2.0).unwrap();
+    sum(&y).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![0.0; 3]);
+    let a = leaf64(&[-1.0, 0.5, 2.0], &[3]);
+    let w = leaf32(&[1.0], &[1]);
+    let y = mul(&a, &t64(&[1.0], &[]));
+    y.copy_(&w).unwrap();
+    sum(&y).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![0.0; 3]);
+    // w is float32 and broadcast: its gradient is summed to [1] and kept float32.
+    let gw = w.grad().unwrap();
+    assert_eq!((vals(&gw), gw.dtype()), (vec![3.0], ferrofx_core::DType::F32));
+}
+
+#[test]
+fn in_place_leaky_relu_with_a_negative_slope_fails_in_backward() {
+    // y = torch.randn(3, requires_grad=True) * 1; F.leaky_relu_(y, -0.1); y.sum().backward() ->
+    // RuntimeError: In-place leakyReLu backward calculation is triggered with a negative slope
+    // which is not supported. ...
+    let y = mul(&leaf32(&[1.0, -1.0], &[2]), &t32(&[1.0], &[]));
+    y.leaky_relu_(-0.1).unwrap();
+    let e = err_of(sum(&y).backward(None, false, false));
+    assert!(e.contains("In-place leakyReLu backward calculation is triggered with a negative slope which is not supported."), "{e}");
+}
+
+// ---- 5. clone ----
+
+#[test]
+fn clone_tensor_is_pytorch_clone() {
+    // y = x.clone(): y.grad_fn -> <CloneBackward0>, new storage, same values; under no_grad a
+    // plain copy; the gradient passes through unchanged.
+    let x = leaf32(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let y = x.t().unwrap().clone_tensor().unwrap();
+    assert_eq!(name(&y), "CloneBackward0");
+    assert!(!y.shares_storage(&x) && y.is_contiguous());
+    assert_eq!(vals(&y), vec![1.0, 3.0, 2.0, 4.0]);
+    y.backward(Some(&t32(&[1.0, 2.0, 3.0, 4.0], &[2, 2])), false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![1.0, 3.0, 2.0, 4.0]);
+    let c = {
+        let _g = autograd::no_grad();
+        x.clone_tensor().unwrap()
+    };
+    assert!(!c.requires_grad() && c.grad_fn().is_none());
+    // Through the registry too (FX graphs call it by name).
+    let z = call1("clone", vec![Value::from(&x)]).unwrap();
+    assert_eq!(name(&z), "CloneBackward0");
+}
+
+// ---- 7. custom Functions ----
+
+use ferrofx_core::autograd::{apply_function, Function, FunctionCtx, GradOptions, ONCE_DIFFERENTIABLE_MSG};
+use std::sync::{Arc, Mutex};
+
+/// Returns (2x, x.argmax-like integer output marked non-differentiable, x * 3 marked
+/// non-differentiable) and records the gradients it receives.
+struct TwoOutputs {
+    seen: Arc<Mutex<Vec<Option<Vec<f64>>>>>,
+    materialize: bool,
+}
+impl Function for TwoOutputs {
+    fn forward(&mut self, ctx: &mut FunctionCtx, x: &[Tensor]) -> ferrofx_core::Result<Vec<Tensor>> {
+        ctx.set_materialize_grads(self.materialize);
+        let a = x[0].mul(2.0)?;
+        let b = x[0].mul(3.0)?;
+        ctx.mark_non_differentiable(&b);
+        Ok(vec![a, b])
+    }
+    fn backward(&self, _ctx: &FunctionCtx, g: &[Option<Tensor>]) -> ferrofx_core::Result<Vec<Option<Tensor>>> {
+        *self.seen.lock().unwrap() = g.iter().map(|g| g.as_ref().map(|g| vals(g))).collect();
+        // Trailing None gradients beyond the inputs are allowed (PyTorch).
+        Ok(vec![Some(g[0].as_ref().unwrap().mul(2.0)?), None, None])
+    }
+}
+
+#[test]
+fn custom_function_materializes_undefined_output_gradients() {
+    // class F(Function): forward returns (2x, 3x) with ctx.mark_non_differentiable(3x)
+    // a, b = F.apply(x); b.requires_grad -> False; a.sum().backward():
+    // backward sees grad_outputs (tensor([1., 1.]), tensor([0., 0.])) -- zeros for b -- and,
+    // after ctx.set_materialize_grads(False), (tensor([1., 1.]), None). Returning
+    // (grad, None, None) for one input is accepted; x.grad -> tensor([2., 2.]).
+    for materialize in [true, false] {
+        let seen = Arc::new(Mutex::new(vec![]));
+        let x = leaf64(&[1.0, 2.0], &[2]);
+        let o = apply_function(TwoOutputs { seen: seen.clone(), materialize }, &[x.clone()]).unwrap();
+        assert!(o[0].requires_grad() && !o[1].requires_grad());
+        sum(&o[0]).backward(None, false, false).unwrap();
+        let want_b = if materialize { Some(vec![0.0, 0.0]) } else { None };
+        assert_eq!(*seen.lock().unwrap(), vec![Some(vec![1.0, 1.0]), want_b]);
+        assert_eq!(vals(&x.grad().unwrap()), vec![2.0, 2.0]);
+    }
+}
+
+/// Doubles its input in place and returns it (ctx.mark_dirty).
+struct DoubleInPlace;
+impl Function for DoubleInPlace {
+    fn forward(&mut self, ctx: &mut FunctionCtx, x: &[Tensor]) -> ferrofx_core::Result<Vec<Tensor>> {
+        x[0].mul_(2.0)?;
+        ctx.mark_dirty(&x[0]);
+        Ok(vec![x[0].clone()])
+    }
+    fn backward(&self, _ctx: &FunctionCtx, g: &[Option<Tensor>]) -> ferrofx_core::Result<Vec<Option<Tensor>>> {
+        Ok(vec![Some(g[0].as_ref().unwrap().mul(2.0)?)])
+    }
+}
+
+#[test]
+fn custom_function_mark_dirty_rebases_the_input() {
+    // y = x * 1; z = F.apply(y) (forward: y.mul_(2); ctx.mark_dirty(y); return y)
+    // z is y -> True; y.grad_fn -> <FBackward>; y.sum().backward(); x.grad -> tensor([2., 2.])
+    let x = leaf64(&[1.0, 2.0], &[2]);
+    let y = mul(&x, &t64(&[1.0], &[]));
+    let z = apply_function(DoubleInPlace, &[y.clone()]).unwrap().remove(0);
+    assert!(z.same(&y));
+    assert_eq!(name(&y), "DoubleInPlaceBackward");
+    assert_eq!(next_names(&y), vec!["MulBackward0"]);
+    sum(&y).backward(None, false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![2.0, 2.0]);
+    // On a leaf requiring grad: RuntimeError: a leaf Variable that requires grad is being used
+    // in an in-place operation. (Raised when the outputs are wrapped, after forward ran, as in
+    // PyTorch.)
+    let l = leaf64(&[1.0], &[1]);
+    let e = err_of(apply_function(DoubleInPlace, &[l]));
+    assert!(e.contains("a leaf Variable that requires grad is being used in an in-place operation."), "{e}");
+}
+
+/// x**2 with a hand-written backward marked @once_differentiable.
+struct SquareOnce;
+impl Function for SquareOnce {
+    fn forward(&mut self, ctx: &mut FunctionCtx, x: &[Tensor]) -> ferrofx_core::Result<Vec<Tensor>> {
+        ctx.save_for_backward(&[&x[0]]);
+        x[0].mul(&x[0])
+            .map(|y| vec![y])
+    }
+    fn backward(&self, ctx: &FunctionCtx, g: &[Option<Tensor>]) -> ferrofx_core::Result<Vec<Option<Tensor>>> {
+        assert!(!autograd::is_grad_enabled(), "once_differentiable backward runs under no_grad");
+        let x = &ctx.saved_tensors()[0];
+        Ok(vec![Some(g[0].as_ref().unwrap().mul(&x.mul(2.0)?)?)])
+    }
+    fn once_differentiable(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn once_differentiable_backward_cannot_be_differentiated() {
+    // y = F.apply(x) * x; g, = torch.autograd.grad(y.sum(), x, create_graph=True)
+    // g.sum().backward() -> RuntimeError: trying to differentiate twice a function that was
+    // marked with @once_differentiable
+    let x = leaf64(&[1.0, 2.0], &[2]);
+    let y = mul(&apply_function(SquareOnce, &[x.clone()]).unwrap()[0], &x);
+    let g = autograd::grad(&[sum(&y)], &[x.clone()], &[None], true, true, false).unwrap().remove(0).unwrap();
+    // First order is right: d(x^3)/dx = 3x^2.
+    assert_eq!(vals(&g), vec![3.0, 12.0]);
+    let e = err_of(sum(&g).backward(None, false, false));
+    assert!(e.contains(ONCE_DIFFERENTIABLE_MSG), "{e}");
+}
+
+// ---- 8. grad() / backward(inputs=) ----
+
+#[test]
+fn grad_unused_inputs_and_materialize_grads() {
+    // torch.autograd.grad(a * 2, [a, c]) -> RuntimeError: The differentiated Tensor at index 1
+    // appears to not have been used in the graph. Set allow_unused=True if this is the desired
+    // behavior.  allow_unused=True -> (tensor(2.), None); materialize_grads=True ->
+    // (tensor(2.), tensor(0.))
+    let a = leaf32(&[2.0], &[]);
+    let c = leaf32(&[1.0], &[]);
+    let y = mul(&a, &t32(&[2.0], &[]));
+    let e = err_of(autograd::grad(&[y.clone()], &[a.clone(), c.clone()], &[None], true, false, false));
+    assert!(e.contains("The differentiated Tensor at index 1 appears to not have been used in the graph. Set allow_unused=True if this is the desired behavior."), "{e}");
+    let g = autograd::grad(&[y.clone()], &[a.clone(), c.clone()], &[None], true, false, true).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![2.0]);
+    assert!(g[1].is_none());
+    let g = autograd::grad_with(&[y], &[a, c.clone()], &[None], GradOptions { materialize_grads: true, ..Default::default() })
+        .unwrap();
+    let z = g[1].as_ref().unwrap();
+    assert_eq!((vals(z), z.shape().to_vec(), z.dtype()), (vec![0.0], vec![], c.dtype()));
+}
+
+#[test]
+fn backward_with_inputs_accumulates_only_into_them() {
+    // y = a * b; y.backward(inputs=[a, c]) -> a.grad = tensor(3.), b.grad = None, c.grad = None
+    // z = y2 * 2; z.backward(inputs=[y2]) -> y2.grad = tensor(2.) (a non-leaf)
+    // y.backward(inputs=[]) -> RuntimeError: `inputs` argument to `backward()` cannot be empty.
+    let a = leaf32(&[2.0], &[]);
+    let b = leaf32(&[3.0], &[]);
+    let c = leaf32(&[1.0], &[]);
+    let y = mul(&a, &b);
+    autograd::backward_inputs(&[y.clone()], &[None], true, false, &[a.clone(), c.clone()]).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![3.0]);
+    assert!(b.grad().is_none() && c.grad().is_none());
+    let y2 = mul(&a, &b);
+    let z = mul(&y2, &t32(&[2.0], &[]));
+    autograd::backward_inputs(&[z], &[None], false, false, &[y2.clone()]).unwrap();
+    assert_eq!(vals(&y2.grad().unwrap()), vec![2.0]);
+    assert_eq!(vals(&a.grad().unwrap()), vec![3.0]);
+    let e = err_of(autograd::backward_inputs(&[y], &[None], false, false, &[]));
+    assert!(e.contains("`inputs` argument to `backward()` cannot be empty."), "{e}");
+}
+
+// ---- 9. node names ----
+
+#[test]
+fn backward_node_names_follow_pytorch() {
+    // y = torch.rand(3, requires_grad=True) * 1:
+    // y.max() -> MaxBackward1; y.max(0).values -> MaxBackward0; y.min() -> MinBackward1;
+    // y.chunk(3)[0] -> SplitBackward0; y.clamp(0, 1) -> ClampBackward1;
+    // y.clamp(torch.zeros(3)) -> ClampBackward0; y.clone() -> CloneBackward0
+    let y = mul(&leaf32(&[0.2, 0.9, 0.4], &[3]), &t32(&[1.0], &[]));
+    let c = |n: &str, args: Vec<Value>| name(&call1(n, args).unwrap());
+    assert_eq!(c("max", vec![Value::from(&y)]), "MaxBackward1");
+    assert_eq!(c("min", vec![Value::from(&y)]), "MinBackward1");
+    assert_eq!(c("max.dim", vec![Value::from(&y), Value::Int(0)]), "MaxBackward0");
+    assert_eq!(name(&y.chunk(3, 0).unwrap()[0]), "SplitBackward0");
+    assert_eq!(c("clamp", vec![Value::from(&y), Value::Float(0.0), Value::Float(1.0)]), "ClampBackward1");
+    assert_eq!(c("clamp", vec![Value::from(&y), Value::from(&t32(&[0.0; 3], &[3]))]), "ClampBackward0");
+    assert_eq!(name(&y.clone_tensor().unwrap()), "CloneBackward0");
+}
+
+// ---- 6. hooks and set_grad ----
+
+#[test]
+fn set_grad_and_hooks_check_dtype() {
+    // x = torch.ones(2, requires_grad=True); x.grad = torch.zeros(2, dtype=torch.float64) ->
+    // RuntimeError: attempting to assign a gradient with dtype 'double' to a tensor with
+    // grad_dtype 'Float'. The gradient must match the tensor's grad_dtype (defaults to the
+    // tensor's dtype). ...
+    let x = leaf32(&[1.0, 1.0], &[2]);
+    let e = err_of(x.set_grad(Some(t64(&[0.0, 0.0], &[2]))));
+    assert!(e.contains("attempting to assign a gradient with dtype 'double' to a tensor with grad_dtype 'Float'. The gradient must match the tensor's grad_dtype (defaults to the tensor's dtype)."), "{e}");
+    assert!(x.grad().is_none());
+    // y = x * 1; y.register_hook(lambda g: g.double()); y.sum().backward() -> RuntimeError:
+    // hook '<lambda>' has changed the type of value (was torch.FloatTensor got
+    // torch.DoubleTensor)   (a Rust closure has no name: ferrofx says 'hook')
+    let y = mul(&x, &t32(&[1.0], &[]));
+    y.register_hook(|g| Some(g.to_dtype(ferrofx_core::DType::F64).unwrap())).unwrap();
+    let e = err_of(sum(&y).backward(None, false, false));
+    assert!(e.contains("has changed the type of value (was torch.FloatTensor got torch.DoubleTensor)"), "{e}");
+}
+
+#[test]
+fn post_accumulate_grad_hooks() {
+    // x.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone()))
+    // (x * 3).sum().backward() -> seen == [tensor([3., 3.])]; torch.autograd.grad(...) does not
+    // call it. On a non-leaf: RuntimeError: post accumulate grad hooks cannot be registered on
+    // non-leaf tensors; on a tensor without grad: cannot register a hook on a tensor that
+    // doesn't require gradient
+    let x = leaf32(&[1.0, 1.0], &[2]);
+    let seen = Arc::new(Mutex::new(vec![]));
+    let s = seen.clone();
+    let h = x.register_post_accumulate_grad_hook(move |p| s.lock().unwrap().push(vals(&p.grad().unwrap()))).unwrap();
+    sum(&mul(&x, &t32(&[3.0], &[]))).backward(None, false, false).unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![vec![3.0, 3.0]]);
+    autograd::grad(&[sum(&mul(&x, &t32(&[3.0], &[])))], &[x.clone()], &[None], false, false, false).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert!(h.remove());
+    sum(&x).backward(None, false, false).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let y = mul(&x, &t32(&[1.0], &[]));
+    assert!(err_of(y.register_post_accumulate_grad_hook(|_| {})).contains("post accumulate grad hooks cannot be registered on non-leaf tensors"));
+    assert!(err_of(t32(&[1.0], &[1]).register_post_accumulate_grad_hook(|_| {})).contains("cannot register a hook on a tensor that doesn't require gradient"));
+}
