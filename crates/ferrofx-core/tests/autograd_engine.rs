@@ -236,7 +236,8 @@ impl Function for BadGrads {
     }
     fn backward(&self, _ctx: &FunctionCtx, g: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
         let g = g[0].as_ref().unwrap();
-        Ok(vec![Some(mul(g, &scalar_like(f64::NAN, g))), None])
+        // A trailing None would be accepted (PyTorch); a second gradient is not.
+        Ok(vec![Some(mul(g, &scalar_like(f64::NAN, g))), Some(g.clone())])
     }
 }
 

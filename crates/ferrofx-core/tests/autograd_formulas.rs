@@ -237,6 +237,26 @@ fn elementwise_cases() -> Vec<Case> {
         un("hardtanh"),
         un("relu6"),
         case("clamp", vec![a(), leaf(rnd(&[3], 10))], callf("clamp", |x| vec![t(&x[0]), t(&x[1]), Value::Float(0.5)])),
+        // fill_/zero_/copy_ on a non-leaf copy (issue 16): zero for the overwritten tensor, the
+        // summed / reduced gradient for a tensor value / source; clone passes it through.
+        case(
+            "fill_",
+            vec![a(), leaf(Tensor::from_vec(vec![0.3f64], &[]).unwrap())],
+            Box::new(|x| {
+                let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
+                Ok(vec![op::call("fill_", vec![t(&y), t(&x[1])], vec![])?.remove(0)])
+            }),
+        ),
+        inpl("zero_", None, false),
+        case(
+            "copy_",
+            vec![a(), b()],
+            Box::new(|x| {
+                let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
+                Ok(vec![op::call("copy_", vec![t(&y), t(&x[1])], vec![])?.remove(0)])
+            }),
+        ),
+        un("clone"),
         case(
             "where",
             vec![a(), b()],

@@ -212,7 +212,12 @@ fn in_place_on_an_expanded_view_is_refused() {
     let y = mul(&leaf32(&[1.0; 3], &[3]), &t32(&[1.0], &[]));
     let e = y.expand(&[2, 3]).unwrap();
     let m = err_of(e.mul_(&t32(&[2.0], &[])));
-    assert!(m.contains("unsupported operation: more than one element of the written-to tensor refers to a single memory location"), "{m}");
+    assert!(
+        m.contains(
+            "unsupported operation: more than one element of the written-to tensor refers to a single memory location"
+        ),
+        "{m}"
+    );
     assert!(m.contains("Please clone() the tensor before performing the operation."), "{m}");
 }
 
@@ -286,7 +291,12 @@ fn in_place_leaky_relu_with_a_negative_slope_fails_in_backward() {
     let y = mul(&leaf32(&[1.0, -1.0], &[2]), &t32(&[1.0], &[]));
     y.leaky_relu_(-0.1).unwrap();
     let e = err_of(sum(&y).backward(None, false, false));
-    assert!(e.contains("In-place leakyReLu backward calculation is triggered with a negative slope which is not supported."), "{e}");
+    assert!(
+        e.contains(
+            "In-place leakyReLu backward calculation is triggered with a negative slope which is not supported."
+        ),
+        "{e}"
+    );
 }
 
 // ---- 5. clone ----
@@ -395,8 +405,7 @@ struct SquareOnce;
 impl Function for SquareOnce {
     fn forward(&mut self, ctx: &mut FunctionCtx, x: &[Tensor]) -> ferrofx_core::Result<Vec<Tensor>> {
         ctx.save_for_backward(&[&x[0]]);
-        x[0].mul(&x[0])
-            .map(|y| vec![y])
+        x[0].mul(&x[0]).map(|y| vec![y])
     }
     fn backward(&self, ctx: &FunctionCtx, g: &[Option<Tensor>]) -> ferrofx_core::Result<Vec<Option<Tensor>>> {
         assert!(!autograd::is_grad_enabled(), "once_differentiable backward runs under no_grad");
@@ -438,8 +447,13 @@ fn grad_unused_inputs_and_materialize_grads() {
     let g = autograd::grad(&[y.clone()], &[a.clone(), c.clone()], &[None], true, false, true).unwrap();
     assert_eq!(vals(g[0].as_ref().unwrap()), vec![2.0]);
     assert!(g[1].is_none());
-    let g = autograd::grad_with(&[y], &[a, c.clone()], &[None], GradOptions { materialize_grads: true, ..Default::default() })
-        .unwrap();
+    let g = autograd::grad_with(
+        &[y],
+        &[a, c.clone()],
+        &[None],
+        GradOptions { materialize_grads: true, ..Default::default() },
+    )
+    .unwrap();
     let z = g[1].as_ref().unwrap();
     assert_eq!((vals(z), z.shape().to_vec(), z.dtype()), (vec![0.0], vec![], c.dtype()));
 }
@@ -524,6 +538,8 @@ fn post_accumulate_grad_hooks() {
     sum(&x).backward(None, false, false).unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1);
     let y = mul(&x, &t32(&[1.0], &[]));
-    assert!(err_of(y.register_post_accumulate_grad_hook(|_| {})).contains("post accumulate grad hooks cannot be registered on non-leaf tensors"));
-    assert!(err_of(t32(&[1.0], &[1]).register_post_accumulate_grad_hook(|_| {})).contains("cannot register a hook on a tensor that doesn't require gradient"));
+    assert!(err_of(y.register_post_accumulate_grad_hook(|_| {}))
+        .contains("post accumulate grad hooks cannot be registered on non-leaf tensors"));
+    assert!(err_of(t32(&[1.0], &[1]).register_post_accumulate_grad_hook(|_| {}))
+        .contains("cannot register a hook on a tensor that doesn't require gradient"));
 }

@@ -24,13 +24,12 @@ pub(crate) fn view_index(op: &str, view: &Tensor, base: &Tensor) -> Result<Tenso
     let (_, bl) = base.concrete(op)?;
     let (_, vl) = view.concrete(op)?;
     let n = bl.numel();
-    let (lo, hi) = match StridedIter::new(bl).fold(None, |acc: Option<(usize, usize)>, p| match acc {
-        None => Some((p, p)),
-        Some((a, b)) => Some((a.min(p), b.max(p))),
-    }) {
-        Some(r) => r,
-        None => (0, 0),
-    };
+    let (lo, hi) = StridedIter::new(bl)
+        .fold(None, |acc: Option<(usize, usize)>, p| match acc {
+            None => Some((p, p)),
+            Some((a, b)) => Some((a.min(p), b.max(p))),
+        })
+        .unwrap_or_default();
     let span = hi - lo + 1;
     if span > 16 * n + 4096 {
         return Err(Error::autograd(
@@ -160,7 +159,10 @@ impl Node for CopySlices {
         let gf = flat(&g)?;
         let gv = call("index_select", vec![(&gf).into(), Value::Int(0), (&self.index).into()])?
             .reshape(&shape_i64(&self.view_shape))?;
-        let res = f.apply(smallvec![Some(gv)], &ApplyContext { this: f, create_graph: ctx.create_graph, keep_graph: ctx.keep_graph })?;
+        let res = f.apply(
+            smallvec![Some(gv)],
+            &ApplyContext { this: f, create_graph: ctx.create_graph, keep_graph: ctx.keep_graph },
+        )?;
         let mut res = res.into_iter();
         let src: Value = match res.next().flatten() {
             Some(r) => Value::Tensor(flat(&r)?),

@@ -63,7 +63,8 @@ pub trait Function: Send + Sync + 'static {
 }
 
 /// PyTorch's message when a `@once_differentiable` backward is differentiated.
-pub const ONCE_DIFFERENTIABLE_MSG: &str = "trying to differentiate twice a function that was marked with @once_differentiable";
+pub const ONCE_DIFFERENTIABLE_MSG: &str =
+    "trying to differentiate twice a function that was marked with @once_differentiable";
 
 /// The context of a custom function: tensors saved in forward, available in backward.
 #[derive(Default)]
@@ -185,12 +186,10 @@ impl<F: Function> Node for FunctionNode<F> {
             if edges.iter().any(|e| e.is_valid()) {
                 let meta: SmallVec<[InputMetadata; 1]> = out.iter().flatten().map(InputMetadata::of).collect();
                 let node: NodeRef = Arc::new(DelayedError { base: NodeBase::new(next_sequence_nr(), edges, meta) });
-                let mut k = 0;
-                for g in out.iter_mut().flatten() {
+                for (k, g) in out.iter_mut().flatten().enumerate() {
                     let alias = detached_alias(g);
-                    set_history(&alias, node.clone(), k);
+                    set_history(&alias, node.clone(), k as u32);
                     *g = alias;
-                    k += 1;
                 }
             }
         }

@@ -273,7 +273,11 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
                     t.meta().unwrap_or_else(|| crate::tensor::TensorMeta::contiguous(&[], t.dtype())),
                 ));
                 let copy = save && original_needed(op, args);
-                saved_args.push(if copy { SavedArg::Tensor(SavedVariable::input(&original_copy(t)?)) } else { SavedArg::Unsaved });
+                saved_args.push(if copy {
+                    SavedArg::Tensor(SavedVariable::input(&original_copy(t)?))
+                } else {
+                    SavedArg::Unsaved
+                });
             }
             Value::Tensor(t) => {
                 let e = gradient_edge(t);
@@ -446,7 +450,8 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
             return Cow::Borrowed(if base == "leaky_relu" { "LeakyReluBackward1" } else { "EluBackward1" })
         }
         "clamp" | "clip" => {
-            let tensor_bounds = matches!(metas.get(1), Some(MetaSlot::One(_))) || matches!(metas.get(2), Some(MetaSlot::One(_)));
+            let tensor_bounds =
+                matches!(metas.get(1), Some(MetaSlot::One(_))) || matches!(metas.get(2), Some(MetaSlot::One(_)));
             return Cow::Borrowed(if tensor_bounds { "ClampBackward0" } else { "ClampBackward1" });
         }
         "max" => return Cow::Borrowed("MaxBackward1"),
