@@ -20,7 +20,7 @@
 //! (`fused_add_mul_relu`); the inputs of the group are its `inputs` list, in first-use order.
 
 use ferrofx_core::ops::fused::{FusedExpr, FusedOp, Instr, Operand, MAX_INPUTS, MAX_INSTRS};
-use ferrofx_core::op::Effect;
+use ferrofx_core::op::{Effect, OpDef};
 use ferrofx_core::{DType, Error, Result};
 use ferrofx_fx::{Argument, Graph, GraphModule, Node, NodeId, Opcode, Target};
 use smallvec::SmallVec;
@@ -111,12 +111,19 @@ fn operand(g: &Graph, a: &Argument) -> Option<In> {
     }
 }
 
+/// The registry op a `call_function` or `call_method` node runs (methods are named by their
+/// op).
+pub(crate) fn registry_op(n: &Node<'_>) -> Option<&'static OpDef> {
+    match n.op() {
+        Opcode::CallFunction => n.target().as_op(),
+        Opcode::CallMethod => ferrofx_core::op::lookup(n.target().name()),
+        _ => None,
+    }
+}
+
 /// `Some(instruction)` when `n` is fusable (see the module docs).
 fn lower(g: &Graph, n: &Node<'_>) -> Option<Lowered> {
-    if !matches!(n.op(), Opcode::CallFunction | Opcode::CallMethod) {
-        return None;
-    }
-    let def = n.target().as_op()?;
+    let def = registry_op(n)?;
     if def.effect != Effect::Pure {
         return None;
     }
@@ -258,10 +265,7 @@ fn plan_groups(g: &Graph) -> Result<(FusionPlan, Groups)> {
     // positions of in-place ops: a group never spans one
     let mutations: Vec<usize> = g
         .iter()
-        .filter(|n| {
-            matches!(n.op(), Opcode::CallFunction | Opcode::CallMethod)
-                && n.target().as_op().is_some_and(|d| matches!(d.effect, Effect::Mutates(_)))
-        })
+        .filter(|n| registry_op(n).is_some_and(|d| matches!(d.effect, Effect::Mutates(_))))
         .map(|n| pos[&n.id()])
         .collect();
     let mut taken: HashSet<NodeId> = HashSet::new();
@@ -287,8 +291,7 @@ fn plan_groups(g: &Graph) -> Result<(FusionPlan, Groups)> {
         };
         push_operands(root, &mut cand);
         let mut boundaries = Vec::new();
-        while let Some((&p_pos, &p)) = cand.iter().next_back() {
-            cand.remove(&p_pos);
+        while let Some((p_pos, p)) = cand.pop_last() {
             if members.contains(&p) || inputs.contains(&p) {
                 continue;
             }

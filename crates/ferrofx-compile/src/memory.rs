@@ -142,7 +142,7 @@ pub fn plan_memory(g: &Graph) -> Result<MemoryPlan> {
             continue;
         }
         let Some(m) = n.meta().tensor_meta.as_ref() else { continue };
-        let is_view = n.target().as_op().is_some_and(|d| d.category == Category::View);
+        let is_view = crate::fusion::registry_op(&n).is_some_and(|d| d.category == Category::View);
         if is_view {
             if let Some(base) = n.args().first().and_then(|a| a.as_node()) {
                 alias_of.insert(id, base);
@@ -171,7 +171,7 @@ pub fn plan_memory(g: &Graph) -> Result<MemoryPlan> {
     for &id in &order {
         let Some(&size) = sized.get(&id) else { continue };
         let n = g.node(id).map_err(gerr)?;
-        let elementwise = n.target().as_op().is_some_and(|d| d.category == Category::Elementwise && d.is_pure());
+        let elementwise = crate::fusion::registry_op(&n).is_some_and(|d| d.category == Category::Elementwise && d.is_pure());
         let mut reuse = None;
         if elementwise {
             for a in n.all_input_nodes() {
@@ -260,7 +260,7 @@ fn place(bufs: &[Buf], strategy: Strategy) -> (Vec<usize>, usize) {
         for &(s, e) in &busy {
             if s >= cursor {
                 let gap = s - cursor;
-                if gap >= b.size && best.is_none_or(|(g, _)| gap < g) {
+                if gap >= b.size && best.map_or(true, |(g, _)| gap < g) {
                     best = Some((gap, cursor));
                 }
             }

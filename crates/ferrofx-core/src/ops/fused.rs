@@ -440,7 +440,7 @@ fn unary(op: FusedOp, x: f32) -> f32 {
         FusedOp::Reciprocal => one.div(x),
         FusedOp::Silu => x.div(one.add(Num::neg(x).exp())),
         FusedOp::Gelu => {
-            x.mul(f32::c(0.5)).mul(one.add(x.mul(f32::c(std::f64::consts::FRAC_1_SQRT_2)).erf()))
+            x.mul(f32::c(0.5)).mul(one.add(Float::erf(x.mul(f32::c(std::f64::consts::FRAC_1_SQRT_2)))))
         }
         FusedOp::GeluTanh => {
             let k = f32::c(0.7978845608028654);
