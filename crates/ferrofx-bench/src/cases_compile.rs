@@ -194,15 +194,26 @@ model_cases! {
 
 /// The cases of the group.
 pub fn all() -> Vec<Case> {
-    let c = |id, what, work: Option<(f64, &'static str)>, setup| Case { id, group: "compile", what, work, inner: 1, setup };
+    let c =
+        |id, what, work: Option<(f64, &'static str)>, setup| Case { id, group: "compile", what, work, inner: 1, setup };
     let bytes16 = Some(((2 * N16M * 4) as f64, "GB/s"));
     let bytes24 = Some(((3 * N16M * 4) as f64, "GB/s"));
     vec![
         c("compile_copy_16m", "copy 64 MiB (bandwidth bound of relu((x+1)*2))", bytes16, copy_16m),
-        c("compile_add_mul_relu_16m_unfused", "relu((x+1)*2), 16M f32, GraphModule unfused", bytes16, add_mul_relu_unfused),
+        c(
+            "compile_add_mul_relu_16m_unfused",
+            "relu((x+1)*2), 16M f32, GraphModule unfused",
+            bytes16,
+            add_mul_relu_unfused,
+        ),
         c("compile_add_mul_relu_16m_fused", "relu((x+1)*2), 16M f32, one fused node", bytes16, add_mul_relu_fused),
         c("compile_copy_24m", "copy 96 MiB (bandwidth bound of relu(x+2*y))", bytes24, copy_24m),
-        c("compile_add_scaled_relu_16m_unfused", "relu(x+2*y), 16M f32, GraphModule unfused", bytes24, add_scaled_relu_unfused),
+        c(
+            "compile_add_scaled_relu_16m_unfused",
+            "relu(x+2*y), 16M f32, GraphModule unfused",
+            bytes24,
+            add_scaled_relu_unfused,
+        ),
         c("compile_add_scaled_relu_16m_fused", "relu(x+2*y), 16M f32, one fused node", bytes24, add_scaled_relu_fused),
         c("compile_resnet18_b1", "ResNet-18 compiled, batch 1, 224 px", None, r18_b1),
         c("compile_resnet18_b8", "ResNet-18 compiled, batch 8, 224 px", None, r18_b8),
@@ -210,8 +221,18 @@ pub fn all() -> Vec<Case> {
         c("compile_resnet50_b8", "ResNet-50 compiled, batch 8, 224 px", None, r50_b8),
         c("compile_mobilenet_v2_b1", "MobileNetV2 compiled, batch 1, 224 px", None, mb2_b1),
         c("compile_mobilenet_v2_b8", "MobileNetV2 compiled, batch 8, 224 px", None, mb2_b8),
-        c("compile_transformer_traced", "transformer encoder (384d, 6 layers, 128 tokens), traced", None, transformer_traced),
-        c("compile_transformer", "transformer encoder (384d, 6 layers, 128 tokens), compiled", None, transformer_compiled),
+        c(
+            "compile_transformer_traced",
+            "transformer encoder (384d, 6 layers, 128 tokens), traced",
+            None,
+            transformer_traced,
+        ),
+        c(
+            "compile_transformer",
+            "transformer encoder (384d, 6 layers, 128 tokens), compiled",
+            None,
+            transformer_compiled,
+        ),
         c("compile_time_resnet50", "compile() of traced ResNet-50 (target < 1 s)", None, compile_time_resnet50),
     ]
 }

@@ -6,7 +6,7 @@ use crate::memory::{plan_memory, MemoryPlan};
 use ferrofx_core::{DType, Error, Result, Tensor, Value};
 use ferrofx_fx::passes::manager::PassManager;
 use ferrofx_fx::transformer::emit;
-use ferrofx_fx::{Argument, Graph, GraphModule, Kwargs, Node, ShapeProp, Target, Transformer};
+use ferrofx_fx::{Argument, Graph, GraphModule, Kwargs, Node, Opcode, ShapeProp, Target, Transformer};
 use ferrofx_nn::Module;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -102,6 +102,16 @@ pub struct CompiledModule {
     prepare_time: Duration,
 }
 
+impl fmt::Debug for CompiledModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledModule")
+            .field("module", &self.prepared.traced_type_name())
+            .field("options", &self.options)
+            .field("cache", &self.cache_stats())
+            .finish()
+    }
+}
+
 /// Copies a GraphModule (leaves copied sharing their tensors), turning stateless activation
 /// leaves into registry ops when asked.
 struct Prepare {
@@ -112,8 +122,12 @@ impl Transformer for Prepare {
     fn call_module(&mut self, g: &mut Graph, node: Node<'_>, args: Vec<Argument>, kwargs: Kwargs) -> Result<Argument> {
         match self.activation_ops.get(node.target().name()) {
             Some(op) if args.len() == 1 && kwargs.is_empty() => {
-                let target = Target::op(op).map_err(|e| Error::argument("compile", e.to_string()))?;
-                emit(g, node, target, args, kwargs)
+                let err = |e: ferrofx_fx::GraphError| Error::argument("compile", e.to_string());
+                let target = Target::op(op).map_err(err)?;
+                let id =
+                    g.create_node(Opcode::CallFunction, target, args, kwargs, Some(node.name()), None).map_err(err)?;
+                *g.meta_mut(id).map_err(err)? = node.meta().clone();
+                Ok(Argument::Node(id))
             }
             _ => emit(g, node, node.target().clone(), args, kwargs),
         }
@@ -132,7 +146,8 @@ fn activation_op(type_name: &str) -> Option<&'static str> {
     })
 }
 
-/// Compiles `gm` for inference, specialised to `example_inputs` (their shapes and dtypes; the
+/// Compiles `gm` for inference (the compiled copy runs in eval mode, without autograd through
+/// fused nodes), specialised to `example_inputs` (their shapes and dtypes; the
 /// values are run once through shape propagation). torch.compile's role in ferrofx.
 ///
 /// The pipeline is ordinary passes over a copy of `gm` (which is left untouched): the
@@ -162,15 +177,6 @@ fn activation_op(type_name: &str) -> Option<&'static str> {
 /// # Ok::<(), ferrofx_core::Error>(())
 /// ```
 pub fn compile(gm: &GraphModule, example_inputs: &[Value], options: CompileOptions) -> Result<CompiledModule> {
-    if gm.is_training() {
-        return Err(Error::argument(
-            "compile",
-            format!(
-                "'{}' is in training mode; compile targets inference (BatchNorm folding, fused kernels without autograd): call eval() first",
-                gm.traced_type_name()
-            ),
-        ));
-    }
     if options.cache_size == 0 {
         return Err(Error::argument("compile", "CompileOptions::cache_size must be at least 1"));
     }
@@ -181,6 +187,9 @@ pub fn compile(gm: &GraphModule, example_inputs: &[Value], options: CompileOptio
         HashMap::new()
     };
     let mut prepared = Prepare { activation_ops }.transform(gm)?;
+    // compile targets inference: the copy (and its leaf copies) run in eval mode, so
+    // BatchNorm uses its running statistics and can be folded; `gm` itself is unchanged
+    prepared.eval();
     if options.inference_passes {
         PassManager::inference().run(&mut prepared)?;
     }

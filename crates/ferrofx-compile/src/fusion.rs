@@ -19,8 +19,8 @@
 //! The fused node is placed at the root's position and named after its ops
 //! (`fused_add_mul_relu`); the inputs of the group are its `inputs` list, in first-use order.
 
-use ferrofx_core::ops::fused::{FusedExpr, FusedOp, Instr, Operand, MAX_INPUTS, MAX_INSTRS};
 use ferrofx_core::op::{Effect, OpDef};
+use ferrofx_core::ops::fused::{FusedExpr, FusedOp, Instr, Operand, MAX_INPUTS, MAX_INSTRS};
 use ferrofx_core::{DType, Error, Result};
 use ferrofx_fx::{Argument, Graph, GraphModule, Node, NodeId, Opcode, Target};
 use smallvec::SmallVec;
@@ -260,8 +260,7 @@ fn plan_groups(g: &Graph) -> Result<(FusionPlan, Groups)> {
     let order: Vec<NodeId> = g.iter().map(|n| n.id()).collect();
     let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
     let name = |id: NodeId| g.node(id).map(|n| n.name().to_string()).unwrap_or_default();
-    let lowered: HashMap<NodeId, Lowered> =
-        g.iter().filter_map(|n| lower(g, &n).map(|l| (n.id(), l))).collect();
+    let lowered: HashMap<NodeId, Lowered> = g.iter().filter_map(|n| lower(g, &n).map(|l| (n.id(), l))).collect();
     // positions of in-place ops: a group never spans one
     let mutations: Vec<usize> = g
         .iter()
@@ -305,7 +304,12 @@ fn plan_groups(g: &Graph) -> Result<(FusionPlan, Groups)> {
                     shape_f32(g, p).unwrap_or_default(),
                     root_shape.clone().unwrap_or_default()
                 ))
-            } else if let Some(u) = g.node(p).map_err(|e| Error::argument("fuse_elementwise", e.to_string()))?.users().find(|u| !members.contains(u)) {
+            } else if let Some(u) = g
+                .node(p)
+                .map_err(|e| Error::argument("fuse_elementwise", e.to_string()))?
+                .users()
+                .find(|u| !members.contains(u))
+            {
                 Some(format!("its value is also used by '{}' outside the group", name(u)))
             } else if mutations.iter().any(|&m| m > p_pos && m < root_pos) {
                 Some("an in-place op lies between it and the group".to_string())
@@ -405,8 +409,11 @@ pub fn fuse_elementwise(gm: &mut GraphModule) -> Result<usize> {
     let g = gm.graph_mut();
     let target = Target::op(ferrofx_core::ops::fused::FUSED_ELEMENTWISE.name)
         .map_err(|e| Error::argument("fuse_elementwise", e.to_string()))?;
+    // a group may read the root of an earlier group, which the fused node has replaced
+    let mut replaced: HashMap<NodeId, NodeId> = HashMap::new();
     for (ordered, low) in &groups {
         let (expr, inputs) = build_expr(ordered, low);
+        let inputs: Vec<NodeId> = inputs.iter().map(|i| *replaced.get(i).unwrap_or(i)).collect();
         let root = *ordered.last().ok_or_else(|| Error::argument("fuse_elementwise", "empty group"))?;
         let meta = g.node(root).map_err(gerr)?.meta().clone();
         let new = {
@@ -420,6 +427,7 @@ pub fn fuse_elementwise(gm: &mut GraphModule) -> Result<usize> {
         *g.meta_mut(new).map_err(gerr)? = meta;
         g.rename(new, &format!("fused_{}", expr.short_name())).map_err(gerr)?;
         g.replace_all_uses_with(root, new).map_err(gerr)?;
+        replaced.insert(root, new);
         for &m in ordered.iter().rev() {
             g.erase_node(m).map_err(gerr)?;
         }

@@ -19,6 +19,8 @@ pub mod compiled;
 pub mod fusion;
 pub mod memory;
 
-pub use compiled::{compile, compile_for_shapes, CacheStats, CompileOptions, CompiledModule, ShapeSignature, Specialization};
+pub use compiled::{
+    compile, compile_for_shapes, CacheStats, CompileOptions, CompiledModule, ShapeSignature, Specialization,
+};
 pub use fusion::{fuse_elementwise, plan_fusion, FusionPlan};
 pub use memory::{plan_memory, MemoryPlan};

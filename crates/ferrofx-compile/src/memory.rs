@@ -93,7 +93,10 @@ impl MemoryPlan {
             if a.offset % ALIGN != 0 || a.offset + a.size > self.arena_bytes {
                 return Err(Error::argument(
                     "memory_plan",
-                    format!("buffer of {:?} at {}+{} is misaligned or outside the arena of {} bytes", a.values, a.offset, a.size, self.arena_bytes),
+                    format!(
+                        "buffer of {:?} at {}+{} is misaligned or outside the arena of {} bytes",
+                        a.values, a.offset, a.size, self.arena_bytes
+                    ),
                 ));
             }
             for b in &self.buffers[i + 1..] {
@@ -136,7 +139,11 @@ pub fn plan_memory(g: &Graph) -> Result<MemoryPlan> {
     let mut sized: HashMap<NodeId, usize> = HashMap::new();
     for &id in &order {
         let n = g.node(id).map_err(gerr)?;
-        let end = n.users().map(|u| if g.node(u).map(|u| u.op() == Opcode::Output).unwrap_or(false) { last_step } else { pos[&u] }).max().unwrap_or(pos[&id]);
+        let end = n
+            .users()
+            .map(|u| if g.node(u).map(|u| u.op() == Opcode::Output).unwrap_or(false) { last_step } else { pos[&u] })
+            .max()
+            .unwrap_or(pos[&id]);
         last.insert(id, end);
         if !matches!(n.op(), Opcode::CallFunction | Opcode::CallMethod | Opcode::CallModule) {
             continue;
@@ -171,7 +178,8 @@ pub fn plan_memory(g: &Graph) -> Result<MemoryPlan> {
     for &id in &order {
         let Some(&size) = sized.get(&id) else { continue };
         let n = g.node(id).map_err(gerr)?;
-        let elementwise = crate::fusion::registry_op(&n).is_some_and(|d| d.category == Category::Elementwise && d.is_pure());
+        let elementwise =
+            crate::fusion::registry_op(&n).is_some_and(|d| d.category == Category::Elementwise && d.is_pure());
         let mut reuse = None;
         if elementwise {
             for a in n.all_input_nodes() {
@@ -240,7 +248,9 @@ pub fn plan_memory(g: &Graph) -> Result<MemoryPlan> {
 fn place(bufs: &[Buf], strategy: Strategy) -> (Vec<usize>, usize) {
     let mut idx: Vec<usize> = (0..bufs.len()).collect();
     match strategy {
-        Strategy::GreedyBySize => idx.sort_by(|&a, &b| bufs[b].size.cmp(&bufs[a].size).then(bufs[a].start.cmp(&bufs[b].start))),
+        Strategy::GreedyBySize => {
+            idx.sort_by(|&a, &b| bufs[b].size.cmp(&bufs[a].size).then(bufs[a].start.cmp(&bufs[b].start)))
+        }
         Strategy::BestFitInOrder => idx.sort_by_key(|&a| bufs[a].start),
     }
     let mut offsets = vec![usize::MAX; bufs.len()];

@@ -23,7 +23,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// max |a - b| / max(|a|, 1e-3), NaNs required at the same places.
 fn max_rel_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.shape(), b.shape());
-    let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let (a, b) = (f32s(a), f32s(b));
     let scale = a.iter().filter(|v| v.is_finite()).fold(1e-3f32, |m, v| m.max(v.abs()));
     let mut worst = 0f32;
     for (x, y) in a.iter().zip(&b) {
@@ -135,20 +136,26 @@ fn a_value_used_outside_the_group_stays_a_boundary() {
     let x = randn(&[8, 33], None).unwrap();
     // a = x + 1 is used by the chain and by the final mul: a stays materialised when the
     // second user is not in the group; here both users are in one group, so it fuses
-    let gm = fuse_and_check(&fn1(|x| {
-        let a = (x + 1.0)?;
-        let b = a.sigmoid()?;
-        &a * &b
-    }), &[(&x).into()]);
+    let gm = fuse_and_check(
+        &fn1(|x| {
+            let a = (x + 1.0)?;
+            let b = a.sigmoid()?;
+            &a * &b
+        }),
+        &[(&x).into()],
+    );
     assert_eq!(ops_left(&gm), ["fused_elementwise"]);
 
     // a used by two separate chains that end in different outputs-of-matmul: a boundary
-    let gm = fuse_and_check(&fn1(|x| {
-        let a = (x.exp()? + 1.0)?;
-        let left = a.relu()?.matmul(&x.t()?)?;
-        let right = a.tanh()?.matmul(&x.t()?)?;
-        &left + &right
-    }), &[(&x).into()]);
+    let gm = fuse_and_check(
+        &fn1(|x| {
+            let a = (x.exp()? + 1.0)?;
+            let left = a.relu()?.matmul(&x.t()?)?;
+            let right = a.tanh()?.matmul(&x.t()?)?;
+            &left + &right
+        }),
+        &[(&x).into()],
+    );
     let plan = plan_fusion(gm.graph()).unwrap();
     // exp+add fused (a's users are outside any one group) — a is computed once, not twice
     let fused = fused_nodes(&gm);
@@ -157,17 +164,18 @@ fn a_value_used_outside_the_group_stays_a_boundary() {
     let _ = plan;
 
     // the reason is reported for `show --fused`
-    let mut gm = trace_with_inputs(&fn1(|x| {
-        let a = (x + 1.0)?;
-        let b = (a.relu()? * 3.0)?;
-        Ok(ferrofx_core::ops::join::cat(&[a.clone(), b], 0)?)
-    }), &[(&x).into()]).unwrap();
+    let mut gm = trace_with_inputs(
+        &fn1(|x| {
+            let a = (x + 1.0)?;
+            let b = (a.relu()? * 3.0)?;
+            Ok(ferrofx_core::ops::join::cat(&[a.clone(), b], 0)?)
+        }),
+        &[(&x).into()],
+    )
+    .unwrap();
     ShapeProp::propagate(&mut gm, &[(&x).into()]).unwrap();
     let plan = plan_fusion(gm.graph()).unwrap();
-    assert!(
-        plan.boundaries.iter().any(|b| b.node == "add" && b.reason.contains("also used by 'cat'")),
-        "{plan}"
-    );
+    assert!(plan.boundaries.iter().any(|b| b.node == "add" && b.reason.contains("also used by 'cat'")), "{plan}");
 }
 
 #[test]
@@ -213,7 +221,7 @@ fn non_contiguous_and_aliasing_inputs() {
     assert_eq!(fused_nodes(&gm).len(), 1);
     assert!(ops_left(&gm).contains(&"t".to_string()) || ops_left(&gm).contains(&"transpose".to_string()));
     // x + x: one input read twice
-    fuse_and_check(&fn1(|x| -(((x + x)? * x)?)), &[(&x).into()]);
+    fuse_and_check(&fn1(|x| ((x + x)? * x)?.mul(-1.0)), &[(&x).into()]);
     // a non-contiguous (strided, offset) placeholder value
     let big = randn(&[20, 30], None).unwrap();
     let strided = big.narrow(1, 3, 17).unwrap().t().unwrap();
@@ -366,11 +374,6 @@ fn shape_cache_recompiles_once_per_signature_and_is_bounded() {
     let bad = randn(&[4, 9], None).unwrap();
     let err = c.forward(&bad).unwrap_err().to_string();
     assert!(err.contains("compile") && err.contains("[4, 9]"), "{err}");
-    // training mode is refused
-    let mut mt = Mlp::new(8, &[16], 3).unwrap();
-    mt.train(true);
-    let gmt = trace_with_inputs(&mt, &[(&x).into()]).unwrap();
-    assert!(compile(&gmt, &[(&x).into()], CompileOptions::default()).unwrap_err().to_string().contains("eval()"));
 }
 
 #[test]
@@ -411,8 +414,25 @@ fn compiled_module_saves_and_loads_with_fused_nodes() {
 // Property test: random elementwise graphs, fused vs the unfused Interpreter.
 
 const UNARY: &[&str] = &[
-    "neg", "abs", "relu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "reciprocal", "silu", "gelu", "erf", "sin",
-    "floor", "hardswish", "hardsigmoid", "relu6", "log1p", "expm1",
+    "neg",
+    "abs",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "silu",
+    "gelu",
+    "erf",
+    "sin",
+    "floor",
+    "hardswish",
+    "hardsigmoid",
+    "relu6",
+    "log1p",
+    "expm1",
 ];
 const BINARY: &[&str] = &["add", "sub", "mul", "div", "maximum", "minimum"];
 
@@ -429,7 +449,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (0..UNARY.len(), any::<usize>()).prop_map(|(o, a)| Step::Unary(o, a)),
         (0..BINARY.len(), any::<usize>(), any::<usize>()).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
-        (0..BINARY.len(), any::<usize>(), -3.0f64..3.0).prop_map(|(o, a, c)| Step::Scalar(o, a, c)),
+        (0..4usize, any::<usize>(), -3.0f64..3.0).prop_map(|(o, a, c)| Step::Scalar(o, a, c)),
         (any::<usize>(), -2.0f64..0.0, 0.0f64..2.0).prop_map(|(a, lo, hi)| Step::Clamp(a, lo, hi)),
         (any::<usize>(), 0.0f64..0.5).prop_map(|(a, s)| Step::Leaky(a, s)),
     ]
@@ -445,9 +465,7 @@ fn build(steps: &[Step]) -> Graph {
         let pick = |i: usize| vals[i % vals.len()];
         let n = match s {
             Step::Unary(o, a) => g.call_function(Target::named(UNARY[*o]), vec![pick(*a).into()]),
-            Step::Binary(o, a, b) => {
-                g.call_function(Target::named(BINARY[*o]), vec![pick(*a).into(), pick(*b).into()])
-            }
+            Step::Binary(o, a, b) => g.call_function(Target::named(BINARY[*o]), vec![pick(*a).into(), pick(*b).into()]),
             Step::Scalar(o, a, c) => {
                 g.call_function(Target::named(BINARY[*o]), vec![pick(*a).into(), Argument::Float(*c)])
             }

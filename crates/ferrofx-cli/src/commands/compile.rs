@@ -27,7 +27,9 @@ pub struct CompileArgs {
 
 fn parse_shape(s: &str) -> CliResult<Vec<usize>> {
     s.split(',')
-        .map(|d| d.trim().parse::<usize>().map_err(|_| format!("bad --shape '{s}': expected sizes like 1,3,224,224").into()))
+        .map(|d| {
+            d.trim().parse::<usize>().map_err(|_| format!("bad --shape '{s}': expected sizes like 1,3,224,224").into())
+        })
         .collect()
 }
 
@@ -36,9 +38,17 @@ fn example_inputs(gm: &GraphModule, shapes: &[String]) -> CliResult<Vec<Value>> 
     let placeholders: Vec<_> = gm.graph().iter().filter(|n| n.op() == Opcode::Placeholder).collect();
     if !shapes.is_empty() {
         if shapes.len() != placeholders.len() {
-            return Err(format!("the module takes {} inputs, got {} --shape options", placeholders.len(), shapes.len()).into());
+            return Err(format!(
+                "the module takes {} inputs, got {} --shape options",
+                placeholders.len(),
+                shapes.len()
+            )
+            .into());
         }
-        return shapes.iter().map(|s| Ok(Value::Tensor(ferrofx_core::ops::kernel::zeros(&parse_shape(s)?, DType::F32)?))).collect();
+        return shapes
+            .iter()
+            .map(|s| Ok(Value::Tensor(ferrofx_core::ops::kernel::zeros(&parse_shape(s)?, DType::F32)?)))
+            .collect();
     }
     placeholders
         .iter()
@@ -80,14 +90,16 @@ pub fn run(a: &CompileArgs) -> CliResult<()> {
 pub fn show_fused(gm: &GraphModule) -> CliResult<()> {
     let mut n = 0;
     for node in gm.graph().iter() {
-        if node.op() != Opcode::CallFunction || node.target().name() != ferrofx_core::ops::fused::FUSED_ELEMENTWISE.name {
+        if node.op() != Opcode::CallFunction || node.target().name() != ferrofx_core::ops::fused::FUSED_ELEMENTWISE.name
+        {
             continue;
         }
         n += 1;
         let inputs: Vec<String> = match node.args().first() {
-            Some(Argument::List(items)) => {
-                items.iter().map(|a| a.as_node().and_then(|i| gm.graph().node(i).ok()).map_or("?".into(), |x| x.name().to_string())).collect()
-            }
+            Some(Argument::List(items)) => items
+                .iter()
+                .map(|a| a.as_node().and_then(|i| gm.graph().node(i).ok()).map_or("?".into(), |x| x.name().to_string()))
+                .collect(),
             _ => vec![],
         };
         let expr = match node.args().get(1) {

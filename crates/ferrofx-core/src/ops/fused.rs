@@ -297,7 +297,10 @@ impl FusedExpr {
                         return Err(Error::argument(OP, format!("t{k} reads t{t}, which is not defined before it")));
                     }
                     Operand::Input(i) if i as usize >= MAX_INPUTS => {
-                        return Err(Error::argument(OP, format!("t{k} reads x{i}; a group reads at most {MAX_INPUTS} inputs")));
+                        return Err(Error::argument(
+                            OP,
+                            format!("t{k} reads x{i}; a group reads at most {MAX_INPUTS} inputs"),
+                        ));
                     }
                     Operand::Const(_) => {}
                     _ if j > 0 && ins.op.constant_params() => {
@@ -439,9 +442,7 @@ fn unary(op: FusedOp, x: f32) -> f32 {
         FusedOp::Rsqrt => one.div(Float::sqrt(x)),
         FusedOp::Reciprocal => one.div(x),
         FusedOp::Silu => x.div(one.add(Num::neg(x).exp())),
-        FusedOp::Gelu => {
-            x.mul(f32::c(0.5)).mul(one.add(Float::erf(x.mul(f32::c(std::f64::consts::FRAC_1_SQRT_2)))))
-        }
+        FusedOp::Gelu => x.mul(f32::c(0.5)).mul(one.add(Float::erf(x.mul(f32::c(std::f64::consts::FRAC_1_SQRT_2))))),
         FusedOp::GeluTanh => {
             let k = f32::c(0.7978845608028654);
             let inner = k.mul(x.add(f32::c(0.044715).mul(x).mul(x).mul(x)));
@@ -668,22 +669,35 @@ fn check(inputs: &[Tensor], expr: &FusedExpr) -> Result<SmallVec<[usize; 6]>> {
     if inputs.len() != need {
         return Err(Error::argument(
             OP,
-            format!("the expression '{expr}' reads {need} inputs (x0..x{}), got {} tensors", need.max(1) - 1, inputs.len()),
+            format!(
+                "the expression '{expr}' reads {need} inputs (x0..x{}), got {} tensors",
+                need.max(1) - 1,
+                inputs.len()
+            ),
         ));
     }
     if inputs.is_empty() {
-        return Err(Error::argument(OP, format!("the expression '{expr}' reads no tensor; a group needs at least one input")));
+        return Err(Error::argument(
+            OP,
+            format!("the expression '{expr}' reads no tensor; a group needs at least one input"),
+        ));
     }
     let mut shape: SmallVec<[usize; 6]> = SmallVec::from_slice(inputs[0].shape());
     for (i, t) in inputs.iter().enumerate() {
         if t.dtype() != DType::F32 {
             return Err(Error::dtype(
                 OP,
-                format!("input x{i} has dtype {}; fused groups compute in float32 only (leave other dtypes unfused)", t.dtype()),
+                format!(
+                    "input x{i} has dtype {}; fused groups compute in float32 only (leave other dtypes unfused)",
+                    t.dtype()
+                ),
             ));
         }
         shape = SmallVec::from_slice(&broadcast_shapes(OP, &shape, t.shape()).map_err(|e| {
-            Error::shape(OP, format!("input x{i} of shape {:?} does not broadcast with the others: {}", t.shape(), e.message()))
+            Error::shape(
+                OP,
+                format!("input x{i} of shape {:?} does not broadcast with the others: {}", t.shape(), e.message()),
+            )
         })?);
     }
     Ok(shape)
