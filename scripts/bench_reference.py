@@ -148,7 +148,44 @@ def cases():
             return lambda: torch.save(sd, path), 1
         return make
 
+    # issue 18, group `compile`: PyTorch eager on the same workloads
+    def seed003(two):
+        def make():
+            x = data((16 << 20,), 1)
+            if two:
+                y = data((16 << 20,), 2)
+                return lambda: torch.relu(x + 2 * y), 1
+            return lambda: torch.relu((x + 1) * 2), 1
+        return make
+
+    def copy(n):
+        def make():
+            x = data((n,), 3)
+            return lambda: x.clone(), 1
+        return make
+
+    def model_infer(arch, batch):
+        def make():
+            import torchvision
+            m = getattr(torchvision.models, arch)().eval()
+            x = data((batch, 3, 224, 224), 1)
+            return lambda: m(x), 1
+        return make
+
+    compile_cases = {
+        "compile_copy_16m": copy(16 << 20),
+        "compile_add_mul_relu_16m_unfused": seed003(False),
+        "compile_add_mul_relu_16m_fused": seed003(False),
+        "compile_copy_24m": copy(24 << 20),
+        "compile_add_scaled_relu_16m_unfused": seed003(True),
+        "compile_add_scaled_relu_16m_fused": seed003(True),
+    }
+    for arch in ("resnet18", "resnet50", "mobilenet_v2"):
+        for b in (1, 8):
+            compile_cases[f"compile_{arch}_b{b}"] = model_infer(arch, b)
+
     return {
+        **compile_cases,
         "autograd_mul_tiny": mul_tiny,
         "autograd_mlp_step": mlp_step,
         "resnet18_infer_b1": infer(False),
@@ -184,21 +221,25 @@ ORT_CASES = {
     "resnet50_infer_b1": "resnet50",
     "fx_resnet50_folded_b1": "resnet50",
     "fx_graph_module_resnet18_b1": "resnet18",
+    # issue 18: compiled ferrofx against ONNX Runtime, batch 1 and 8
+    **{f"compile_{a}_b{b}": (a, b) for a in ("resnet18", "resnet50", "mobilenet_v2") for b in (1, 8)},
 }
 
 
-def ort_case(arch, cache={}):
-    """A function running `arch` on ONNX Runtime, or raises if it is unavailable."""
+def ort_case(spec, cache={}):
+    """A function running `spec` (an arch, or (arch, batch)) on ONNX Runtime, or raises if it
+    is unavailable."""
+    arch, batch = spec if isinstance(spec, tuple) else (spec, 1)
     import os
     import tempfile
 
     import onnxruntime as ort
     import torch
     import torchvision
-    if arch not in cache:
+    if (arch, batch) not in cache:
         m = getattr(torchvision.models, arch)().eval()
-        x = data((1, 3, 224, 224), 1)
-        path = os.path.join(tempfile.gettempdir(), f"ferrofx_bench_{arch}_{os.getpid()}.onnx")
+        x = data((batch, 3, 224, 224), 1)
+        path = os.path.join(tempfile.gettempdir(), f"ferrofx_bench_{arch}_b{batch}_{os.getpid()}.onnx")
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -209,8 +250,8 @@ def ort_case(arch, cache={}):
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         os.remove(path)
         xn = x.numpy()
-        cache[arch] = lambda: sess.run(None, {"x": xn})
-    return cache[arch]
+        cache[(arch, batch)] = lambda: sess.run(None, {"x": xn})
+    return cache[(arch, batch)]
 
 
 def main():

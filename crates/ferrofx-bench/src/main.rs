@@ -11,6 +11,7 @@
 //! Runtime when the reference environment has it (a second table).
 
 mod cases;
+mod cases_compile;
 mod cases_models;
 mod timer;
 
@@ -40,7 +41,7 @@ struct Args {
     /// Only cases whose id contains this string.
     #[arg(long)]
     filter: Option<String>,
-    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format.
+    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile.
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
     /// Shorter timing budget (noisier).
@@ -173,11 +174,12 @@ fn main() {
     let cases: Vec<_> = cases::all()
         .into_iter()
         .chain(cases_models::all())
+        .chain(cases_compile::all())
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
-        eprintln!("error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format)");
+        eprintln!("error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile)");
         std::process::exit(2);
     }
     let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
@@ -260,6 +262,7 @@ fn main() {
             eager / folded
         ));
     }
+    md.push_str(&cases_compile::summary(&ours));
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);

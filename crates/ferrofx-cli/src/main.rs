@@ -48,6 +48,8 @@ enum Command {
     Draw(commands::draw::DrawArgs),
     /// A zoo architecture plus a state dict (e.g. from PyTorch) becomes a traced-module file.
     Convert(commands::convert::ConvertArgs),
+    /// Compile a traced-module file for given input shapes (fusion, memory plan) and save it.
+    Compile(commands::compile::CompileArgs),
 }
 
 /// Keeps freed memory in mimalloc's arenas instead of returning it to the OS after 10 ms
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => commands::bench::run(&args),
         Some(Command::Draw(args)) => commands::draw::run(&args),
         Some(Command::Convert(args)) => commands::convert::run(&args),
+        Some(Command::Compile(args)) => commands::compile::run(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 #![doc = include_str!("../../../README.md")]
 #![warn(missing_docs)]
 
+pub use ferrofx_compile as compile;
 pub use ferrofx_core as core;
 pub use ferrofx_fx as fx;
 pub use ferrofx_nn as nn;

@@ -55,6 +55,8 @@ pub fn run(out_dir: &Path, seed: u64, quiet: bool) -> CliResult<()> {
         gm.code()?
     );
     let (_, opt_acc) = evaluate(&gm, &test)?;
+    // compile (fusion + memory plan) for the test set's batch: time before and after
+    let (before_ms, after_ms, compiled_what) = super::compile::time_before_after(&gm, &test.images)?;
     let opt_pred = predict(&gm, &test.images)?;
 
     // save and load
@@ -82,6 +84,10 @@ pub fn run(out_dir: &Path, seed: u64, quiet: bool) -> CliResult<()> {
     println!("  parameters                    {params} (optimised module: {opt_params})");
     println!("  graph nodes                   {nodes_before} traced, {} optimised", gm.graph().len());
     println!("  training time                 {:.1} s", report.elapsed.as_secs_f64());
+    println!(
+        "  test-set inference            {before_ms:.2} ms optimised -> {after_ms:.2} ms compiled ({:.2}x; {compiled_what})",
+        before_ms / after_ms
+    );
     println!(
         "  traced module file            {} ({size} bytes, saved in {save_ms:.1} ms, loaded in {load_ms:.1} ms)",
         file.display()

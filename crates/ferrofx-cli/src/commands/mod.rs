@@ -1,6 +1,7 @@
 //! One file per subcommand.
 
 pub mod bench;
+pub mod compile;
 pub mod convert;
 pub mod demo;
 pub mod draw;

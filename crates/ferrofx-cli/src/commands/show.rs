@@ -35,11 +35,17 @@ pub struct ShowArgs {
     /// Print the expression view (same as `--view exprs`).
     #[arg(long)]
     pub exprs: bool,
+    /// List the fused groups and why neighbouring nodes were not fused.
+    #[arg(long)]
+    pub fused: bool,
 }
 
 /// Runs `ferrofx show`.
 pub fn run(a: &ShowArgs) -> CliResult<()> {
     let gm = GraphModule::load(&a.file).map_err(|e| format!("cannot load {}: {e}", a.file.display()))?;
+    if a.fused {
+        return super::compile::show_fused(&gm);
+    }
     let view = if a.exprs { View::Exprs } else { a.view };
     match view {
         View::Graph => println!("{gm}"),

@@ -7,6 +7,7 @@ pub mod conv;
 pub mod creation;
 pub mod display;
 pub mod embedding;
+pub mod fused;
 pub mod index;
 pub mod inplace;
 pub mod join;
@@ -47,6 +48,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         norm::OPS,
         embedding::OPS,
         unary::OPS,
+        fused::OPS,
         binary::OPS,
         compare::OPS,
         inplace::OPS,

@@ -1,0 +1,261 @@
+//! The `compile` group (issue 18): seed 003's fusion examples against the unfused GraphModule
+//! and a copy of the same bytes (the memory-bandwidth bound), and compiled whole models
+//! (ids shared with `scripts/bench_reference.py`, which runs PyTorch eager and ONNX Runtime on
+//! the same models).
+
+use crate::cases::{tensor, Case, Runner};
+use ferrofx_compile::{compile, CompileOptions};
+use ferrofx_core::{Result, Tensor, Value};
+use ferrofx_fx::{trace_with_inputs, GraphModule};
+use ferrofx_nn::zoo::{MobileNetV2, ResNet, TransformerClassifier};
+use ferrofx_nn::Module;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+const N16M: usize = 16 << 20;
+
+#[derive(ferrofx_nn::Module)]
+struct AddMulRelu {}
+impl Module for AddMulRelu {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        ((x + 1.0)? * 2.0)?.relu()
+    }
+}
+
+#[derive(ferrofx_nn::Module)]
+struct AddScaledRelu {}
+impl Module for AddScaledRelu {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_values(&[x.into(), x.into()])?
+            .pop()
+            .and_then(|v| v.as_tensor().cloned())
+            .ok_or_else(|| ferrofx_core::Error::argument("bench", "no output"))
+    }
+    fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
+        let (x, y) = match inputs {
+            [Value::Tensor(x), Value::Tensor(y)] => (x, y),
+            _ => return Err(ferrofx_core::Error::argument("bench", "two tensors expected")),
+        };
+        Ok(vec![(x + (y * 2.0)?)?.relu()?.into()])
+    }
+}
+
+fn runner(gm: GraphModule, inputs: Vec<Value>) -> Result<Runner> {
+    let _g = ferrofx_core::autograd::no_grad();
+    gm.forward_values(&inputs)?;
+    Ok(Box::new(move || {
+        let _g = ferrofx_core::autograd::no_grad();
+        let _ = gm.forward_values(&inputs);
+    }))
+}
+
+fn seed003(two_inputs: bool, fused: bool) -> Result<Runner> {
+    let inputs: Vec<Value> = if two_inputs {
+        vec![tensor(&[N16M], 1)?.into(), tensor(&[N16M], 2)?.into()]
+    } else {
+        vec![tensor(&[N16M], 1)?.into()]
+    };
+    let mut gm = if two_inputs {
+        trace_with_inputs(&AddScaledRelu {}, &inputs)?
+    } else {
+        trace_with_inputs(&AddMulRelu {}, &inputs)?
+    };
+    if fused {
+        let groups = ferrofx_compile::fuse_elementwise(&mut gm)?;
+        if groups != 1 {
+            return Err(ferrofx_core::Error::argument("bench", format!("expected one fused group, got {groups}")));
+        }
+    }
+    runner(gm, inputs)
+}
+
+fn add_mul_relu_unfused() -> Result<Runner> {
+    seed003(false, false)
+}
+fn add_mul_relu_fused() -> Result<Runner> {
+    seed003(false, true)
+}
+fn add_scaled_relu_unfused() -> Result<Runner> {
+    seed003(true, false)
+}
+fn add_scaled_relu_fused() -> Result<Runner> {
+    seed003(true, true)
+}
+
+/// Copies `n` floats into a fresh buffer on the rayon pool, as the fused kernel writes its
+/// output: the memory-bandwidth bound of a pass that moves the same bytes.
+fn copy(n: usize) -> Result<Runner> {
+    let src = crate::cases::data(n, 3);
+    Ok(Box::new(move || {
+        let mut out: Vec<f32> = Vec::with_capacity(n);
+        out.spare_capacity_mut()[..n].par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(o, s)| {
+            for (o, &v) in o.iter_mut().zip(s) {
+                o.write(v);
+            }
+        });
+        // SAFETY: the chunks cover all n elements and every element was written above.
+        unsafe { out.set_len(n) };
+        std::hint::black_box(&out);
+    }))
+}
+
+/// 64 MiB read + 64 MiB written: the traffic of `relu((x + 1) * 2)` on 16M floats.
+fn copy_16m() -> Result<Runner> {
+    copy(N16M)
+}
+/// 96 MiB read + 96 MiB written: the traffic of `relu(x + 2 * y)` (two inputs, one output).
+fn copy_24m() -> Result<Runner> {
+    copy(N16M + N16M / 2)
+}
+
+fn model(name: &str) -> Result<(Box<dyn Module>, Vec<usize>)> {
+    Ok(match name {
+        "resnet18" => (Box::new(ResNet::resnet18(1000)?), vec![3, 224, 224]),
+        "resnet50" => (Box::new(ResNet::resnet50(1000)?), vec![3, 224, 224]),
+        "mobilenet_v2" => (Box::new(MobileNetV2::new(1000, 1.0)?), vec![3, 224, 224]),
+        _ => return Err(ferrofx_core::Error::argument("bench", format!("unknown model {name}"))),
+    })
+}
+
+fn compiled_model(name: &str, batch: usize) -> Result<Runner> {
+    let (mut m, chw) = model(name)?;
+    m.eval();
+    let mut shape = vec![batch];
+    shape.extend(chw);
+    let x = tensor(&shape, 1)?;
+    let gm = trace_with_inputs(m.as_ref(), &[(&x).into()])?;
+    let t0 = Instant::now();
+    let c = compile(&gm, &[(&x).into()], CompileOptions::default())?;
+    let took = t0.elapsed();
+    if let Some(s) = c.latest() {
+        eprint!(
+            "[{name} b{batch}: compiled in {:.0} ms, {} fused groups; {}] ",
+            took.as_secs_f64() * 1e3,
+            s.fusion.groups.len(),
+            s.memory
+        );
+    }
+    Ok(Box::new(move || {
+        let _g = ferrofx_core::autograd::no_grad();
+        let _ = c.forward(&x);
+    }))
+}
+
+fn transformer() -> Result<(TransformerClassifier, Tensor)> {
+    // all-MiniLM-L6 sized: d_model 384, 12 heads, ff 1536, 6 layers, 128 tokens
+    let mut m = TransformerClassifier::new(1000, 384, 12, 1536, 6, 128, 2, 0.0)?;
+    m.eval();
+    let ids = Tensor::from_vec((0..128).map(|i| (i * 7 % 1000) as i64).collect::<Vec<_>>(), &[1, 128])?;
+    Ok((m, ids))
+}
+
+fn transformer_compiled() -> Result<Runner> {
+    let (m, ids) = transformer()?;
+    let gm = trace_with_inputs(&m, &[(&ids).into()])?;
+    let c = compile(&gm, &[(&ids).into()], CompileOptions::default())?;
+    Ok(Box::new(move || {
+        let _g = ferrofx_core::autograd::no_grad();
+        let _ = c.forward(&ids);
+    }))
+}
+
+fn transformer_traced() -> Result<Runner> {
+    let (m, ids) = transformer()?;
+    let gm = trace_with_inputs(&m, &[(&ids).into()])?;
+    runner(gm, vec![ids.into()])
+}
+
+/// Wall time of `compile` on ResNet-50 at batch 1 (trace excluded; shape propagation, which
+/// runs the model once, included).
+fn compile_time_resnet50() -> Result<Runner> {
+    let mut m = ResNet::resnet50(1000)?;
+    m.eval();
+    let x = tensor(&[1, 3, 224, 224], 1)?;
+    let gm = trace_with_inputs(&m, &[(&x).into()])?;
+    Ok(Box::new(move || {
+        let _ = compile(&gm, &[(&x).into()], CompileOptions::default());
+    }))
+}
+
+macro_rules! model_cases {
+    ($($f:ident => $name:literal, $b:literal;)*) => {
+        $(fn $f() -> Result<Runner> { compiled_model($name, $b) })*
+    };
+}
+model_cases! {
+    r18_b1 => "resnet18", 1;
+    r18_b8 => "resnet18", 8;
+    r50_b1 => "resnet50", 1;
+    r50_b8 => "resnet50", 8;
+    mb2_b1 => "mobilenet_v2", 1;
+    mb2_b8 => "mobilenet_v2", 8;
+}
+
+/// The cases of the group.
+pub fn all() -> Vec<Case> {
+    let c =
+        |id, what, work: Option<(f64, &'static str)>, setup| Case { id, group: "compile", what, work, inner: 1, setup };
+    let bytes16 = Some(((2 * N16M * 4) as f64, "GB/s"));
+    let bytes24 = Some(((3 * N16M * 4) as f64, "GB/s"));
+    vec![
+        c("compile_copy_16m", "copy 64 MiB (bandwidth bound of relu((x+1)*2))", bytes16, copy_16m),
+        c(
+            "compile_add_mul_relu_16m_unfused",
+            "relu((x+1)*2), 16M f32, GraphModule unfused",
+            bytes16,
+            add_mul_relu_unfused,
+        ),
+        c("compile_add_mul_relu_16m_fused", "relu((x+1)*2), 16M f32, one fused node", bytes16, add_mul_relu_fused),
+        c("compile_copy_24m", "copy 96 MiB (bandwidth bound of relu(x+2*y))", bytes24, copy_24m),
+        c(
+            "compile_add_scaled_relu_16m_unfused",
+            "relu(x+2*y), 16M f32, GraphModule unfused",
+            bytes24,
+            add_scaled_relu_unfused,
+        ),
+        c("compile_add_scaled_relu_16m_fused", "relu(x+2*y), 16M f32, one fused node", bytes24, add_scaled_relu_fused),
+        c("compile_resnet18_b1", "ResNet-18 compiled, batch 1, 224 px", None, r18_b1),
+        c("compile_resnet18_b8", "ResNet-18 compiled, batch 8, 224 px", None, r18_b8),
+        c("compile_resnet50_b1", "ResNet-50 compiled, batch 1, 224 px", None, r50_b1),
+        c("compile_resnet50_b8", "ResNet-50 compiled, batch 8, 224 px", None, r50_b8),
+        c("compile_mobilenet_v2_b1", "MobileNetV2 compiled, batch 1, 224 px", None, mb2_b1),
+        c("compile_mobilenet_v2_b8", "MobileNetV2 compiled, batch 8, 224 px", None, mb2_b8),
+        c(
+            "compile_transformer_traced",
+            "transformer encoder (384d, 6 layers, 128 tokens), traced",
+            None,
+            transformer_traced,
+        ),
+        c(
+            "compile_transformer",
+            "transformer encoder (384d, 6 layers, 128 tokens), compiled",
+            None,
+            transformer_compiled,
+        ),
+        c("compile_time_resnet50", "compile() of traced ResNet-50 (target < 1 s)", None, compile_time_resnet50),
+    ]
+}
+
+/// Derived rows under the table: fused vs unfused, fused vs the copy of the same bytes.
+pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>) -> String {
+    let get = |id: &str| ours.get(id).and_then(|r| r.as_ref().ok()).copied();
+    let mut md = String::new();
+    for (name, unfused, fused, copy) in [
+        ("relu((x+1)*2)", "compile_add_mul_relu_16m_unfused", "compile_add_mul_relu_16m_fused", "compile_copy_16m"),
+        ("relu(x+2*y)", "compile_add_scaled_relu_16m_unfused", "compile_add_scaled_relu_16m_fused", "compile_copy_24m"),
+    ] {
+        if let (Some(u), Some(f), Some(c)) = (get(unfused), get(fused), get(copy)) {
+            md.push_str(&format!(
+                "\nFusion of {name} on 16M float32: {:.2}x faster than the unfused GraphModule (target >= 3x); \
+                 {:.2}x the time of a copy of the same bytes (target <= 1.25x).\n",
+                u / f,
+                f / c
+            ));
+        }
+    }
+    if let (Some(t), Some(c)) = (get("compile_transformer_traced"), get("compile_transformer")) {
+        md.push_str(&format!("\nTransformer encoder: compiled {:.2}x the speed of the traced GraphModule.\n", t / c));
+    }
+    md
+}

@@ -1,0 +1,26 @@
+//! # ferrofx-compile
+//!
+//! Makes a captured program run faster: [`compile`] takes a GraphModule and example inputs
+//! (or input shapes) and returns a [`CompiledModule`], PyTorch's `torch.compile` in ferrofx.
+//! It is a pipeline of ordinary FX passes over a copy of the GraphModule, each usable alone:
+//!
+//! 1. the inference pipeline of `ferrofx-fx` (Conv/Linear+BatchNorm folding, DCE, CSE, ...);
+//! 2. activation leaves (`ReLU`, ...) become the registry ops they call, so they can fuse;
+//! 3. per input shape signature: shape propagation, then [`fusion::fuse_elementwise`] (groups
+//!    of float32 elementwise ops become one `fused_elementwise` node carrying its expression
+//!    as data) and [`memory::plan_memory`] (arena offsets from liveness, peak memory).
+//!
+//! Fused nodes are ordinary registry-op nodes: the result prints, runs in the Interpreter,
+//! saves to and loads from `.fxm` files like any GraphModule (loading parses the expression
+//! into the evaluator's closed instruction set; it never runs code from the file).
+#![warn(missing_docs)]
+
+pub mod compiled;
+pub mod fusion;
+pub mod memory;
+
+pub use compiled::{
+    compile, compile_for_shapes, CacheStats, CompileOptions, CompiledModule, ShapeSignature, Specialization,
+};
+pub use fusion::{fuse_elementwise, plan_fusion, FusionPlan};
+pub use memory::{plan_memory, MemoryPlan};

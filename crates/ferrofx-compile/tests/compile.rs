@@ -1,0 +1,515 @@
+//! Issue 18, acceptance 1 and 4: fusion rules, memory-plan validity and compiled = eager on
+//! every zoo model, the shape cache, a property test of random elementwise graphs against the
+//! unfused Interpreter, and the save/load round trip of a compiled module.
+
+use ferrofx_compile::fusion::{fuse_elementwise, plan_fusion};
+use ferrofx_compile::memory::plan_memory;
+use ferrofx_compile::{compile, CompileOptions};
+use ferrofx_core::ops::random::{manual_seed, randn};
+use ferrofx_core::{DType, Result, Tensor, Value};
+use ferrofx_fx::interpreter::DefaultInterpreter;
+use ferrofx_fx::{trace_with_inputs, Argument, Graph, GraphModule, Interpreter, Opcode, ShapeProp, Target};
+use ferrofx_nn::zoo::{DigitsCnn, Mlp, MobileNetV2, ResNet, TransformerClassifier};
+use ferrofx_nn::Module;
+use indexmap::IndexMap;
+use proptest::prelude::*;
+
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// max |a - b| / max(|a|, 1e-3), NaNs required at the same places.
+fn max_rel_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.shape(), b.shape());
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let (a, b) = (f32s(a), f32s(b));
+    let scale = a.iter().filter(|v| v.is_finite()).fold(1e-3f32, |m, v| m.max(v.abs()));
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(&b) {
+        if x.is_nan() || y.is_nan() {
+            assert!(x.is_nan() && y.is_nan(), "NaN mismatch: {x} vs {y}");
+        } else if x.is_infinite() || y.is_infinite() {
+            assert_eq!(x, y);
+        } else {
+            worst = worst.max((x - y).abs() / scale);
+        }
+    }
+    worst
+}
+
+fn fused_nodes(gm: &GraphModule) -> Vec<(String, String)> {
+    gm.graph()
+        .iter()
+        .filter(|n| n.op() == Opcode::CallFunction && n.target().name() == "fused_elementwise")
+        .map(|n| {
+            let expr = match &n.args()[1] {
+                Argument::Str(s) => s.to_string(),
+                other => panic!("expr argument is {other:?}"),
+            };
+            (n.name().to_string(), expr)
+        })
+        .collect()
+}
+
+fn ops_left(gm: &GraphModule) -> Vec<String> {
+    gm.graph()
+        .iter()
+        .filter(|n| matches!(n.op(), Opcode::CallFunction | Opcode::CallMethod))
+        .map(|n| n.target().name().to_string())
+        .collect()
+}
+
+/// A module from a function of its one input.
+#[derive(ferrofx_nn::Module)]
+struct Fn1 {
+    #[module(skip)]
+    f: fn(&Tensor) -> Result<Tensor>,
+}
+impl Module for Fn1 {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        (self.f)(x)
+    }
+}
+fn fn1(f: fn(&Tensor) -> Result<Tensor>) -> Fn1 {
+    Fn1 { f }
+}
+
+/// A module from a function of two inputs.
+#[derive(ferrofx_nn::Module)]
+struct Fn2 {
+    #[module(skip)]
+    f: fn(&Tensor, &Tensor) -> Result<Tensor>,
+}
+fn fn2(f: fn(&Tensor, &Tensor) -> Result<Tensor>) -> Fn2 {
+    Fn2 { f }
+}
+impl Module for Fn2 {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        (self.f)(x, x)
+    }
+    fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
+        match inputs {
+            [Value::Tensor(a), Value::Tensor(b)] => Ok(vec![Value::Tensor((self.f)(a, b)?)]),
+            _ => Err(ferrofx_core::Error::argument("Fn2", "expected two tensors")),
+        }
+    }
+}
+
+/// Traces `m` with `inputs`, fuses, and checks the fused module equals eager bit for bit.
+fn fuse_and_check(m: &dyn Module, inputs: &[Value]) -> GraphModule {
+    let mut gm = trace_with_inputs(m, inputs).unwrap();
+    let want = m.forward_values(inputs).unwrap();
+    fuse_elementwise(&mut gm).unwrap();
+    gm.graph().lint().unwrap();
+    let got = gm.forward_values(inputs).unwrap();
+    for (w, g) in want.iter().zip(&got) {
+        let (w, g) = (w.as_tensor().unwrap(), g.as_tensor().unwrap());
+        assert_eq!(max_rel_diff(w, g), 0.0, "fused result differs from eager\n{}", gm.graph());
+    }
+    gm
+}
+
+#[test]
+fn seed003_chains_become_one_node() {
+    let _s = serial();
+    manual_seed(1);
+    let x = randn(&[3, 17, 40], None).unwrap();
+    let y = randn(&[3, 17, 40], None).unwrap();
+    let gm = fuse_and_check(&fn1(|x| ((x + 1.0)? * 2.0)?.relu()), &[(&x).into()]);
+    assert_eq!(ops_left(&gm), ["fused_elementwise"]);
+    let printed = gm.graph().to_string();
+    assert!(printed.contains("%fused_add_mul_relu"), "{printed}");
+    assert!(printed.contains("t0 = add(x0, 1.0); t1 = mul(t0, 2.0); t2 = relu(t1)"), "{printed}");
+    assert!(gm.code().unwrap().contains("fused_elementwise"));
+
+    let gm = fuse_and_check(&fn2(|x, y| (x + (y * 2.0)?)?.relu()), &[(&x).into(), (&y).into()]);
+    let fused = fused_nodes(&gm);
+    assert_eq!(fused.len(), 1);
+    assert_eq!(fused[0].1, "t0 = mul(x0, 2.0); t1 = add(x1, t0); t2 = relu(t1)");
+}
+
+#[test]
+fn a_value_used_outside_the_group_stays_a_boundary() {
+    let _s = serial();
+    let x = randn(&[8, 33], None).unwrap();
+    // a = x + 1 is used by the chain and by the final mul: a stays materialised when the
+    // second user is not in the group; here both users are in one group, so it fuses
+    let gm = fuse_and_check(
+        &fn1(|x| {
+            let a = (x + 1.0)?;
+            let b = a.sigmoid()?;
+            &a * &b
+        }),
+        &[(&x).into()],
+    );
+    assert_eq!(ops_left(&gm), ["fused_elementwise"]);
+
+    // a used by two separate chains that end in different outputs-of-matmul: a boundary
+    let gm = fuse_and_check(
+        &fn1(|x| {
+            let a = (x.exp()? + 1.0)?;
+            let left = a.relu()?.matmul(&x.t()?)?;
+            let right = a.tanh()?.matmul(&x.t()?)?;
+            &left + &right
+        }),
+        &[(&x).into()],
+    );
+    let plan = plan_fusion(gm.graph()).unwrap();
+    // exp+add fused (a's users are outside any one group) — a is computed once, not twice
+    let fused = fused_nodes(&gm);
+    assert!(fused.iter().any(|(_, e)| e == "t0 = exp(x0); t1 = add(t0, 1.0)"), "{fused:?}");
+    assert_eq!(ops_left(&gm).iter().filter(|o| *o == "relu" || *o == "tanh").count(), 2);
+    let _ = plan;
+
+    // the reason is reported for `show --fused`
+    let mut gm = trace_with_inputs(
+        &fn1(|x| {
+            let a = (x + 1.0)?;
+            let b = (a.relu()? * 3.0)?;
+            Ok(ferrofx_core::ops::join::cat(&[a.clone(), b], 0)?)
+        }),
+        &[(&x).into()],
+    )
+    .unwrap();
+    ShapeProp::propagate(&mut gm, &[(&x).into()]).unwrap();
+    let plan = plan_fusion(gm.graph()).unwrap();
+    assert!(plan.boundaries.iter().any(|b| b.node == "add" && b.reason.contains("also used by 'cat'")), "{plan}");
+}
+
+#[test]
+fn broadcast_operands_are_read_not_recomputed() {
+    let _s = serial();
+    let x = randn(&[2, 4, 5, 6], None).unwrap();
+    let b = randn(&[4, 1, 1], None).unwrap();
+    // bias * 2 has shape [4,1,1]: it stays its own op and is read broadcast by the group
+    let gm = fuse_and_check(&fn2(|x, b| ((x + (b * 2.0)?)? * x)?.relu()), &[(&x).into(), (&b).into()]);
+    let fused = fused_nodes(&gm);
+    assert_eq!(fused.len(), 1, "{}", gm.graph());
+    assert_eq!(ops_left(&gm).iter().filter(|o| *o == "mul").count(), 1, "{}", gm.graph());
+    // a 0-dim tensor operand and a broadcast leading dim
+    let s = Tensor::from_vec(vec![0.5f32], &[]).unwrap();
+    fuse_and_check(&fn2(|x, s| ((x * s)? - 1.0)?.abs()), &[(&x).into(), (&s).into()]);
+    let row = randn(&[6], None).unwrap();
+    fuse_and_check(&fn2(|x, r| ((x + r)?.sigmoid()? * 4.0)?.clamp(0.5, 3.0)), &[(&x).into(), (&row).into()]);
+}
+
+#[test]
+fn other_dtypes_are_never_fused() {
+    let _s = serial();
+    let x = randn(&[10, 3], None).unwrap();
+    let xd = randn(&[10, 3], Some(DType::F64)).unwrap();
+    let xi = Tensor::from_vec((0..30).collect::<Vec<i64>>(), &[10, 3]).unwrap();
+    // f32 + f64 promotes to f64: nothing fuses (the group would compute in the wrong dtype)
+    let gm = fuse_and_check(&fn2(|a, b| ((a + b)? * 2.0)?.relu()), &[(&x).into(), (&xd).into()]);
+    assert!(fused_nodes(&gm).is_empty(), "{}", gm.graph());
+    // int64 tensor: `i + 1` stays int64, `* 0.5` promotes to float32: only the float part may fuse
+    let gm = fuse_and_check(&fn1(|i| (((i + 1)? * 0.5)? + 1.0)?.relu()), &[(&xi).into()]);
+    let left = ops_left(&gm);
+    assert!(left.contains(&"add".to_string()) && left.contains(&"mul".to_string()), "{left:?}");
+    assert_eq!(fused_nodes(&gm).len(), 1);
+}
+
+#[test]
+fn non_contiguous_and_aliasing_inputs() {
+    let _s = serial();
+    let x = randn(&[9, 9], None).unwrap();
+    // x.t() is a view: it is not fused; the group reads it through its strides, and reads x
+    // itself (the same storage) as another input
+    let gm = fuse_and_check(&fn1(|x| ((x.t()? + x)? * 0.5)?.tanh()), &[(&x).into()]);
+    assert_eq!(fused_nodes(&gm).len(), 1);
+    assert!(ops_left(&gm).contains(&"t".to_string()) || ops_left(&gm).contains(&"transpose".to_string()));
+    // x + x: one input read twice
+    fuse_and_check(&fn1(|x| ((x + x)? * x)?.mul(-1.0)), &[(&x).into()]);
+    // a non-contiguous (strided, offset) placeholder value
+    let big = randn(&[20, 30], None).unwrap();
+    let strided = big.narrow(1, 3, 17).unwrap().t().unwrap();
+    fuse_and_check(&fn1(|x| ((x - 2.0)?.exp()? + 1.0)?.log()), &[(&strided).into()]);
+}
+
+#[test]
+fn in_place_ops_and_views_are_never_fused_unsafely() {
+    let _s = serial();
+    let x = randn(&[4, 6], None).unwrap();
+    // y = x + 1 is computed before x.add_(1): fusing it into relu (after the add_) would read
+    // the mutated x
+    let m = fn1(|x| {
+        let x = x.contiguous()?.mul(1.0)?;
+        let y = (&x + 1.0)?;
+        x.add_(1.0)?;
+        (y.relu()? + &x)?.sigmoid()
+    });
+    let gm = fuse_and_check(&m, &[(&x).into()]);
+    let left = ops_left(&gm);
+    assert!(left.contains(&"add_".to_string()), "{left:?}");
+    assert!(left.contains(&"add".to_string()), "the add before the in-place op must stay: {left:?}");
+    // a view between elementwise ops splits the chain
+    let gm = fuse_and_check(&fn1(|x| (x + 1.0)?.view(&[6, 4])?.relu()), &[(&x).into()]);
+    assert!(fused_nodes(&gm).is_empty());
+}
+
+#[test]
+fn expressions_are_data_and_bad_ones_are_errors() {
+    let x = randn(&[5], None).unwrap();
+    for bad in [
+        "t0 = system(x0)",
+        "t0 = add(x0)",
+        "t1 = relu(x0)",
+        "t0 = relu(t0)",
+        "t0 = add(1.0, 2.0)",
+        "t0 = clamp(x0, x0, 1.0)",
+        "",
+        "t0 = relu(x0); t1 = add(x1, t0)",
+    ] {
+        let err = ferrofx_core::ops::fused::fused_elementwise(&[x.clone()], bad).unwrap_err();
+        assert!(err.to_string().contains("fused_elementwise"), "{bad}: {err}");
+    }
+    let xi = Tensor::from_vec(vec![1i64, 2], &[2]).unwrap();
+    let err = ferrofx_core::ops::fused::fused_elementwise(&[xi], "t0 = relu(x0)").unwrap_err();
+    assert!(err.to_string().contains("float32"), "{err}");
+    let y = randn(&[4], None).unwrap();
+    let err = ferrofx_core::ops::fused::fused_elementwise(&[x, y], "t0 = add(x0, x1)").unwrap_err();
+    assert!(err.to_string().contains("broadcast"), "{err}");
+}
+
+/// The zoo in eval mode, with an input each.
+fn zoo() -> Vec<(&'static str, Box<dyn Module>, Tensor)> {
+    manual_seed(21);
+    let mut out: Vec<(&'static str, Box<dyn Module>, Tensor)> = vec![];
+    let mut add = |name: &'static str, mut m: Box<dyn Module>, x: Tensor| {
+        m.eval();
+        out.push((name, m, x));
+    };
+    add("mlp", Box::new(Mlp::new(64, &[32, 16], 10).unwrap()), randn(&[4, 64], None).unwrap());
+    add("digits_cnn", Box::new(DigitsCnn::new().unwrap()), randn(&[4, 1, 8, 8], None).unwrap());
+    add("resnet18", Box::new(ResNet::resnet18(10).unwrap()), randn(&[2, 3, 64, 64], None).unwrap());
+    add("resnet50", Box::new(ResNet::resnet50(10).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
+    add("mobilenet_v2", Box::new(MobileNetV2::new(10, 0.5).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
+    let ids = Tensor::from_vec((0..14).map(|i| (i * 3) % 20).collect::<Vec<i64>>(), &[2, 7]).unwrap();
+    add("transformer", Box::new(TransformerClassifier::new(20, 16, 2, 32, 2, 12, 4, 0.1).unwrap()), ids);
+    out
+}
+
+#[test]
+fn compiled_equals_eager_and_memory_plans_are_valid_on_every_zoo_model() {
+    let _s = serial();
+    let _g = ferrofx_core::autograd::no_grad();
+    for (name, m, x) in zoo() {
+        let want = m.forward(&x).unwrap();
+        let gm = trace_with_inputs(m.as_ref(), &[(&x).into()]).unwrap();
+        let compiled = compile(&gm, &[(&x).into()], CompileOptions::default()).unwrap();
+        let got = compiled.forward(&x).unwrap();
+        let d = max_rel_diff(&want, &got);
+        assert!(d <= 1e-4, "{name}: compiled differs from eager by {d}");
+        let spec = compiled.latest().unwrap();
+        spec.module.graph().lint().unwrap();
+        spec.memory.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(spec.memory.arena_bytes >= spec.memory.lower_bound_bytes, "{name}");
+        assert!(spec.memory.arena_bytes <= spec.memory.total_bytes, "{name}");
+        if matches!(name, "resnet18" | "resnet50" | "mobilenet_v2" | "digits_cnn" | "mlp") {
+            assert!(spec.memory.arena_bytes < spec.memory.total_bytes, "{name}: no reuse at all: {}", spec.memory);
+        }
+        if matches!(name, "resnet18" | "resnet50") {
+            // every residual add + relu is one fused node
+            let fused = fused_nodes(&spec.module);
+            let blocks = if name == "resnet18" { 8 } else { 16 };
+            assert_eq!(fused.len(), blocks, "{name}: {fused:?}");
+            assert!(fused.iter().all(|(_, e)| e == "t0 = add(x0, x1); t1 = relu(t0)"), "{fused:?}");
+        }
+        println!("{name}: {} fused groups; {}", fused_nodes(&spec.module).len(), spec.memory);
+    }
+}
+
+#[test]
+fn memory_plan_reuses_and_checks_overlaps() {
+    let _s = serial();
+    let x = randn(&[64, 64], None).unwrap();
+    // a chain of unfusable ops (matmuls): buffers alternate, so the arena holds two
+    let mut gm = trace_with_inputs(&fn1(|x| x.matmul(x)?.matmul(x)?.matmul(x)?.matmul(x)), &[(&x).into()]).unwrap();
+    ShapeProp::propagate(&mut gm, &[(&x).into()]).unwrap();
+    let mut plan = plan_memory(gm.graph()).unwrap();
+    plan.validate().unwrap();
+    assert_eq!(plan.buffers.len(), 4);
+    assert_eq!(plan.arena_bytes, 2 * 64 * 64 * 4, "{plan}");
+    assert_eq!(plan.lower_bound_bytes, 2 * 64 * 64 * 4);
+    // break it: two live buffers at one offset
+    plan.buffers[1].offset = plan.buffers[0].offset;
+    assert!(plan.validate().unwrap_err().to_string().contains("overlap"));
+    // elementwise ops write in place when their input dies there
+    let mut gm = trace_with_inputs(&fn1(|x| x.matmul(x)?.exp()?.matmul(x)), &[(&x).into()]).unwrap();
+    ShapeProp::propagate(&mut gm, &[(&x).into()]).unwrap();
+    let plan = plan_memory(gm.graph()).unwrap();
+    plan.validate().unwrap();
+    assert_eq!(plan.in_place, 1, "{plan}");
+}
+
+#[test]
+fn shape_cache_recompiles_once_per_signature_and_is_bounded() {
+    let _s = serial();
+    let mut m = Mlp::new(8, &[16], 3).unwrap();
+    m.eval();
+    let x = randn(&[4, 8], None).unwrap();
+    let gm = trace_with_inputs(&m, &[(&x).into()]).unwrap();
+    let opts = CompileOptions { cache_size: 2, ..CompileOptions::default() };
+    let c = compile(&gm, &[(&x).into()], opts).unwrap();
+    assert_eq!((c.cache_stats().misses, c.cache_stats().hits), (1, 0));
+    c.forward(&x).unwrap();
+    assert_eq!(c.cache_stats().hits, 1);
+    let x2 = randn(&[2, 8], None).unwrap();
+    let x3 = randn(&[7, 8], None).unwrap();
+    c.forward(&x2).unwrap();
+    c.forward(&x2).unwrap();
+    assert_eq!((c.cache_stats().misses, c.cache_stats().hits), (2, 2));
+    c.forward(&x3).unwrap(); // evicts [4, 8], the least recently used
+    let s = c.cache_stats();
+    assert_eq!((s.misses, s.evictions, s.len), (3, 1, 2));
+    c.forward(&x).unwrap();
+    assert_eq!(c.cache_stats().misses, 4);
+    // results of every specialisation equal eager
+    for x in [&x, &x2, &x3] {
+        assert_eq!(max_rel_diff(&m.forward(x).unwrap(), &c.forward(x).unwrap()), 0.0);
+    }
+    // a shape that makes the graph invalid: a clear error naming compile and the shapes
+    let bad = randn(&[4, 9], None).unwrap();
+    let err = c.forward(&bad).unwrap_err().to_string();
+    assert!(err.contains("compile") && err.contains("[4, 9]"), "{err}");
+}
+
+#[test]
+fn compiled_module_saves_and_loads_with_fused_nodes() {
+    let _s = serial();
+    let mut m = DigitsCnn::new().unwrap();
+    m.eval();
+    let x = randn(&[3, 1, 8, 8], None).unwrap();
+    let gm = trace_with_inputs(&m, &[(&x).into()]).unwrap();
+    let c = compile(&gm, &[(&x).into()], CompileOptions::default()).unwrap();
+    let spec = c.latest().unwrap();
+    let before = spec.module.forward(&x).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("digits.compiled.fxm");
+    spec.module.save(&path).unwrap();
+    let loaded = GraphModule::load(&path).unwrap();
+    assert_eq!(fused_nodes(&loaded), fused_nodes(&spec.module));
+    assert_eq!(max_rel_diff(&before, &loaded.forward(&x).unwrap()), 0.0);
+
+    // seed 003 model: its fused node survives and still computes
+    let y = randn(&[2, 3], None).unwrap();
+    let mut g = trace_with_inputs(&fn1(|x| ((x + 1.0)? * 2.0)?.relu()), &[(&y).into()]).unwrap();
+    fuse_elementwise(&mut g).unwrap();
+    let bytes = g.to_bytes().unwrap();
+    let back = GraphModule::from_bytes(&bytes).unwrap();
+    assert_eq!(fused_nodes(&back).len(), 1);
+    assert_eq!(max_rel_diff(&g.forward(&y).unwrap(), &back.forward(&y).unwrap()), 0.0);
+
+    // a file whose expression names an unknown function: an error, nothing runs
+    let text = String::from_utf8_lossy(&bytes).replace("relu(t1)", "evil(t1)");
+    if let Ok(evil) = GraphModule::from_bytes(text.as_bytes()) {
+        let err = evil.forward(&y).unwrap_err().to_string();
+        assert!(err.contains("unknown function 'evil'"), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property test: random elementwise graphs, fused vs the unfused Interpreter.
+
+const UNARY: &[&str] = &[
+    "neg",
+    "abs",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "silu",
+    "gelu",
+    "erf",
+    "sin",
+    "floor",
+    "hardswish",
+    "hardsigmoid",
+    "relu6",
+    "log1p",
+    "expm1",
+];
+const BINARY: &[&str] = &["add", "sub", "mul", "div", "maximum", "minimum"];
+
+#[derive(Debug, Clone)]
+enum Step {
+    Unary(usize, usize),
+    Binary(usize, usize, usize),
+    Scalar(usize, usize, f64),
+    Clamp(usize, f64, f64),
+    Leaky(usize, f64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..UNARY.len(), any::<usize>()).prop_map(|(o, a)| Step::Unary(o, a)),
+        (0..BINARY.len(), any::<usize>(), any::<usize>()).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
+        (0..4usize, any::<usize>(), -3.0f64..3.0).prop_map(|(o, a, c)| Step::Scalar(o, a, c)),
+        (any::<usize>(), -2.0f64..0.0, 0.0f64..2.0).prop_map(|(a, lo, hi)| Step::Clamp(a, lo, hi)),
+        (any::<usize>(), 0.0f64..0.5).prop_map(|(a, s)| Step::Leaky(a, s)),
+    ]
+}
+
+/// Builds a graph over placeholders of shapes [4, 37], [37] (broadcast) and [4, 37], applying
+/// the steps to random earlier values; returns the last two values (several outputs: some
+/// intermediate values have users outside their group).
+fn build(steps: &[Step]) -> Graph {
+    let mut g = Graph::new();
+    let mut vals = vec![g.placeholder("a").unwrap(), g.placeholder("b").unwrap(), g.placeholder("c").unwrap()];
+    for s in steps {
+        let pick = |i: usize| vals[i % vals.len()];
+        let n = match s {
+            Step::Unary(o, a) => g.call_function(Target::named(UNARY[*o]), vec![pick(*a).into()]),
+            Step::Binary(o, a, b) => g.call_function(Target::named(BINARY[*o]), vec![pick(*a).into(), pick(*b).into()]),
+            Step::Scalar(o, a, c) => {
+                g.call_function(Target::named(BINARY[*o]), vec![pick(*a).into(), Argument::Float(*c)])
+            }
+            Step::Clamp(a, lo, hi) => g.call_function(
+                Target::named("clamp"),
+                vec![pick(*a).into(), Argument::Float(*lo), Argument::Float(*hi)],
+            ),
+            Step::Leaky(a, s) => {
+                g.call_function(Target::named("leaky_relu"), vec![pick(*a).into(), Argument::Float(*s)])
+            }
+        }
+        .unwrap();
+        vals.push(n);
+    }
+    let k = vals.len();
+    g.output(Argument::tuple([vals[k - 1].into(), vals[k / 2].into()])).unwrap();
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #[test]
+    fn random_elementwise_graphs_fuse_to_the_same_values(steps in proptest::collection::vec(step(), 1..14), seed in 0u64..1000) {
+        let _s = serial();
+        manual_seed(seed);
+        let inputs: Vec<Value> = vec![
+            randn(&[4, 37], None).unwrap().into(),
+            randn(&[37], None).unwrap().into(),
+            randn(&[4, 37], None).unwrap().into(),
+        ];
+        let g = build(&steps);
+        let mut gm = GraphModule::from_parts(g, IndexMap::new(), IndexMap::new(), "Random", false).unwrap();
+        let want = DefaultInterpreter(&gm).run(&inputs).unwrap();
+        ShapeProp::propagate(&mut gm, &inputs).unwrap();
+        let groups = fuse_elementwise(&mut gm).unwrap();
+        gm.graph().lint().unwrap();
+        let got = gm.forward_values(&inputs).unwrap();
+        let got_interp = DefaultInterpreter(&gm).run(&inputs).unwrap();
+        prop_assert_eq!(want.len(), got.len());
+        for ((w, g), gi) in want.iter().zip(&got).zip(&got_interp) {
+            let (w, g, gi) = (w.as_tensor().unwrap(), g.as_tensor().unwrap(), gi.as_tensor().unwrap());
+            let d = max_rel_diff(w, g);
+            prop_assert!(d == 0.0, "differs by {} with {} groups:\n{}", d, groups, gm.graph());
+            prop_assert_eq!(max_rel_diff(g, gi), 0.0);
+        }
+    }
+}
