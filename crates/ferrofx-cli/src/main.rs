@@ -48,6 +48,8 @@ enum Command {
     Draw(commands::draw::DrawArgs),
     /// A zoo architecture plus a state dict (e.g. from PyTorch) becomes a traced-module file.
     Convert(commands::convert::ConvertArgs),
+    /// Import an ONNX model as a traced-module file.
+    Import(commands::onnx::ImportArgs),
 }
 
 /// Keeps freed memory in mimalloc's arenas instead of returning it to the OS after 10 ms
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => commands::bench::run(&args),
         Some(Command::Draw(args)) => commands::draw::run(&args),
         Some(Command::Convert(args)) => commands::convert::run(&args),
+        Some(Command::Import(args)) => commands::onnx::run_import(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
