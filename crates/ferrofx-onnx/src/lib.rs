@@ -9,6 +9,7 @@
 //! See `docs/onnx.md` for the op table and the backend-suite results.
 #![warn(missing_docs)]
 
+pub mod builder;
 pub mod import;
 pub mod model;
 mod ops;
@@ -20,4 +21,4 @@ pub use model::ModelFile;
 pub use ops::supported_ops;
 
 /// The newest default-domain opset the importer accepts (the `onnx` 1.23 package's).
-pub const MAX_OPSET: i64 = 23;
+pub const MAX_OPSET: i64 = 28;

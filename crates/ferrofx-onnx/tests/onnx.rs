@@ -5,5 +5,7 @@
 mod backend;
 #[path = "suite/common.rs"]
 mod common;
+#[path = "suite/corrupt.rs"]
+mod corrupt;
 #[path = "suite/zoo.rs"]
 mod zoo;

@@ -248,6 +248,23 @@ fn bitshift(n: &Node<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![cast(&r, x.dtype())?])
 }
 
+fn swish_of(x: &Tensor, alpha: f64) -> Result<Tensor> {
+    let sx = if alpha == 1.0 { x.clone() } else { mul_s(x, alpha)? };
+    call("mul", vec![v(x), v(&call("sigmoid", vec![v(&sx)])?)])
+}
+
+fn swish(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    Ok(vec![swish_of(n.x(0)?, n.f("alpha", 1.0))?])
+}
+
+fn swiglu(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let (a, b) = (n.x(0)?, n.x(1)?);
+    if a.shape() != b.shape() {
+        return Err(n.err(format!("A {:?} and B {:?} must have the same shape", a.shape(), b.shape())));
+    }
+    Ok(vec![call("mul", vec![v(&swish_of(a, n.f("alpha", 1.0))?), v(b)])?])
+}
+
 /// (ONNX op type, converter) for this family.
 pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Abs", |n| unary(n, "abs")),
@@ -312,4 +329,6 @@ pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Mean", mean),
     ("Clip", clip),
     ("Where", where_),
+    ("Swish", swish),
+    ("SwiGLU", swiglu),
 ];

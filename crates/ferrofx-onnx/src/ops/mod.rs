@@ -6,12 +6,17 @@
 //! depend on constants and known shapes (`Shape`, `Gather` on a shape, `Constant`...) are
 //! computed on concrete tensors and so folded away.
 //!
-//! One file per family: [`elementwise`], [`shape`], [`reduce`], [`nn`].
+//! One file per family: [`elementwise`], [`shape`], [`reduce`], [`nn`], [`quant`], [`signal`],
+//! [`resize`], [`einsum`].
 
+pub(crate) mod einsum;
 pub(crate) mod elementwise;
 pub(crate) mod nn;
+pub(crate) mod quant;
 pub(crate) mod reduce;
+pub(crate) mod resize;
 pub(crate) mod shape;
+pub(crate) mod signal;
 
 use crate::proto::{attribute_proto::AttributeType, AttributeProto, NodeProto};
 use crate::tensor_proto::{tensor_from_proto, ExternalDataDir};
@@ -163,7 +168,7 @@ pub(crate) fn scalar_of(value: f64, dtype: DType) -> Result<Tensor> {
 }
 
 /// Every family's table of (ONNX op type, converter).
-const TABLES: &[&[(&str, Convert)]] = &[elementwise::TABLE, shape::TABLE, reduce::TABLE, nn::TABLE];
+const TABLES: &[&[(&str, Convert)]] = &[elementwise::TABLE, shape::TABLE, reduce::TABLE, nn::TABLE, quant::TABLE, signal::TABLE, resize::TABLE, einsum::TABLE];
 
 /// The converter of ONNX op `op_type` (default domain), if supported.
 pub(crate) fn converter(op_type: &str) -> Option<Convert> {

@@ -42,6 +42,12 @@ fn ints_or(n: &Node<'_>, name: &str, k: usize, default: i64) -> Vec<i64> {
 }
 
 fn conv(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    Ok(vec![conv_op(n)?])
+}
+
+/// `Conv` on the node's inputs 0 (x), 1 (w), 2 (optional bias); shared by the integer and
+/// QLinear convolutions.
+pub(crate) fn conv_op(n: &Node<'_>) -> Result<Tensor> {
     let (x, w) = (n.x(0)?, n.x(1)?);
     let b = n.opt(2);
     let k = x.ndim().saturating_sub(2);
@@ -79,7 +85,7 @@ fn conv(n: &Node<'_>) -> Result<Vec<Tensor>> {
         ],
     )
     .map_err(|e| n.err(e))?;
-    Ok(vec![y])
+    Ok(y)
 }
 
 fn conv_transpose(n: &Node<'_>) -> Result<Vec<Tensor>> {
@@ -418,6 +424,118 @@ fn mean_variance_normalization(n: &Node<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![call("div", vec![v(&call("sub", vec![v(x), v(&m)])?), v(&std)])?])
 }
 
+fn rms_norm(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let (x, scale) = (n.x(0)?, n.x(1)?);
+    let axis = n.axis(n.i("axis", -1), x.ndim())?;
+    let dims: Vec<i64> = (axis as i64..x.ndim() as i64).collect();
+    let xf = cast(x, DType::F32)?;
+    let ms = call("mean", vec![v(&call("mul", vec![v(&xf), v(&xf)])?), Value::Ints(dims), Value::Bool(true)])?;
+    let r = call("rsqrt", vec![v(&call("add", vec![v(&ms), Value::Float(n.f("epsilon", 1e-5))])?)])?;
+    let y = cast(&call("mul", vec![v(&xf), v(&r)])?, x.dtype())?;
+    Ok(vec![call("mul", vec![v(&y), v(scale)])?])
+}
+
+fn abs_pow(x: &Tensor, p: i64) -> Result<Tensor> {
+    let a = call("abs", vec![v(x)])?;
+    if p == 1 {
+        Ok(a)
+    } else {
+        call("pow", vec![v(&a), Value::Float(p as f64)])
+    }
+}
+
+fn root(x: &Tensor, p: i64) -> Result<Tensor> {
+    if p == 1 {
+        Ok(x.clone())
+    } else {
+        call("pow", vec![v(x), Value::Float(1.0 / p as f64)])
+    }
+}
+
+fn lp_pool(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let x = n.x(0)?;
+    let p = n.i("p", 2);
+    let k = x.ndim().saturating_sub(2);
+    if !(1..=2).contains(&k) {
+        return Err(n.err(format!("only 1-D and 2-D pooling is supported (input {:?})", x.shape())));
+    }
+    let kernel = n.ints("kernel_shape").ok_or_else(|| n.err("`kernel_shape` is required"))?;
+    let strides = ints_or(n, "strides", k, 1);
+    let dilations = ints_or(n, "dilations", k, 1);
+    if dilations.iter().any(|&d| d != 1) {
+        return Err(n.err("LpPool with dilations is not supported"));
+    }
+    let pads = spatial_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
+    let mut full = vec![(0, 0); 2];
+    full.extend(pads.iter().copied());
+    let xp = pad_dims(&abs_pow(x, p)?, &full, "constant", 0.0)?;
+    let op = if k == 1 { "avg_pool1d" } else { "avg_pool2d" };
+    let ceil = n.i("ceil_mode", 0) != 0;
+    let avg = call(
+        op,
+        vec![v(&xp), Value::Ints(kernel.clone()), Value::Ints(strides), Value::Ints(vec![0; k]), Value::Bool(ceil), Value::Bool(true)],
+    )?;
+    let sum = call("mul", vec![v(&avg), Value::Float(kernel.iter().product::<i64>() as f64)])?;
+    Ok(vec![root(&sum, p)?])
+}
+
+fn global_lp_pool(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let x = n.x(0)?;
+    let p = n.i("p", 2);
+    let dims: Vec<i64> = (2..x.ndim() as i64).collect();
+    let s = call("sum", vec![v(&abs_pow(x, p)?), Value::Ints(dims), Value::Bool(true)])?;
+    Ok(vec![root(&s, p)?])
+}
+
+/// Negative log-likelihood of `logp` `[N, C, d...]` at `target` `[N, d...]` with optional class
+/// weights, `ignore_index` and reduction (ONNX's `NegativeLogLikelihoodLoss`).
+fn nll(n: &Node<'_>, logp: &Tensor, target: &Tensor, weight: Option<&Tensor>) -> Result<Tensor> {
+    let target = cast(target, DType::I64)?;
+    let ignore = n.attr("ignore_index").and_then(|a| a.i);
+    let (safe, keep) = match ignore {
+        Some(ig) => {
+            let is_ig = call("eq", vec![v(&target), Value::Int(ig)])?;
+            let zero = super::scalar_of(0.0, DType::I64)?;
+            (call("where", vec![v(&is_ig), v(&zero), v(&target)])?, Some(call("logical_not", vec![v(&is_ig)])?))
+        }
+        None => (target.clone(), None),
+    };
+    let mut ishape: Vec<i64> = safe.shape().iter().map(|&d| d as i64).collect();
+    ishape.insert(1, 1);
+    let idx = call("reshape", vec![v(&safe), Value::Ints(ishape)])?;
+    let picked = call("gather", vec![v(logp), Value::Int(1), v(&idx)])?;
+    let tshape: Vec<i64> = safe.shape().iter().map(|&d| d as i64).collect();
+    let picked = call("reshape", vec![v(&picked), Value::Ints(tshape.clone())])?;
+    let mut w = match weight {
+        Some(w) => {
+            let flat = call("reshape", vec![v(&safe), Value::Ints(vec![safe.numel() as i64])])?;
+            let g = call("index_select", vec![v(w), Value::Int(0), v(&flat)])?;
+            call("reshape", vec![v(&g), Value::Ints(tshape)])?
+        }
+        None => call("ones_like", vec![v(&picked)])?,
+    };
+    if let Some(keep) = keep {
+        w = call("mul", vec![v(&w), v(&cast(&keep, w.dtype())?)])?;
+    }
+    let loss = call("neg", vec![v(&call("mul", vec![v(&picked), v(&w)])?)])?;
+    match n.s("reduction").as_deref().unwrap_or("mean") {
+        "none" => Ok(loss),
+        "sum" => call("sum", vec![v(&loss)]),
+        "mean" => call("div", vec![v(&call("sum", vec![v(&loss)])?), v(&call("sum", vec![v(&w)])?)]),
+        other => Err(n.err(format!("reduction `{other}` is not one of none, sum, mean"))),
+    }
+}
+
+fn nll_loss(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    Ok(vec![nll(n, n.x(0)?, n.x(1)?, n.opt(2))?])
+}
+
+fn softmax_cross_entropy(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let logp = call("log_softmax", vec![v(n.x(0)?), Value::Int(1)])?;
+    let loss = nll(n, &logp, n.x(1)?, n.opt(2))?;
+    Ok(vec![loss, logp])
+}
+
 /// (ONNX op type, converter) for this family.
 pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Conv", conv),
@@ -436,4 +554,9 @@ pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("LRN", lrn),
     ("LpNormalization", lp_normalization),
     ("MeanVarianceNormalization", mean_variance_normalization),
+    ("RMSNormalization", rms_norm),
+    ("LpPool", lp_pool),
+    ("GlobalLpPool", global_lp_pool),
+    ("NegativeLogLikelihoodLoss", nll_loss),
+    ("SoftmaxCrossEntropyLoss", softmax_cross_entropy),
 ];

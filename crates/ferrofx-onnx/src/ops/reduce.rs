@@ -147,16 +147,26 @@ fn hardmax(n: &Node<'_>) -> Result<Vec<Tensor>> {
 }
 
 fn cumsum(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    scan(n, "cumsum", "zeros_like")
+}
+
+fn cumprod(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    scan(n, "cumprod", "ones_like")
+}
+
+/// A cumulative op along the node's axis, with ONNX's `reverse` and `exclusive` (shift by one,
+/// starting from the op's identity element made by `identity_like`).
+fn scan(n: &Node<'_>, op: &str, identity_like: &str) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let axis = n.axis(n.const_ints(n.x(1)?, "axis")?[0], x.ndim())?;
     let reverse = n.i("reverse", 0) != 0;
     let exclusive = n.i("exclusive", 0) != 0;
     let xx = if reverse { flip(x, axis)? } else { x.clone() };
-    let mut y = cast(&call("cumsum", vec![v(&xx), Value::Int(axis as i64)])?, x.dtype())?;
+    let mut y = cast(&call(op, vec![v(&xx), Value::Int(axis as i64)])?, x.dtype())?;
     if exclusive {
         // Shift by one along the axis: zero first, then the sums without the last.
         let d = xx.shape()[axis] as i64;
-        let zeros = call("zeros_like", vec![v(&call("slice", vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int(1), Value::Int(1)])?)])?;
+        let zeros = call(identity_like, vec![v(&call("slice", vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int(1), Value::Int(1)])?)])?;
         let head = call("slice", vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int((d - 1).max(0)), Value::Int(1)])?;
         y = call("cat", vec![Value::Tensors(vec![zeros, head]), Value::Int(axis as i64)])?;
     }
@@ -193,5 +203,6 @@ pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("LogSoftmax", |n| softmax_like(n, "log_softmax")),
     ("Hardmax", hardmax),
     ("CumSum", cumsum),
+    ("CumProd", cumprod),
     ("TopK", topk),
 ];

@@ -536,6 +536,142 @@ fn one_hot(n: &Node<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![call("where", vec![v(&hot), v(&on), v(&off)])?])
 }
 
+/// Linear indices into `data` flattened over its first `b + k` dims, for `indices` whose last
+/// dim holds `k` coordinates after `b` batch dims (GatherND / ScatterND). Returns the linear
+/// index tensor (shape `indices.shape[..-1]`) and the remaining dims of `data`.
+fn nd_linear(n: &Node<'_>, data: &Tensor, idx: &Tensor, b: usize) -> Result<(Tensor, Vec<i64>)> {
+    let ishape: Vec<i64> = usize_shape(idx);
+    let k = *ishape.last().ok_or_else(|| n.err("indices must have rank >= 1"))? as usize;
+    let ds = usize_shape(data);
+    if b + k > ds.len() || b >= ishape.len() {
+        return Err(n.err(format!("indices {ishape:?} (batch_dims {b}) do not fit data {ds:?}")));
+    }
+    let idx = cast(idx, DType::I64)?;
+    // Wrap negative coordinates: where(i < 0, i + dim, i) with the dims as a constant row.
+    let dims = i64_tensor(&ds[b..b + k])?;
+    let neg = call("lt", vec![v(&idx), Value::Int(0)])?;
+    let idx = call("where", vec![v(&neg), v(&call("add", vec![v(&idx), v(&dims)])?), v(&idx)])?;
+    let mut strides = vec![1i64; k];
+    for j in (0..k.saturating_sub(1)).rev() {
+        strides[j] = strides[j + 1] * ds[b + j + 1];
+    }
+    let lin = call("sum", vec![v(&call("mul", vec![v(&idx), v(&i64_tensor(&strides)?)])?), Value::Ints(vec![-1]), Value::Bool(false)])?;
+    let lin = if b > 0 {
+        let inner: i64 = ds[b..b + k].iter().product();
+        let nb: i64 = ds[..b].iter().product();
+        let mut bshape: Vec<i64> = ds[..b].to_vec();
+        bshape.extend(std::iter::repeat_n(1, ishape.len() - 1 - b));
+        let base = Tensor::from_vec((0..nb).map(|i| i * inner).collect::<Vec<i64>>(), &bshape.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
+        call("add", vec![v(&lin), v(&base)])?
+    } else {
+        lin
+    };
+    Ok((lin, ds[b + k..].to_vec()))
+}
+
+fn gather_nd(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let (data, idx) = (n.x(0)?, n.x(1)?);
+    let b = n.i("batch_dims", 0).max(0) as usize;
+    let (lin, rest) = nd_linear(n, data, idx, b)?;
+    let ds = usize_shape(data);
+    let k = *usize_shape(idx).last().unwrap_or(&0) as usize;
+    let mut flat_shape = vec![ds[..b + k].iter().product::<i64>()];
+    flat_shape.extend(&rest);
+    let flat = reshape_to(data, &flat_shape)?;
+    let picked = call("index_select", vec![v(&flat), Value::Int(0), v(&reshape_to(&lin, &[lin.numel() as i64])?)])?;
+    let mut out: Vec<i64> = usize_shape(&lin);
+    out.extend(&rest);
+    Ok(vec![reshape_to(&picked, &out)?])
+}
+
+fn scatter_nd(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let (data, idx, upd) = (n.x(0)?, n.x(1)?, n.x(2)?);
+    let (lin, rest) = nd_linear(n, data, idx, 0)?;
+    let ds = usize_shape(data);
+    let k = ds.len() - rest.len();
+    let mut flat_shape = vec![ds[..k].iter().product::<i64>()];
+    flat_shape.extend(&rest);
+    let flat = reshape_to(data, &flat_shape)?;
+    let l = lin.numel() as i64;
+    let mut ushape = vec![l];
+    ushape.extend(&rest);
+    let upd = reshape_to(upd, &ushape)?;
+    let mut ishape = vec![l];
+    ishape.extend(std::iter::repeat_n(1, rest.len()));
+    let index = call("expand", vec![v(&reshape_to(&lin, &ishape)?), Value::Ints(ushape)])?;
+    let op = match n.s("reduction").as_deref().unwrap_or("none") {
+        "none" => "scatter",
+        "add" => "scatter_add",
+        other => return Err(n.err(format!("reduction `{other}` is not supported (supported: none, add)"))),
+    };
+    let y = call(op, vec![v(&flat), Value::Int(0), v(&index), v(&upd)])?;
+    Ok(vec![reshape_to(&y, &ds)?])
+}
+
+fn compress(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let (x, cond) = (n.x(0)?, n.x(1)?);
+    let c = n.const_ints(cond, "condition")?;
+    let (x, axis) = match n.attr("axis").and_then(|a| a.i) {
+        Some(a) => (x.clone(), n.axis(a, x.ndim())?),
+        None => (reshape_to(x, &[x.numel() as i64])?, 0),
+    };
+    let d = x.shape()[axis];
+    let idx: Vec<i64> = c.iter().take(d).enumerate().filter(|(_, &b)| b != 0).map(|(i, _)| i as i64).collect();
+    Ok(vec![call("index_select", vec![v(&x), Value::Int(axis as i64), v(&i64_tensor(&idx)?)])?])
+}
+
+fn reverse_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let x = n.x(0)?;
+    let lens = n.const_ints(n.x(1)?, "sequence_lens")?;
+    let ba = n.axis(n.i("batch_axis", 1), x.ndim())?;
+    let ta = n.axis(n.i("time_axis", 0), x.ndim())?;
+    let (nb, nt) = (x.shape()[ba], x.shape()[ta]);
+    if lens.len() != nb {
+        return Err(n.err(format!("sequence_lens has {} entries for a batch of {nb}", lens.len())));
+    }
+    // Gather index along the time axis, shaped with the batch and time dims in place.
+    let mut shape = vec![1usize; x.ndim()];
+    shape[ba] = nb;
+    shape[ta] = nt;
+    let mut vals = vec![0i64; nb * nt];
+    for bi in 0..nb {
+        for t in 0..nt {
+            let l = lens[bi].clamp(0, nt as i64);
+            let src = if (t as i64) < l { l - 1 - t as i64 } else { t as i64 };
+            let pos = if ba < ta { bi * nt + t } else { t * nb + bi };
+            vals[pos] = src;
+        }
+    }
+    let idx = Tensor::from_vec(vals, &shape)?;
+    let idx = call("expand", vec![v(&idx), Value::Ints(usize_shape(x))])?;
+    Ok(vec![call("gather", vec![v(x), Value::Int(ta as i64), v(&call("contiguous", vec![v(&idx)])?)])?])
+}
+
+fn center_crop_pad(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    let x = n.x(0)?;
+    let target = n.const_ints(n.x(1)?, "shape")?;
+    let r = x.ndim();
+    let axes: Vec<usize> = match n.ints("axes") {
+        Some(a) => a.iter().map(|&a| n.axis(a, r)).collect::<Result<_>>()?,
+        None => (0..r).collect(),
+    };
+    if axes.len() != target.len() {
+        return Err(n.err(format!("shape {target:?} must have one entry per axis ({} axes)", axes.len())));
+    }
+    let mut full = vec![(0i64, 0i64); r];
+    for (&a, &t) in axes.iter().zip(&target) {
+        let d = x.shape()[a] as i64;
+        if t < d {
+            let s = (d - t) / 2;
+            full[a] = (-s, -(d - t - s));
+        } else if t > d {
+            let s = (t - d) / 2;
+            full[a] = (s, t - d - s);
+        }
+    }
+    Ok(vec![pad_dims(x, &full, "constant", 0.0)?])
+}
+
 /// (ONNX op type, converter) for this family.
 pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Reshape", reshape),
@@ -565,4 +701,10 @@ pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Trilu", trilu),
     ("EyeLike", eye_like),
     ("OneHot", one_hot),
+    ("GatherND", gather_nd),
+    ("ScatterND", scatter_nd),
+    ("Scatter", scatter_elements),
+    ("Compress", compress),
+    ("ReverseSequence", reverse_sequence),
+    ("CenterCropPad", center_crop_pad),
 ];
