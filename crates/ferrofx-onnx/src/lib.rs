@@ -10,12 +10,14 @@
 #![warn(missing_docs)]
 
 pub mod builder;
+pub mod export;
 pub mod import;
 pub mod model;
 mod ops;
 pub mod proto;
 pub mod tensor_proto;
 
+pub use export::{export, ExportOptions};
 pub use import::{import, import_model, ImportOptions, Imported, InputSpec, OnnxProgram};
 pub use model::ModelFile;
 pub use ops::supported_ops;

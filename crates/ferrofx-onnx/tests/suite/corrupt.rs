@@ -73,6 +73,26 @@ fn expect_err(label: &str, r: Result<(), String>, needles: &[&str]) {
     }
 }
 
+/// A fresh folder under the system temp dir, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!("ferrofx-onnx-corrupt-{}", std::process::id()));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn the_good_model_imports_and_runs() {
     let f = ModelFile::from_bytes(&bytes(&good())).expect("decode");
@@ -86,7 +106,7 @@ fn the_good_model_imports_and_runs() {
 #[test]
 fn corrupted_files_are_clear_errors() {
     let good_bytes = bytes(&good());
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = TempDir::new();
     let mut n = 0;
     let mut case = |label: &str, r: Result<(), String>, needles: &[&str]| {
         n += 1;
