@@ -31,11 +31,15 @@ pub struct ImportOptions {
     pub input_shapes: HashMap<String, Vec<usize>>,
     /// The size given to a dynamic dimension without an entry in `input_shapes`.
     pub dynamic_dim: usize,
+    /// Inputs fixed to a value at import (FX's `concrete_args`): no placeholder is made for
+    /// them and code depending on them is specialised. Needed for inputs that ONNX ops read as
+    /// shapes, axes or sizes (`Reshape`'s `shape` fed from a graph input).
+    pub constants: HashMap<String, Tensor>,
 }
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        ImportOptions { input_shapes: HashMap::new(), dynamic_dim: 1 }
+        ImportOptions { input_shapes: HashMap::new(), dynamic_dim: 1, constants: HashMap::new() }
     }
 }
 
@@ -54,7 +58,8 @@ pub struct InputSpec {
 pub struct Imported {
     /// The imported module.
     pub module: GraphModule,
-    /// The graph inputs, in order, with the shapes the module was specialised to.
+    /// The graph inputs the module takes, in order, with the shapes it was specialised to
+    /// (inputs fixed by [`ImportOptions::constants`] are left out).
     pub inputs: Vec<(InputSpec, Vec<usize>)>,
     /// ONNX output names, in order (the module returns them in this order).
     pub outputs: Vec<String>,
@@ -80,7 +85,15 @@ pub fn import_model(file: &ModelFile, options: &ImportOptions) -> Result<Importe
     let program = OnnxProgram::new(file)?;
     let mut examples = Vec::new();
     let mut inputs = Vec::new();
-    for spec in &program.inputs {
+    let mut tracer = Tracer::new();
+    let mut names: Vec<String> = Vec::new();
+    for (i, spec) in program.inputs.iter().enumerate() {
+        if let Some(c) = options.constants.get(&spec.name) {
+            tracer = tracer.concrete_arg(i, Value::Tensor(c.clone()));
+            examples.push(Value::Tensor(c.clone()));
+            names.push(sanitize(&spec.name));
+            continue;
+        }
         let shape = match options.input_shapes.get(&spec.name) {
             Some(s) => {
                 if s.len() != spec.shape.len() || s.iter().zip(&spec.shape).any(|(a, b)| b.is_some_and(|b| b != *a)) {
@@ -105,10 +118,10 @@ pub fn import_model(file: &ModelFile, options: &ImportOptions) -> Result<Importe
         .ok_or_else(|| Error::schema("zeros", "no output"))?;
         examples.push(Value::Tensor(t));
         inputs.push((spec.clone(), shape));
+        names.push(sanitize(&spec.name));
     }
-    let names: Vec<String> = program.inputs.iter().map(|s| sanitize(&s.name)).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let module = Tracer::new().input_names(&name_refs).trace_with_inputs(&program, &examples)?;
+    let module = tracer.input_names(&name_refs).trace_with_inputs(&program, &examples)?;
     let names = program.params.iter().map(|p| (p.onnx.clone(), p.name.clone())).collect();
     Ok(Imported { module, inputs, outputs: program.outputs.clone(), names })
 }

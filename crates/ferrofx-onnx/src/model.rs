@@ -57,7 +57,12 @@ impl ModelFile {
             return Err(Error::io("onnx", "the file is empty (not an ONNX model)"));
         }
         let model = ModelProto::decode(bytes).map_err(|e| {
-            Error::io("onnx", format!("not a valid ONNX model (protobuf decoding failed: {e}); is the file truncated?"))
+            let e = e.to_string();
+            if e.contains("recursion limit") {
+                Error::io("onnx", "messages are nested too deep (subgraphs nested more than prost's recursion limit of 100); refused")
+            } else {
+                Error::io("onnx", format!("not a valid ONNX model (protobuf decoding failed: {e}); is the file truncated?"))
+            }
         })?;
         let opset = model
             .opset_import

@@ -131,7 +131,7 @@ fn prelu(n: &Node<'_>) -> Result<Vec<Tensor>> {
 
 fn gelu(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let approx = n.s("approximate").unwrap_or_else(|| "none".into());
-    Ok(vec![call("gelu", vec![v(n.x(0)?), Value::Str(approx)])?])
+    Ok(vec![callk("gelu", vec![v(n.x(0)?)], vec![("approximate", Value::Str(approx))])?])
 }
 
 fn mish(n: &Node<'_>) -> Result<Vec<Tensor>> {

@@ -293,7 +293,6 @@ fn instance_norm(n: &Node<'_>) -> Result<Vec<Tensor>> {
 }
 
 fn layer_norm(n: &Node<'_>) -> Result<Vec<Tensor>> {
-    check_single_output(n, "Mean/InvStdDev")?;
     let x = n.x(0)?;
     let axis = n.axis(n.i("axis", -1), x.ndim())?;
     let norm: Vec<i64> = x.shape()[axis..].iter().map(|&d| d as i64).collect();
@@ -307,12 +306,23 @@ fn layer_norm(n: &Node<'_>) -> Result<Vec<Tensor>> {
     };
     let scale = fit(n.x(1)?)?;
     let bias = n.opt(2).map(fit).transpose()?;
+    let eps = n.f("epsilon", 1e-5);
     let y = call(
         "layer_norm",
-        vec![v(x), Value::Ints(norm.clone()), v(&scale), bias.as_ref().map(v).unwrap_or(Value::None), Value::Float(n.f("epsilon", 1e-5))],
+        vec![v(x), Value::Ints(norm.clone()), v(&scale), bias.as_ref().map(v).unwrap_or(Value::None), Value::Float(eps)],
     )
     .map_err(|e| n.err(e))?;
-    Ok(vec![y])
+    if n.proto.output.len() <= 1 {
+        return Ok(vec![y]);
+    }
+    // Mean and InvStdDev outputs (float32, reduced dims kept).
+    let dims: Vec<i64> = (axis as i64..x.ndim() as i64).collect();
+    let xf = cast(x, DType::F32)?;
+    let mean = call("mean", vec![v(&xf), Value::Ints(dims.clone()), Value::Bool(true)])?;
+    let d = call("sub", vec![v(&xf), v(&mean)])?;
+    let var = call("mean", vec![v(&call("mul", vec![v(&d), v(&d)])?), Value::Ints(dims), Value::Bool(true)])?;
+    let inv = call("rsqrt", vec![v(&call("add", vec![v(&var), Value::Float(eps)])?)])?;
+    Ok(vec![y, mean, inv])
 }
 
 fn group_norm(n: &Node<'_>) -> Result<Vec<Tensor>> {

@@ -134,7 +134,22 @@ fn run_case(dir: &Path, supported: &[&str]) -> (Status, Vec<String>, String) {
         for (name, t) in graph_inputs.iter().zip(&inputs) {
             opts.input_shapes.insert(name.clone(), t.shape().to_vec());
         }
-        let imported = match import_model(&model, &opts) {
+        let mut imported = import_model(&model, &opts);
+        let mut fixed = vec![false; inputs.len()];
+        if let Err(e) = &imported {
+            // Inputs read as shapes/axes/sizes must be known at import: fix the integer and
+            // bool inputs to their test values (FX's concrete_args) and import again.
+            if e.to_string().contains("must be known when the model is imported") {
+                for (i, (name, t)) in graph_inputs.iter().zip(&inputs).enumerate() {
+                    if !t.dtype().is_floating_point() {
+                        opts.constants.insert(name.clone(), t.clone());
+                        fixed[i] = true;
+                    }
+                }
+                imported = import_model(&model, &opts);
+            }
+        }
+        let imported = match imported {
             Ok(m) => m,
             Err(e) => {
                 let msg = e.to_string();
@@ -142,6 +157,7 @@ fn run_case(dir: &Path, supported: &[&str]) -> (Status, Vec<String>, String) {
                 return (st, ops, format!("import: {msg}"));
             }
         };
+        let inputs: Vec<Tensor> = inputs.into_iter().zip(&fixed).filter(|(_, f)| !**f).map(|(t, _)| t).collect();
         let args: Vec<Value> = inputs.into_iter().map(Value::Tensor).collect();
         let got = match imported.module.forward_values(&args) {
             Ok(g) => g,

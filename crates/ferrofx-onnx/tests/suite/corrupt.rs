@@ -157,7 +157,7 @@ fn corrupted_files_are_clear_errors() {
     case(
         "raw data too short",
         import_bytes(&with_graph(|g| g.initializer[0].raw_data.as_mut().expect("raw").truncate(100))),
-        &["tensor `w`", "bytes"],
+        &["tensor `w`", "more elements than the file holds"],
     );
     case(
         "float_data count mismatch",
@@ -165,7 +165,7 @@ fn corrupted_files_are_clear_errors() {
             g.initializer[1].raw_data = None;
             g.initializer[1].float_data = vec![1.0, 2.0];
         })),
-        &["tensor `b`", "float_data holds 2"],
+        &["tensor `b`", "more elements than the file holds"],
     );
     case(
         "string initializer",
@@ -206,12 +206,12 @@ fn corrupted_files_are_clear_errors() {
     for i in 0..40 {
         inner = GraphProto {
             name: Some(format!("level{i}")),
-            node: vec![node("If", &format!("if{i}"), &["c"], &["o"], vec![attr_graph("then_branch", inner.clone()), attr_graph("else_branch", inner)])],
+            node: vec![node("If", &format!("if{i}"), &["c"], &["o"], vec![attr_graph("then_branch", inner), attr_graph("else_branch", GraphProto::default())])],
             ..Default::default()
         };
     }
-    let deep = with_graph(|g| g.node.push(node("If", "top", &["c"], &["o"], vec![attr_graph("then_branch", inner.clone()), attr_graph("else_branch", inner)])));
-    case("subgraphs nested 40 deep", import_bytes(&deep), &["nested more than 32 deep"]);
+    let deep = with_graph(|g| g.node.push(node("If", "top", &["c"], &["o"], vec![attr_graph("then_branch", inner), attr_graph("else_branch", GraphProto::default())])));
+    case("subgraphs nested 40 deep", import_bytes(&deep), &["nested"]);
     case(
         "sequence-typed input",
         import_bytes(&with_graph(|g| {
