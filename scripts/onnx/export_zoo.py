@@ -75,6 +75,9 @@ def main():
                 if isinstance(m, torch.nn.BatchNorm2d):
                     m.running_mean.uniform_(-0.1, 0.1)
                     m.running_var.uniform_(0.5, 1.5)
+            if name == "vit_b_16":
+                # torchvision initialises the ViT head to zeros: the output would be all zeros.
+                torch.nn.init.normal_(model.heads.head.weight, std=0.02)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         with torch.no_grad():
@@ -87,6 +90,8 @@ def main():
         with open(os.path.join(d, "output_0.pb"), "wb") as f:
             f.write(numpy_helper.from_array(y.numpy(), "output").SerializeToString())
         print(f"{name}: {os.path.getsize(path) / 1e6:.1f} MB", flush=True)
+    if not sys.argv[2:]:
+        open(os.path.join(out, "done"), "w").close()
 
 
 if __name__ == "__main__":

@@ -124,6 +124,14 @@ fn thresholded_relu(n: &Node<'_>) -> Result<Vec<Tensor>> {
 
 fn prelu(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let (x, slope) = (n.x(0)?, n.x(1)?);
+    // Opset < 7 broadcasts a per-channel slope [C] along axis 1.
+    let slope = if n.opset < 7 && slope.ndim() == 1 && x.ndim() > 2 && x.shape()[1] == slope.numel() {
+        let mut shape = vec![slope.numel() as i64];
+        shape.extend(std::iter::repeat_n(1, x.ndim() - 2));
+        &call("reshape", vec![v(slope), Value::Ints(shape)])?
+    } else {
+        slope
+    };
     let mask = call("lt", vec![v(x), Value::Float(0.0)])?;
     let neg = call("mul", vec![v(x), v(slope)])?;
     Ok(vec![call("where", vec![v(&mask), v(&neg), v(x)])?])

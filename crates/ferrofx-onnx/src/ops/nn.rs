@@ -63,7 +63,8 @@ pub(crate) fn conv_op(n: &Node<'_>) -> Result<Tensor> {
     let dilations = ints_or(n, "dilations", k, 1);
     let pads = spatial_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
     let groups = n.i("group", 1);
-    let symmetric = pads.iter().all(|&(a, b)| a == b && a >= 0);
+    // 1-D convolutions always pad first (the conv1d kernel's padded path is avoided).
+    let symmetric = k == 2 && pads.iter().all(|&(a, b)| a == b && a >= 0);
     let (x, padding) = if symmetric {
         (x.clone(), pads.iter().map(|p| p.0).collect::<Vec<_>>())
     } else {
