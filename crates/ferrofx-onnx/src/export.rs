@@ -45,15 +45,19 @@ pub fn export(gm: &GraphModule, inputs: &[Tensor], options: &ExportOptions) -> R
         return Err(Error::argument("onnx export", format!("opset {} is not supported (only 18)", options.opset)));
     }
     let examples: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
-    let names: Vec<String> = gm
-        .graph()
-        .iter()
-        .filter(|n| n.op() == Opcode::Placeholder)
-        .map(|n| n.name().to_string())
-        .collect();
+    let names: Vec<String> =
+        gm.graph().iter().filter(|n| n.op() == Opcode::Placeholder).map(|n| n.name().to_string()).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let flat = Tracer::new().is_leaf_module(|_, _| false).input_names(&refs).trace_with_inputs(gm, &examples)?;
-    let mut ex = Exporter { nodes: vec![], inits: vec![], outs: HashMap::new(), dtypes: HashMap::new(), shapes: HashMap::new(), n_const: 0, dynamic: options.dynamic_batch };
+    let mut ex = Exporter {
+        nodes: vec![],
+        inits: vec![],
+        outs: HashMap::new(),
+        dtypes: HashMap::new(),
+        shapes: HashMap::new(),
+        n_const: 0,
+        dynamic: options.dynamic_batch,
+    };
     let mut graph_inputs = Vec::new();
     let mut graph_outputs = Vec::new();
     let mut value_infos = Vec::new();
@@ -73,9 +77,11 @@ pub fn export(gm: &GraphModule, inputs: &[Tensor], options: &ExportOptions) -> R
             }
             Opcode::GetAttr => {
                 let Target::Str(path) = n.target() else { continue };
-                let t = flat.attributes().get(path).map(|e| e.tensor.clone()).ok_or_else(|| {
-                    Error::argument("onnx export", format!("get_attr `{path}` has no tensor"))
-                })?;
+                let t = flat
+                    .attributes()
+                    .get(path)
+                    .map(|e| e.tensor.clone())
+                    .ok_or_else(|| Error::argument("onnx export", format!("get_attr `{path}` has no tensor")))?;
                 ex.inits.push(tensor_to_proto(&t, path)?);
                 ex.dtypes.insert(n.id(), t.dtype());
                 ex.shapes.insert(n.id(), t.shape().to_vec());
@@ -121,9 +127,11 @@ pub fn export(gm: &GraphModule, inputs: &[Tensor], options: &ExportOptions) -> R
                     let src = ex.name_of(*id)?;
                     let out_name = if outs.len() == 1 { "output".to_string() } else { format!("output_{i}") };
                     ex.nodes.push(node("Identity", &out_name, &[&src], &[&out_name], vec![]));
-                    let m = g.node(*id).ok().and_then(|n| n.meta().tensor_meta.clone()).ok_or_else(|| {
-                        Error::argument("onnx export", format!("output {i} has no shape"))
-                    })?;
+                    let m = g
+                        .node(*id)
+                        .ok()
+                        .and_then(|n| n.meta().tensor_meta.clone())
+                        .ok_or_else(|| Error::argument("onnx export", format!("output {i} has no shape")))?;
                     graph_outputs.push(ex.value_info(&out_name, m.dtype, &m.shape));
                 }
             }
@@ -223,8 +231,11 @@ fn shape_of(n: &Node<'_>) -> Result<Vec<usize>> {
 
 impl Exporter {
     fn value_info(&self, name: &str, dtype: DType, shape: &[usize]) -> ValueInfoProto {
-        let dims: Vec<Option<i64>> =
-            shape.iter().enumerate().map(|(i, &d)| if self.dynamic && i == 0 { None } else { Some(d as i64) }).collect();
+        let dims: Vec<Option<i64>> = shape
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if self.dynamic && i == 0 { None } else { Some(d as i64) })
+            .collect();
         value_info(name, dtype_to_onnx(dtype), &dims, "batch")
     }
 
@@ -310,7 +321,10 @@ impl Exporter {
                     return Err(Error::argument("getitem", "expected (node, index)"));
                 };
                 let outs = self.outs.get(src).cloned().unwrap_or_default();
-                let v = outs.get(*i as usize).cloned().ok_or_else(|| Error::argument("getitem", format!("no output {i}")))?;
+                let v = outs
+                    .get(*i as usize)
+                    .cloned()
+                    .ok_or_else(|| Error::argument("getitem", format!("no output {i}")))?;
                 self.outs.insert(n.id(), vec![v]);
             }
             "add" | "sub" | "mul" | "div" | "rsub" => {
@@ -337,7 +351,8 @@ impl Exporter {
                 };
                 self.emit(onnx, &name, &[&ins[0], &ins[1]], &[&out], vec![]);
             }
-            "maximum" | "minimum" | "pow" | "eq" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" | "logical_xor" => {
+            "maximum" | "minimum" | "pow" | "eq" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or"
+            | "logical_xor" => {
                 let l = x(self, "input")?;
                 let other = if op.name == "pow" { "exponent" } else { "other" };
                 let r = x(self, other)?;
@@ -393,7 +408,13 @@ impl Exporter {
             }
             "hardsigmoid" => {
                 let i = x(self, "input")?;
-                self.emit("HardSigmoid", &name, &[&i], &[&out], vec![attr_float("alpha", 1.0 / 6.0), attr_float("beta", 0.5)]);
+                self.emit(
+                    "HardSigmoid",
+                    &name,
+                    &[&i],
+                    &[&out],
+                    vec![attr_float("alpha", 1.0 / 6.0), attr_float("beta", 0.5)],
+                );
             }
             "silu" => {
                 let i = x(self, "input")?;
@@ -411,7 +432,8 @@ impl Exporter {
                     // 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
                     let c3 = self.scalar(0.044715, dtype)?;
                     let k = self.scalar((2.0 / std::f64::consts::PI).sqrt(), dtype)?;
-                    let (x2, x3, p, s, t) = (self.tmp(&name), self.tmp(&name), self.tmp(&name), self.tmp(&name), self.tmp(&name));
+                    let (x2, x3, p, s, t) =
+                        (self.tmp(&name), self.tmp(&name), self.tmp(&name), self.tmp(&name), self.tmp(&name));
                     self.emit("Mul", &x2, &[&i, &i], &[&x2], vec![]);
                     self.emit("Mul", &x3, &[&x2, &i], &[&x3], vec![]);
                     self.emit("Mul", &p, &[&x3, &c3], &[&p], vec![]);
@@ -431,7 +453,13 @@ impl Exporter {
             }
             "leaky_relu" => {
                 let i = x(self, "input")?;
-                self.emit("LeakyRelu", &name, &[&i], &[&out], vec![attr_float("alpha", a.float("negative_slope")? as f32)]);
+                self.emit(
+                    "LeakyRelu",
+                    &name,
+                    &[&i],
+                    &[&out],
+                    vec![attr_float("alpha", a.float("negative_slope")? as f32)],
+                );
             }
             "elu" => {
                 let i = x(self, "input")?;
@@ -441,7 +469,10 @@ impl Exporter {
                 let i = x(self, "input")?;
                 let (lo, hi) = match op.name {
                     "relu6" => (Argument::Float(0.0), Argument::Float(6.0)),
-                    "hardtanh" => (a.get("min_val").unwrap_or(Argument::Float(-1.0)), a.get("max_val").unwrap_or(Argument::Float(1.0))),
+                    "hardtanh" => (
+                        a.get("min_val").unwrap_or(Argument::Float(-1.0)),
+                        a.get("max_val").unwrap_or(Argument::Float(1.0)),
+                    ),
                     _ => (a.get("min").unwrap_or(Argument::None), a.get("max").unwrap_or(Argument::None)),
                 };
                 let lo = if matches!(lo, Argument::None) { String::new() } else { self.value(&lo, dtype)? };
@@ -494,7 +525,8 @@ impl Exporter {
                 let c = x(self, "input")?;
                 let m1 = x(self, "mat1")?;
                 let m2 = x(self, "mat2")?;
-                let attrs = vec![attr_float("alpha", a.float("alpha")? as f32), attr_float("beta", a.float("beta")? as f32)];
+                let attrs =
+                    vec![attr_float("alpha", a.float("alpha")? as f32), attr_float("beta", a.float("beta")? as f32)];
                 self.emit("Gemm", &name, &[&m1, &m2, &c], &[&out], attrs);
             }
             "conv1d" | "conv2d" | "conv_transpose2d" => {
@@ -507,9 +539,15 @@ impl Exporter {
                 let k = if op.name == "conv1d" { 1 } else { 2 };
                 let stride = fill(a.ints("stride")?, k, 1);
                 let dilation = fill(a.ints("dilation")?, k, 1);
-                let mut attrs = vec![attr_ints("strides", &stride), attr_ints("dilations", &dilation), attr_int("group", a.int("groups")?)];
+                let mut attrs = vec![
+                    attr_ints("strides", &stride),
+                    attr_ints("dilations", &dilation),
+                    attr_int("group", a.int("groups")?),
+                ];
                 match a.get("padding") {
-                    Some(Argument::Str(s)) if &*s == "same" => attrs.push(crate::builder::attr_str("auto_pad", "SAME_UPPER")),
+                    Some(Argument::Str(s)) if &*s == "same" => {
+                        attrs.push(crate::builder::attr_str("auto_pad", "SAME_UPPER"))
+                    }
                     Some(Argument::Str(s)) if &*s == "valid" => {}
                     _ => {
                         let p = fill(a.ints("padding")?, k, 0);
@@ -526,7 +564,10 @@ impl Exporter {
             }
             "batch_norm" => {
                 if a.boolean("training") {
-                    return Err(Error::argument("batch_norm", "training mode has no inference ONNX equivalent: call eval() first"));
+                    return Err(Error::argument(
+                        "batch_norm",
+                        "training mode has no inference ONNX equivalent: call eval() first",
+                    ));
                 }
                 let i = x(self, "input")?;
                 let mean = x(self, "running_mean")?;
@@ -537,7 +578,13 @@ impl Exporter {
                 };
                 let w = self.opt_or_fill(&a, "weight", 1.0, c, dtype)?;
                 let b = self.opt_or_fill(&a, "bias", 0.0, c, dtype)?;
-                self.emit("BatchNormalization", &name, &[&i, &w, &b, &mean, &var], &[&out], vec![attr_float("epsilon", a.float("eps")? as f32)]);
+                self.emit(
+                    "BatchNormalization",
+                    &name,
+                    &[&i, &w, &b, &mean, &var],
+                    &[&out],
+                    vec![attr_float("epsilon", a.float("eps")? as f32)],
+                );
             }
             "layer_norm" => {
                 let i = x(self, "input")?;
@@ -588,7 +635,10 @@ impl Exporter {
                     let attrs = vec![attr_ints("kernel_shape", &kernel), attr_ints("strides", &kernel)];
                     self.emit(if avg { "AveragePool" } else { "MaxPool" }, &name, &[&i], &[&out], attrs);
                 } else {
-                    return Err(Error::argument(op.name, format!("output size {os:?} does not divide the input {in_shape:?}")));
+                    return Err(Error::argument(
+                        op.name,
+                        format!("output size {os:?} does not divide the input {in_shape:?}"),
+                    ));
                 }
             }
             "flatten" | "reshape" | "view" | "squeeze" | "unsqueeze" => {
@@ -687,7 +737,9 @@ impl Exporter {
                         v
                     }
                     _ => {
-                        let s = a.int("split_size").or_else(|_| a.ints("split_size").map(|v| v.first().copied().unwrap_or(1)))?;
+                        let s = a
+                            .int("split_size")
+                            .or_else(|_| a.ints("split_size").map(|v| v.first().copied().unwrap_or(1)))?;
                         let mut v = vec![];
                         let mut left = d;
                         while left > 0 {
@@ -744,8 +796,12 @@ impl Exporter {
                     };
                     (s, e, a.int("step").unwrap_or(1))
                 };
-                let (s, e, ax, st) =
-                    (self.ints_const(&[start])?, self.ints_const(&[end])?, self.ints_const(&[dim])?, self.ints_const(&[step])?);
+                let (s, e, ax, st) = (
+                    self.ints_const(&[start])?,
+                    self.ints_const(&[end])?,
+                    self.ints_const(&[dim])?,
+                    self.ints_const(&[step])?,
+                );
                 self.emit("Slice", &name, &[&i, &s, &e, &ax, &st], &[&out], vec![]);
             }
             "gather" => {

@@ -99,7 +99,10 @@ pub fn import_model(file: &ModelFile, options: &ImportOptions) -> Result<Importe
                 if s.len() != spec.shape.len() || s.iter().zip(&spec.shape).any(|(a, b)| b.is_some_and(|b| b != *a)) {
                     return Err(Error::shape(
                         "onnx import",
-                        format!("input `{}`: the given shape {s:?} does not fit the declared {:?}", spec.name, spec.shape),
+                        format!(
+                            "input `{}`: the given shape {s:?} does not fit the declared {:?}",
+                            spec.name, spec.shape
+                        ),
                     ));
                 }
                 s.clone()
@@ -129,7 +132,8 @@ pub fn import_model(file: &ModelFile, options: &ImportOptions) -> Result<Importe
 /// Sanitises an ONNX name for FX's namespace: characters other than letters, digits, `_` and
 /// `.` become `_`, dots stay as path separators where every part is non-empty.
 pub fn sanitize(name: &str) -> String {
-    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
+    let mut s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
     if s.split('.').any(|p| p.is_empty()) {
         s = s.replace('.', "_");
     }
@@ -258,7 +262,8 @@ impl OnnxProgram {
                 ));
             }
             let shape = t.shape();
-            if shape.len() != spec.shape.len() || shape.iter().zip(&spec.shape).any(|(a, b)| b.is_some_and(|b| b != *a)) {
+            if shape.len() != spec.shape.len() || shape.iter().zip(&spec.shape).any(|(a, b)| b.is_some_and(|b| b != *a))
+            {
                 return Err(Error::shape(
                     "onnx",
                     format!("input `{}` must have shape {:?} (None: any), got {:?}", spec.name, spec.shape, shape),
@@ -335,7 +340,10 @@ fn eval_node(
             let t = env.get(name).ok_or_else(|| {
                 Error::argument(
                     "onnx",
-                    format!("{}: input `{name}` is not defined before the node (nodes must be in topological order)", node_label(node)),
+                    format!(
+                        "{}: input `{name}` is not defined before the node (nodes must be in topological order)",
+                        node_label(node)
+                    ),
                 )
             })?;
             inputs.push(Some(t.clone()));
@@ -369,7 +377,10 @@ fn eval_if(
     dir: &ExternalDataDir,
     depth: usize,
 ) -> Result<Vec<Tensor>> {
-    let cond = inputs.first().and_then(|c| c.as_ref()).ok_or_else(|| Error::argument("onnx", format!("{}: no condition", node_label(node))))?;
+    let cond = inputs
+        .first()
+        .and_then(|c| c.as_ref())
+        .ok_or_else(|| Error::argument("onnx", format!("{}: no condition", node_label(node))))?;
     if cond.is_symbolic() {
         return Err(Error::argument(
             "onnx",
@@ -393,7 +404,9 @@ fn eval_if(
         .iter()
         .map(|o| {
             let name = o.name.as_deref().unwrap_or("");
-            sub.get(name).cloned().ok_or_else(|| Error::argument("onnx", format!("{}: `{branch}` output `{name}` undefined", node_label(node))))
+            sub.get(name).cloned().ok_or_else(|| {
+                Error::argument("onnx", format!("{}: `{branch}` output `{name}` undefined", node_label(node)))
+            })
         })
         .collect()
 }

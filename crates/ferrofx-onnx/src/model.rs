@@ -39,11 +39,15 @@ impl ModelFile {
         if meta.len() > MAX_FILE_BYTES {
             return Err(Error::io(
                 "onnx",
-                format!("{shown}: {} bytes is over protobuf's 2 GiB limit; store the weights as external data", meta.len()),
+                format!(
+                    "{shown}: {} bytes is over protobuf's 2 GiB limit; store the weights as external data",
+                    meta.len()
+                ),
             ));
         }
         let bytes = std::fs::read(path).map_err(|e| Error::io("onnx", format!("{shown}: {e}")))?;
-        let dir = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).map(Path::to_path_buf);
+        let dir =
+            path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).map(Path::to_path_buf);
         Self::decode(&bytes, ExternalDataDir(dir)).map_err(|e| e.with_context(&format!("{shown}")))
     }
 
@@ -59,9 +63,15 @@ impl ModelFile {
         let model = ModelProto::decode(bytes).map_err(|e| {
             let e = e.to_string();
             if e.contains("recursion limit") {
-                Error::io("onnx", "messages are nested too deep (subgraphs nested more than prost's recursion limit of 100); refused")
+                Error::io(
+                    "onnx",
+                    "messages are nested too deep (subgraphs nested more than prost's recursion limit of 100); refused",
+                )
             } else {
-                Error::io("onnx", format!("not a valid ONNX model (protobuf decoding failed: {e}); is the file truncated?"))
+                Error::io(
+                    "onnx",
+                    format!("not a valid ONNX model (protobuf decoding failed: {e}); is the file truncated?"),
+                )
             }
         })?;
         let opset = model
@@ -101,7 +111,10 @@ fn check_depth(g: &GraphProto, depth: usize) -> Result<()> {
     if depth > MAX_GRAPH_DEPTH {
         return Err(Error::io(
             "onnx",
-            format!("subgraphs are nested more than {MAX_GRAPH_DEPTH} deep (graph `{}`)", g.name.as_deref().unwrap_or("")),
+            format!(
+                "subgraphs are nested more than {MAX_GRAPH_DEPTH} deep (graph `{}`)",
+                g.name.as_deref().unwrap_or("")
+            ),
         ));
     }
     for n in &g.node {

@@ -68,10 +68,9 @@ pub(crate) fn checked_shape(dims: &[i64], what: &str, limit: usize) -> Result<(V
     for &d in dims {
         let u = usize::try_from(d)
             .map_err(|_| Error::shape("onnx", format!("{what}: negative dimension {d} in dims {dims:?}")))?;
-        n = n
-            .checked_mul(u)
-            .filter(|&n| n <= limit)
-            .ok_or_else(|| Error::shape("onnx", format!("{what}: dims {dims:?} declare more elements than the file holds")))?;
+        n = n.checked_mul(u).filter(|&n| n <= limit).ok_or_else(|| {
+            Error::shape("onnx", format!("{what}: dims {dims:?} declare more elements than the file holds"))
+        })?;
         shape.push(u);
     }
     Ok((shape, n))
@@ -136,12 +135,15 @@ fn read_external(t: &TensorProto, dir: &ExternalDataDir, what: &str) -> Result<V
         match e.key.as_deref().unwrap_or("") {
             "location" => location = Some(v.to_string()),
             "offset" => {
-                offset = v.parse().map_err(|_| Error::io("onnx", format!("{what}: external data offset {v:?} is not a number")))?
+                offset = v
+                    .parse()
+                    .map_err(|_| Error::io("onnx", format!("{what}: external data offset {v:?} is not a number")))?
             }
             "length" => {
-                length = Some(
-                    v.parse().map_err(|_| Error::io("onnx", format!("{what}: external data length {v:?} is not a number")))?,
-                )
+                length =
+                    Some(v.parse().map_err(|_| {
+                        Error::io("onnx", format!("{what}: external data length {v:?} is not a number"))
+                    })?)
             }
             _ => {}
         }
@@ -165,7 +167,8 @@ fn read_external(t: &TensorProto, dir: &ExternalDataDir, what: &str) -> Result<V
     }
     let path = base.join(rel);
     let canon_base = base.canonicalize().map_err(|e| Error::io("onnx", format!("{}: {e}", base.display())))?;
-    let canon = path.canonicalize().map_err(|e| Error::io("onnx", format!("{what}: external data `{location}`: {e}")))?;
+    let canon =
+        path.canonicalize().map_err(|e| Error::io("onnx", format!("{what}: external data `{location}`: {e}")))?;
     if !canon.starts_with(&canon_base) {
         return Err(Error::io(
             "onnx",

@@ -110,10 +110,8 @@ fn einsum(n: &Node<'_>) -> Result<Vec<Tensor>> {
         // Permute the operand's letters into `all` order, then reshape with 1s for missing ones.
         let order: Vec<usize> = all.iter().filter_map(|c| letters.iter().position(|l| l == c)).collect();
         let p = call("permute", vec![v(&t), Value::Ints(order.iter().map(|&i| i as i64).collect())])?;
-        let shape: Vec<i64> = all
-            .iter()
-            .map(|c| letters.iter().position(|l| l == c).map(|i| t.shape()[i] as i64).unwrap_or(1))
-            .collect();
+        let shape: Vec<i64> =
+            all.iter().map(|c| letters.iter().position(|l| l == c).map(|i| t.shape()[i] as i64).unwrap_or(1)).collect();
         let p = call("reshape", vec![v(&call("contiguous", vec![v(&p)])?), Value::Ints(shape)])?;
         acc = Some(match acc {
             None => p,

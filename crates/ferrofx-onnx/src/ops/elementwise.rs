@@ -273,6 +273,17 @@ fn swiglu(n: &Node<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![call("mul", vec![v(&swish_of(a, n.f("alpha", 1.0))?), v(b)])?])
 }
 
+fn bitwise_not(n: &Node<'_>) -> Result<Vec<Tensor>> {
+    // Two's complement: !x = -x - 1 (signed), 255 - x (uint8).
+    let x = n.x(0)?;
+    Ok(vec![match x.dtype() {
+        DType::Bool => call("logical_not", vec![v(x)])?,
+        DType::U8 => call("rsub", vec![v(x), Value::Int(255)])?,
+        d if d.is_floating_point() => return Err(n.err(format!("needs an integer input, got {d:?}"))),
+        _ => call("sub", vec![v(&call("neg", vec![v(x)])?), Value::Int(1)])?,
+    }])
+}
+
 /// (ONNX op type, converter) for this family.
 pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Abs", |n| unary(n, "abs")),
@@ -339,4 +350,5 @@ pub(crate) const TABLE: &[(&str, Convert)] = &[
     ("Where", where_),
     ("Swish", swish),
     ("SwiGLU", swiglu),
+    ("BitwiseNot", bitwise_not),
 ];

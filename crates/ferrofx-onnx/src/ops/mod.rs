@@ -44,20 +44,16 @@ impl<'a> Node<'a> {
     pub fn err(&self, msg: impl std::fmt::Display) -> Error {
         Error::argument(
             "onnx",
-            format!(
-                "node `{}` ({} opset {}): {msg}",
-                self.proto.name.as_deref().unwrap_or(""),
-                self.op(),
-                self.opset
-            ),
+            format!("node `{}` ({} opset {}): {msg}", self.proto.name.as_deref().unwrap_or(""), self.op(), self.opset),
         )
     }
 
     /// Required input `i`.
     pub fn x(&self, i: usize) -> Result<&Tensor> {
-        self.inputs.get(i).and_then(|t| t.as_ref()).ok_or_else(|| {
-            self.err(format!("input {i} is required but the node has {} input(s)", self.inputs.len()))
-        })
+        self.inputs
+            .get(i)
+            .and_then(|t| t.as_ref())
+            .ok_or_else(|| self.err(format!("input {i} is required but the node has {} input(s)", self.inputs.len())))
     }
 
     /// Optional input `i`.
@@ -82,7 +78,9 @@ impl<'a> Node<'a> {
 
     /// Integer-list attribute.
     pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
-        self.attr(name).filter(|a| !a.ints.is_empty() || a.r#type == Some(AttributeType::Ints as i32)).map(|a| a.ints.clone())
+        self.attr(name)
+            .filter(|a| !a.ints.is_empty() || a.r#type == Some(AttributeType::Ints as i32))
+            .map(|a| a.ints.clone())
     }
 
     /// Float-list attribute.
@@ -168,7 +166,16 @@ pub(crate) fn scalar_of(value: f64, dtype: DType) -> Result<Tensor> {
 }
 
 /// Every family's table of (ONNX op type, converter).
-const TABLES: &[&[(&str, Convert)]] = &[elementwise::TABLE, shape::TABLE, reduce::TABLE, nn::TABLE, quant::TABLE, signal::TABLE, resize::TABLE, einsum::TABLE];
+const TABLES: &[&[(&str, Convert)]] = &[
+    elementwise::TABLE,
+    shape::TABLE,
+    reduce::TABLE,
+    nn::TABLE,
+    quant::TABLE,
+    signal::TABLE,
+    resize::TABLE,
+    einsum::TABLE,
+];
 
 /// The converter of ONNX op `op_type` (default domain), if supported.
 pub(crate) fn converter(op_type: &str) -> Option<Convert> {

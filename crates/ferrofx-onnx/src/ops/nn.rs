@@ -8,7 +8,13 @@ use ferrofx_core::{DType, Result, Tensor, Value};
 
 /// Spatial padding of a conv/pool node as `(begin, end)` per spatial dim, from `pads` or
 /// `auto_pad` (SAME_UPPER / SAME_LOWER / VALID).
-fn spatial_pads(n: &Node<'_>, input: &[usize], kernel: &[i64], strides: &[i64], dilations: &[i64]) -> Result<Vec<(i64, i64)>> {
+fn spatial_pads(
+    n: &Node<'_>,
+    input: &[usize],
+    kernel: &[i64],
+    strides: &[i64],
+    dilations: &[i64],
+) -> Result<Vec<(i64, i64)>> {
     let k = kernel.len();
     let auto = n.s("auto_pad").unwrap_or_else(|| "NOTSET".into());
     match auto.as_str() {
@@ -228,7 +234,14 @@ fn pool(n: &Node<'_>, max: bool) -> Result<Vec<Tensor>> {
         let op = if k == 1 { "max_pool1d" } else { "max_pool2d" };
         let y = call(
             op,
-            vec![v(&xx), Value::Ints(kernel), Value::Ints(strides), Value::Ints(padding), Value::Ints(dilations), Value::Bool(ceil)],
+            vec![
+                v(&xx),
+                Value::Ints(kernel),
+                Value::Ints(strides),
+                Value::Ints(padding),
+                Value::Ints(dilations),
+                Value::Bool(ceil),
+            ],
         )
         .map_err(|e| n.err(e))?;
         return Ok(vec![y]);
@@ -239,7 +252,17 @@ fn pool(n: &Node<'_>, max: bool) -> Result<Vec<Tensor>> {
     let include = n.i("count_include_pad", 0) != 0;
     let op = if k == 1 { "avg_pool1d" } else { "avg_pool2d" };
     let run = |t: &Tensor, padding: Vec<i64>, include: bool| {
-        call(op, vec![v(t), Value::Ints(kernel.clone()), Value::Ints(strides.clone()), Value::Ints(padding), Value::Bool(ceil), Value::Bool(include)])
+        call(
+            op,
+            vec![
+                v(t),
+                Value::Ints(kernel.clone()),
+                Value::Ints(strides.clone()),
+                Value::Ints(padding),
+                Value::Bool(ceil),
+                Value::Bool(include),
+            ],
+        )
     };
     if fits {
         return Ok(vec![run(x, pads.iter().map(|p| p.0).collect(), include).map_err(|e| n.err(e))?]);
@@ -310,7 +333,13 @@ fn layer_norm(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let eps = n.f("epsilon", 1e-5);
     let y = call(
         "layer_norm",
-        vec![v(x), Value::Ints(norm.clone()), v(&scale), bias.as_ref().map(v).unwrap_or(Value::None), Value::Float(eps)],
+        vec![
+            v(x),
+            Value::Ints(norm.clone()),
+            v(&scale),
+            bias.as_ref().map(v).unwrap_or(Value::None),
+            Value::Float(eps),
+        ],
     )
     .map_err(|e| n.err(e))?;
     if n.proto.output.len() <= 1 {
@@ -377,7 +406,8 @@ fn gemm(n: &Node<'_>) -> Result<Vec<Tensor>> {
 
 fn dropout(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
-    let training = n.opt(2).map(|t| n.const_ints(t, "training_mode")).transpose()?.is_some_and(|t| t.first() == Some(&1));
+    let training =
+        n.opt(2).map(|t| n.const_ints(t, "training_mode")).transpose()?.is_some_and(|t| t.first() == Some(&1));
     if training {
         return Err(n.err("training_mode=1 is not supported (random); import the inference graph"));
     }
@@ -417,7 +447,10 @@ fn lp_normalization(n: &Node<'_>) -> Result<Vec<Tensor>> {
         1 => call("sum", vec![v(&call("abs", vec![v(x)])?), Value::Ints(vec![axis as i64]), Value::Bool(true)])?,
         2 => call(
             "sqrt",
-            vec![v(&call("sum", vec![v(&call("mul", vec![v(x), v(x)])?), Value::Ints(vec![axis as i64]), Value::Bool(true)])?)],
+            vec![v(&call(
+                "sum",
+                vec![v(&call("mul", vec![v(x), v(x)])?), Value::Ints(vec![axis as i64]), Value::Bool(true)],
+            )?)],
         )?,
         _ => return Err(n.err(format!("p must be 1 or 2, got {p}"))),
     };
@@ -484,7 +517,14 @@ fn lp_pool(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let ceil = n.i("ceil_mode", 0) != 0;
     let avg = call(
         op,
-        vec![v(&xp), Value::Ints(kernel.clone()), Value::Ints(strides), Value::Ints(vec![0; k]), Value::Bool(ceil), Value::Bool(true)],
+        vec![
+            v(&xp),
+            Value::Ints(kernel.clone()),
+            Value::Ints(strides),
+            Value::Ints(vec![0; k]),
+            Value::Bool(ceil),
+            Value::Bool(true),
+        ],
     )?;
     let sum = call("mul", vec![v(&avg), Value::Float(kernel.iter().product::<i64>() as f64)])?;
     Ok(vec![root(&sum, p)?])

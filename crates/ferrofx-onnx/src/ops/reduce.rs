@@ -10,11 +10,8 @@ use ferrofx_core::{Result, Tensor, Value};
 fn reduce_axes(n: &Node<'_>, input_from: i64) -> Result<Option<Vec<usize>>> {
     let x = n.x(0)?;
     let r = x.ndim();
-    let axes = if n.opset >= input_from {
-        n.opt(1).map(|t| n.const_ints(t, "axes")).transpose()?
-    } else {
-        n.ints("axes")
-    };
+    let axes =
+        if n.opset >= input_from { n.opt(1).map(|t| n.const_ints(t, "axes")).transpose()? } else { n.ints("axes") };
     let axes = axes.unwrap_or_default();
     if axes.is_empty() {
         if n.i("noop_with_empty_axes", 0) != 0 {
@@ -166,8 +163,14 @@ fn scan(n: &Node<'_>, op: &str, identity_like: &str) -> Result<Vec<Tensor>> {
     if exclusive {
         // Shift by one along the axis: zero first, then the sums without the last.
         let d = xx.shape()[axis] as i64;
-        let zeros = call(identity_like, vec![v(&call("slice", vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int(1), Value::Int(1)])?)])?;
-        let head = call("slice", vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int((d - 1).max(0)), Value::Int(1)])?;
+        let zeros = call(
+            identity_like,
+            vec![v(&call("slice", vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int(1), Value::Int(1)])?)],
+        )?;
+        let head = call(
+            "slice",
+            vec![v(&y), Value::Int(axis as i64), Value::Int(0), Value::Int((d - 1).max(0)), Value::Int(1)],
+        )?;
         y = call("cat", vec![Value::Tensors(vec![zeros, head]), Value::Int(axis as i64)])?;
     }
     Ok(vec![if reverse { flip(&y, axis)? } else { y }])
@@ -179,10 +182,7 @@ fn topk(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let axis = n.axis(n.i("axis", -1), x.ndim())?;
     let largest = n.i("largest", 1) != 0;
     let sorted = n.i("sorted", 1) != 0;
-    call_all(
-        "topk",
-        vec![v(x), Value::Int(k), Value::Int(axis as i64), Value::Bool(largest), Value::Bool(sorted)],
-    )
+    call_all("topk", vec![v(x), Value::Int(k), Value::Int(axis as i64), Value::Bool(largest), Value::Bool(sorted)])
 }
 
 /// (ONNX op type, converter) for this family.

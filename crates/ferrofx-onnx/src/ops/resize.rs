@@ -133,7 +133,10 @@ fn resize_axis(x: &Tensor, axis: usize, plan: &Plan<'_>, len_out: usize, scale: 
             let w: Vec<f64> = t.iter().map(|v| v[j].1).collect();
             let mut shape = vec![1usize; x.ndim()];
             shape[axis] = len_out;
-            let w = cast(&Tensor::from_vec(w, &shape)?, if x.dtype().is_floating_point() { x.dtype() } else { DType::F32 })?;
+            let w = cast(
+                &Tensor::from_vec(w, &shape)?,
+                if x.dtype().is_floating_point() { x.dtype() } else { DType::F32 },
+            )?;
             call("mul", vec![v(&picked), v(&w)])?
         };
         acc = Some(match acc {
@@ -145,7 +148,13 @@ fn resize_axis(x: &Tensor, axis: usize, plan: &Plan<'_>, len_out: usize, scale: 
     cast(&out, x.dtype())
 }
 
-fn resize_with(n: &Node<'_>, x: &Tensor, scales: Option<Vec<f64>>, sizes: Option<Vec<i64>>, plan: &Plan<'_>) -> Result<Vec<Tensor>> {
+fn resize_with(
+    n: &Node<'_>,
+    x: &Tensor,
+    scales: Option<Vec<f64>>,
+    sizes: Option<Vec<i64>>,
+    plan: &Plan<'_>,
+) -> Result<Vec<Tensor>> {
     let r = x.ndim();
     let axes: Vec<usize> = match n.ints("axes") {
         Some(a) => a.iter().map(|&a| n.axis(a, r)).collect::<Result<_>>()?,

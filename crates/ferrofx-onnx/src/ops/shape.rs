@@ -28,17 +28,17 @@ pub(crate) fn flip(t: &Tensor, dim: usize) -> Result<Tensor> {
 
 fn reshape(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
-    let mut shape = if n.opset < 5 {
-        n.ints("shape").unwrap_or_default()
-    } else {
-        n.const_ints(n.x(1)?, "shape")?
-    };
+    let mut shape = if n.opset < 5 { n.ints("shape").unwrap_or_default() } else { n.const_ints(n.x(1)?, "shape")? };
     let allowzero = n.i("allowzero", 0) != 0;
     if !allowzero {
         for (i, s) in shape.iter_mut().enumerate() {
             if *s == 0 {
                 *s = *x.shape().get(i).ok_or_else(|| {
-                    n.err(format!("shape {:?} copies dim {i} (0) but the input has shape {:?}", n.x(1).map(usize_shape), x.shape()))
+                    n.err(format!(
+                        "shape {:?} copies dim {i} (0) but the input has shape {:?}",
+                        n.x(1).map(usize_shape),
+                        x.shape()
+                    ))
                 })? as i64;
             }
         }
@@ -330,7 +330,13 @@ fn constant_of_shape(n: &Node<'_>) -> Result<Vec<Tensor>> {
         Some(t) => (t.to_vec_f64()?.first().copied().unwrap_or(0.0), t.dtype()),
         None => (0.0, DType::F32),
     };
-    let fill = if dtype.is_floating_point() { Value::Float(fill) } else if dtype == DType::Bool { Value::Bool(fill != 0.0) } else { Value::Int(fill as i64) };
+    let fill = if dtype.is_floating_point() {
+        Value::Float(fill)
+    } else if dtype == DType::Bool {
+        Value::Bool(fill != 0.0)
+    } else {
+        Value::Int(fill as i64)
+    };
     Ok(vec![callk("full", vec![Value::Ints(shape), fill], vec![("dtype", Value::DType(dtype))])?])
 }
 
@@ -417,9 +423,7 @@ fn pad(n: &Node<'_>) -> Result<Vec<Tensor>> {
         "wrap" => "circular",
         other => return Err(n.err(format!("mode `{other}` is not supported (constant, reflect, edge, wrap)"))),
     };
-    pad_dims(x, &full, torch_mode, value)
-        .map(|t| vec![t])
-        .map_err(|e| n.err(e))
+    pad_dims(x, &full, torch_mode, value).map(|t| vec![t]).map_err(|e| n.err(e))
 }
 
 /// Pads (or crops, for negative amounts) each dim by `(begin, end)`.
@@ -450,7 +454,9 @@ fn depth_to_space(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let b = n.i("blocksize", 0);
     let s = usize_shape(x);
     if s.len() != 4 || b <= 0 || s[1] % (b * b) != 0 {
-        return Err(n.err(format!("needs a 4-D input with channels divisible by blocksize² (shape {s:?}, blocksize {b})")));
+        return Err(
+            n.err(format!("needs a 4-D input with channels divisible by blocksize² (shape {s:?}, blocksize {b})"))
+        );
     }
     let (nn, c, h, w) = (s[0], s[1], s[2], s[3]);
     let crd = n.s("mode").as_deref() == Some("CRD");
@@ -468,7 +474,9 @@ fn space_to_depth(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let b = n.i("blocksize", 0);
     let s = usize_shape(x);
     if s.len() != 4 || b <= 0 || s[2] % b != 0 || s[3] % b != 0 {
-        return Err(n.err(format!("needs a 4-D input with H and W divisible by blocksize (shape {s:?}, blocksize {b})")));
+        return Err(
+            n.err(format!("needs a 4-D input with H and W divisible by blocksize (shape {s:?}, blocksize {b})"))
+        );
     }
     let (nn, c, h, w) = (s[0], s[1], s[2], s[3]);
     let y = reshape_to(x, &[nn, c, h / b, b, w / b, b])?;
@@ -555,13 +563,19 @@ fn nd_linear(n: &Node<'_>, data: &Tensor, idx: &Tensor, b: usize) -> Result<(Ten
     for j in (0..k.saturating_sub(1)).rev() {
         strides[j] = strides[j + 1] * ds[b + j + 1];
     }
-    let lin = call("sum", vec![v(&call("mul", vec![v(&idx), v(&i64_tensor(&strides)?)])?), Value::Ints(vec![-1]), Value::Bool(false)])?;
+    let lin = call(
+        "sum",
+        vec![v(&call("mul", vec![v(&idx), v(&i64_tensor(&strides)?)])?), Value::Ints(vec![-1]), Value::Bool(false)],
+    )?;
     let lin = if b > 0 {
         let inner: i64 = ds[b..b + k].iter().product();
         let nb: i64 = ds[..b].iter().product();
         let mut bshape: Vec<i64> = ds[..b].to_vec();
         bshape.extend(std::iter::repeat_n(1, ishape.len() - 1 - b));
-        let base = Tensor::from_vec((0..nb).map(|i| i * inner).collect::<Vec<i64>>(), &bshape.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
+        let base = Tensor::from_vec(
+            (0..nb).map(|i| i * inner).collect::<Vec<i64>>(),
+            &bshape.iter().map(|&d| d as usize).collect::<Vec<_>>(),
+        )?;
         call("add", vec![v(&lin), v(&base)])?
     } else {
         lin

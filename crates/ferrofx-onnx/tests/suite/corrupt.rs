@@ -15,7 +15,13 @@ const INT64: i32 = 7;
 fn f32_init(name: &str, dims: &[i64]) -> TensorProto {
     let n: i64 = dims.iter().product();
     let raw: Vec<u8> = (0..n).flat_map(|i| (i as f32 * 0.01).to_le_bytes()).collect();
-    TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(FLOAT), raw_data: Some(raw), ..Default::default() }
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(FLOAT),
+        raw_data: Some(raw),
+        ..Default::default()
+    }
 }
 
 fn i64_init(name: &str, vals: &[i64]) -> TensorProto {
@@ -39,7 +45,12 @@ fn good() -> ModelProto {
             node("Flatten", "flat", &["p"], &["f"], vec![]),
             node("Gemm", "fc", &["f", "fw", "fb"], &["y"], vec![attr_int("transB", 1)]),
         ],
-        initializer: vec![f32_init("w", &[4, 3, 3, 3]), f32_init("b", &[4]), f32_init("fw", &[2, 4]), f32_init("fb", &[2])],
+        initializer: vec![
+            f32_init("w", &[4, 3, 3, 3]),
+            f32_init("b", &[4]),
+            f32_init("fw", &[2, 4]),
+            f32_init("fb", &[2]),
+        ],
         input: vec![value_info("x", FLOAT, &[None, Some(3), Some(8), Some(8)], "batch")],
         output: vec![value_info("y", FLOAT, &[None, Some(2)], "batch")],
         ..Default::default()
@@ -196,21 +207,47 @@ fn corrupted_files_are_clear_errors() {
         std::fs::write(&p, b).map_err(|e| e.to_string())?;
         import(&p, &ImportOptions::default()).map(|_| ()).map_err(|e| e.to_string())
     };
-    case("external data ../ path", write_and_import("a.onnx", ext("../secret.bin", "0", "16")), &["leaves the model's folder"]);
-    case("external data absolute path", write_and_import("b.onnx", ext("/etc/passwd", "0", "16")), &["leaves the model's folder"]);
+    case(
+        "external data ../ path",
+        write_and_import("a.onnx", ext("../secret.bin", "0", "16")),
+        &["leaves the model's folder"],
+    );
+    case(
+        "external data absolute path",
+        write_and_import("b.onnx", ext("/etc/passwd", "0", "16")),
+        &["leaves the model's folder"],
+    );
     case("external data file missing", write_and_import("c.onnx", ext("nothere.bin", "0", "16")), &["nothere.bin"]);
-    case("external data range beyond file", write_and_import("d.onnx", ext("weights.bin", "8", "64")), &["beyond the end"]);
+    case(
+        "external data range beyond file",
+        write_and_import("d.onnx", ext("weights.bin", "8", "64")),
+        &["beyond the end"],
+    );
     case("external data from bytes", import_bytes(&ext("weights.bin", "0", "16")), &["loaded from bytes"]);
     // Nested subgraphs 40 deep.
     let mut inner = GraphProto { name: Some("leaf".into()), ..Default::default() };
     for i in 0..40 {
         inner = GraphProto {
             name: Some(format!("level{i}")),
-            node: vec![node("If", &format!("if{i}"), &["c"], &["o"], vec![attr_graph("then_branch", inner), attr_graph("else_branch", GraphProto::default())])],
+            node: vec![node(
+                "If",
+                &format!("if{i}"),
+                &["c"],
+                &["o"],
+                vec![attr_graph("then_branch", inner), attr_graph("else_branch", GraphProto::default())],
+            )],
             ..Default::default()
         };
     }
-    let deep = with_graph(|g| g.node.push(node("If", "top", &["c"], &["o"], vec![attr_graph("then_branch", inner), attr_graph("else_branch", GraphProto::default())])));
+    let deep = with_graph(|g| {
+        g.node.push(node(
+            "If",
+            "top",
+            &["c"],
+            &["o"],
+            vec![attr_graph("then_branch", inner), attr_graph("else_branch", GraphProto::default())],
+        ))
+    });
     case("subgraphs nested 40 deep", import_bytes(&deep), &["nested"]);
     case(
         "sequence-typed input",
