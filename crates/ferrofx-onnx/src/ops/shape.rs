@@ -648,9 +648,9 @@ fn reverse_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
     shape[ba] = nb;
     shape[ta] = nt;
     let mut vals = vec![0i64; nb * nt];
-    for bi in 0..nb {
+    for (bi, len) in lens.iter().enumerate() {
         for t in 0..nt {
-            let l = lens[bi].clamp(0, nt as i64);
+            let l = (*len).clamp(0, nt as i64);
             let src = if (t as i64) < l { l - 1 - t as i64 } else { t as i64 };
             let pos = if ba < ta { bi * nt + t } else { t * nb + bi };
             vals[pos] = src;
