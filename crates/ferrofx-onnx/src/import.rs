@@ -1,7 +1,7 @@
 //! ONNX → [`GraphModule`].
 //!
 //! The model is wrapped in an [`OnnxProgram`], a [`Module`] whose forward evaluates the ONNX
-//! nodes with registry ops (see [`crate::ops`]); its parameters are the floating-point
+//! nodes with registry ops (the converters of `src/ops/`); its parameters are the floating-point
 //! initializers. Importing traces that module with example inputs of the declared shapes:
 //! graph inputs become placeholders, the initializers `get_attr` nodes (parameters, or buffers
 //! for batch-norm statistics) named after the file's names, every node the registry ops it

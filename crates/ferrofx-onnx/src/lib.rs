@@ -1,7 +1,7 @@
 //! ONNX for ferrofx: import any exported model as a [`ferrofx_fx::GraphModule`], export a
 //! GraphModule as an ONNX model.
 //!
-//! - [`import`] reads a `.onnx` file (prost-decoded `ModelProto`, with size, path and depth
+//! - [`import()`] reads a `.onnx` file (prost-decoded `ModelProto`, with size, path and depth
 //!   checks: a model file is user input) and returns an ordinary GraphModule whose nodes are
 //!   registry op calls; see [`import`](mod@import) for how.
 //! - [`supported_ops`] lists the ONNX ops the importer converts (default domain).
