@@ -117,8 +117,9 @@ fn zoo_round_trip_through_export() {
             }
         };
         let out = dir.join("ferrofx.onnx");
-        let exported = ferrofx_onnx::export(&first.module, std::slice::from_ref(&x), &ferrofx_onnx::ExportOptions::default())
-            .and_then(|m| ferrofx_onnx::export::save(&m, &out));
+        let exported =
+            ferrofx_onnx::export(&first.module, std::slice::from_ref(&x), &ferrofx_onnx::ExportOptions::default())
+                .and_then(|m| ferrofx_onnx::export::save(&m, &out));
         if let Err(e) = exported {
             failures.push(format!("{name}: export: {e}"));
             continue;
