@@ -50,6 +50,8 @@ enum Command {
     Convert(commands::convert::ConvertArgs),
     /// Compile a traced-module file for given input shapes (fusion, memory plan) and save it.
     Compile(commands::compile::CompileArgs),
+    /// Import an ONNX model as a traced-module file.
+    Import(commands::onnx::ImportArgs),
 }
 
 /// Keeps freed memory in mimalloc's arenas instead of returning it to the OS after 10 ms
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Draw(args)) => commands::draw::run(&args),
         Some(Command::Convert(args)) => commands::convert::run(&args),
         Some(Command::Compile(args)) => commands::compile::run(&args),
+        Some(Command::Import(args)) => commands::onnx::run_import(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

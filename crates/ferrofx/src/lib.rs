@@ -12,6 +12,7 @@ pub use ferrofx_compile as compile;
 pub use ferrofx_core as core;
 pub use ferrofx_fx as fx;
 pub use ferrofx_nn as nn;
+pub use ferrofx_onnx as onnx;
 
 /// The user guide (`docs/user-guide.md`): capture, transform, run, train, save and load. Its
 /// examples are compiled and run as this module's documentation tests.

@@ -5,6 +5,7 @@ pub mod compile;
 pub mod convert;
 pub mod demo;
 pub mod draw;
+pub mod onnx;
 pub mod run;
 pub mod show;
 pub mod train;
