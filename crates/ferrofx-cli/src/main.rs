@@ -9,6 +9,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod commands;
+mod embed;
 mod npy;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +49,8 @@ enum Command {
     Draw(commands::draw::DrawArgs),
     /// A zoo architecture plus a state dict (e.g. from PyTorch) becomes a traced-module file.
     Convert(commands::convert::ConvertArgs),
+    /// Sentence embeddings (all-MiniLM-L6-v2 from its model folder), or their similarity table.
+    Embed(embed::EmbedArgs),
 }
 
 /// Keeps freed memory in mimalloc's arenas instead of returning it to the OS after 10 ms
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => commands::bench::run(&args),
         Some(Command::Draw(args)) => commands::draw::run(&args),
         Some(Command::Convert(args)) => commands::convert::run(&args),
+        Some(Command::Embed(args)) => embed::run(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
