@@ -12,6 +12,7 @@ use crate::npy;
 use ferrofx_core::{Result, Tensor, Value};
 use ferrofx_fx::{GraphModule, Tracer};
 use ferrofx_nn::zoo::SentenceTransformer;
+use ferrofx_nn::Module;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 

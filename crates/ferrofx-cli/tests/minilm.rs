@@ -313,7 +313,7 @@ fn padding_does_not_change_an_embedding_and_rows_are_unit_length() {
 fn symbolic_trace_runs_on_any_batch_and_length() {
     let m = tiny();
     let gm = Tracer::new().input_names(&["input_ids", "attention_mask"]).trace(&m, 2).unwrap();
-    let code = gm.code();
+    let code = gm.code().unwrap();
     assert!(!code.contains("SentenceEmbedder") && !code.contains("BertLayer"), "user modules are traced through:\n{code}");
     let _g = ferrofx_core::autograd::no_grad();
     for (rows, len) in [(vec![&[2i64, 4, 3][..]], 3), (vec![&[2, 5, 6, 7, 3][..], &[2, 3][..]], 7)] {
