@@ -362,7 +362,7 @@ fn bad_configs_and_inputs_are_errors() {
     assert!(e.to_string().contains("c.json is not a valid BERT config.json"), "{e}");
     let m = tiny();
     let (x, _) = ids(&[&[2, 3]], 2);
-    let e = m.forward_values(&[x.clone().into()]).unwrap_err();
+    let e = m.forward_values(&[x.into()]).unwrap_err();
     assert!(e.to_string().contains("pass the attention mask too"), "{e}");
     // a token id beyond the vocabulary is the embedding's error, not a panic
     let (bad, mask) = ids(&[&[2, 400, 3]], 3);

@@ -5,7 +5,7 @@
 
 use ferrofx_core::{Error, Result, Tensor};
 use std::path::Path;
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams, TruncationStrategy};
+use tokenizers::{PaddingStrategy, Tokenizer, TruncationParams, TruncationStrategy};
 
 /// Token ids and attention mask of a batch, both `[N, L]` int64 (`L` = the longest sentence
 /// of the batch after truncation, at least 2 for `[CLS]` and `[SEP]`).
@@ -70,7 +70,7 @@ impl BertTokenizer {
         let mut padding = inner.get_padding().cloned().unwrap_or_default();
         padding.strategy = PaddingStrategy::BatchLongest;
         padding.pad_to_multiple_of = None;
-        inner.with_padding(Some(PaddingParams { ..padding }));
+        inner.with_padding(Some(padding));
         Ok(BertTokenizer { inner, max_length })
     }
 
