@@ -12,6 +12,7 @@
 
 mod cases;
 mod cases_compile;
+mod cases_minilm;
 mod cases_models;
 mod timer;
 
@@ -41,7 +42,7 @@ struct Args {
     /// Only cases whose id contains this string.
     #[arg(long)]
     filter: Option<String>,
-    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile.
+    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm.
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
     /// Shorter timing budget (noisier).
@@ -175,11 +176,12 @@ fn main() {
         .into_iter()
         .chain(cases_models::all())
         .chain(cases_compile::all())
+        .chain(cases_minilm::all())
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
-        eprintln!("error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile)");
+        eprintln!("error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm)");
         std::process::exit(2);
     }
     let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
@@ -250,6 +252,9 @@ fn main() {
                 };
                 md.push_str(&format!("| {} | {ours_s} | {ort_s} | {ratio} |\n", c.id));
                 json_rows.push(json!({"id": c.id, "engine": "onnxruntime", "seconds": ort.as_ref().ok()}));
+            }
+            if let Some(note) = cases_minilm::note(&ids) {
+                md.push_str(&format!("\n{note}"));
             }
         }
     }

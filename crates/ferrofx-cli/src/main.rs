@@ -9,6 +9,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod commands;
+mod embed;
 mod npy;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,8 @@ enum Command {
     Compile(commands::compile::CompileArgs),
     /// Import an ONNX model as a traced-module file.
     Import(commands::onnx::ImportArgs),
+    /// Sentence embeddings (all-MiniLM-L6-v2 from its model folder), or their similarity table.
+    Embed(embed::EmbedArgs),
 }
 
 /// Keeps freed memory in mimalloc's arenas instead of returning it to the OS after 10 ms
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Some(Command::Convert(args)) => commands::convert::run(&args),
         Some(Command::Compile(args)) => commands::compile::run(&args),
         Some(Command::Import(args)) => commands::onnx::run_import(&args),
+        Some(Command::Embed(args)) => embed::run(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
