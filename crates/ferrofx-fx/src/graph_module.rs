@@ -129,17 +129,56 @@ impl GraphModule {
         found
     }
 
-    /// FX's `delete_all_unused_submodules`: removes modules and tensors no node refers to.
+    /// FX's `delete_all_unused_submodules`: deletes every submodule no node uses. As in FX, a
+    /// module is used if a `call_module` node calls it or one of its ancestors, or a
+    /// `call_module`/`get_attr` target lies under it; attributes (parameters, buffers,
+    /// constants) are never deleted here (see [`GraphModule::delete_unused_attributes`]).
+    /// Returns how many modules were deleted.
     pub fn delete_all_unused_submodules(&mut self) -> usize {
-        let used_modules: std::collections::HashSet<String> =
-            self.graph.iter().filter(|n| n.op() == Opcode::CallModule).map(|n| n.target().name().to_string()).collect();
-        let used_attrs: std::collections::HashSet<String> =
-            self.graph.iter().filter(|n| n.op() == Opcode::GetAttr).map(|n| n.target().name().to_string()).collect();
-        let before = self.modules.len() + self.attrs.len();
-        self.modules.retain(|p, _| used_modules.contains(p));
-        self.attrs.retain(|p, _| used_attrs.contains(p));
+        let mut used: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut called: Vec<&str> = vec![];
+        for n in self.graph.iter() {
+            if !matches!(n.op(), Opcode::CallModule | Opcode::GetAttr) {
+                continue;
+            }
+            let t = n.target().name();
+            let t: &str = self.modules.get_key_value(t).map(|(k, _)| k.as_str()).unwrap_or(t);
+            // every prefix of the target: `foo`, `foo.bar`, `foo.bar.baz`
+            for (i, c) in t.char_indices() {
+                if c == '.' {
+                    used.insert(&t[..i]);
+                }
+            }
+            used.insert(t);
+            if n.op() == Opcode::CallModule {
+                called.push(t);
+            }
+        }
+        let unused: Vec<String> = self
+            .modules
+            .keys()
+            .filter(|p| {
+                !used.contains(p.as_str())
+                    && !called.iter().any(|c| p.len() > c.len() && p.starts_with(c) && p.as_bytes()[c.len()] == b'.')
+            })
+            .cloned()
+            .collect();
+        for p in &unused {
+            self.modules.shift_remove(p);
+        }
         self.invalidate();
-        before - self.modules.len() - self.attrs.len()
+        unused.len()
+    }
+
+    /// Deletes the attributes no `get_attr` node reads (a ferrofx addition: FX leaves unused
+    /// attributes on the module). Returns how many were deleted.
+    pub fn delete_unused_attributes(&mut self) -> usize {
+        let used: std::collections::HashSet<String> =
+            self.graph.iter().filter(|n| n.op() == Opcode::GetAttr).map(|n| n.target().name().to_string()).collect();
+        let before = self.attrs.len();
+        self.attrs.retain(|p, _| used.contains(p));
+        self.invalidate();
+        before - self.attrs.len()
     }
 
     /// Adds (or replaces) a tensor read by `get_attr` nodes.

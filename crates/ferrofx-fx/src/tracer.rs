@@ -225,15 +225,22 @@ struct State {
     graph: RefCell<Graph>,
     gid: GraphId,
     tensor_paths: FxHashMap<usize, TensorPath>,
-    module_paths: FxHashMap<(usize, std::any::TypeId), u32>,
+    /// Module index by identity; several for zero-sized modules, whose instances share an
+    /// address (see [`State::module_index`]).
+    module_paths: FxHashMap<(usize, std::any::TypeId), Vec<u32>>,
+    /// Per module frame being traced through (the root first): how many calls each zero-sized
+    /// module identity received in it, to tell same-typed zero-sized siblings apart.
+    zst_calls: RefCell<Vec<FxHashMap<(usize, std::any::TypeId), usize>>>,
     /// Qualified module paths, by module index ("" is the root).
     paths: Vec<String>,
     /// Interned field names of parameters and buffers.
     names: Vec<String>,
     leaf: Rc<LeafPredicate>,
     submodule: Option<Rc<SubmoduleBuilder>>,
-    /// `get_attr` node of each tensor used so far (parameters, buffers and constants), by id.
+    /// `get_attr` node of each parameter used so far, by tensor id.
     attr_nodes: RefCell<FxHashMap<usize, NodeId>>,
+    /// `_tensor_constantN` path of each constant captured so far, by tensor id.
+    constant_paths: RefCell<FxHashMap<usize, String>>,
     attrs: RefCell<IndexMap<String, TensorEntry>>,
     constants: Cell<usize>,
     leaves: RefCell<IndexMap<String, Box<dyn Module>>>,
@@ -248,7 +255,9 @@ struct State {
 }
 
 /// A module's identity during a trace: its address and concrete type (a struct and its first
-/// field can share an address).
+/// field can share an address). Zero-sized modules have no address of their own; the built-in
+/// layers are never zero-sized for this reason, and user modules that are fall back to
+/// [`State::module_index`]'s disambiguation.
 fn module_key(m: &dyn Module) -> (usize, std::any::TypeId) {
     (m as *const dyn Module as *const () as usize, m.as_any().type_id())
 }
@@ -262,13 +271,16 @@ impl State {
         #[derive(Default)]
         struct Walk {
             tensor_paths: FxHashMap<usize, TensorPath>,
-            module_paths: FxHashMap<(usize, std::any::TypeId), u32>,
+            module_paths: FxHashMap<(usize, std::any::TypeId), Vec<u32>>,
             paths: Vec<String>,
             names: Vec<String>,
         }
         fn walk<'a>(m: &'a dyn Module, path: String, w: &mut Walk) {
             let key = module_key(m);
-            if w.module_paths.contains_key(&key) {
+            // a module reachable twice keeps its first path (FX's named_modules); zero-sized
+            // instances are distinct modules even though they share an address
+            let zero_sized = std::mem::size_of_val(m) == 0;
+            if !zero_sized && w.module_paths.contains_key(&key) {
                 return;
             }
             let idx = w.paths.len() as u32;
@@ -289,7 +301,7 @@ impl State {
             m.visit_children(&mut |n, c| {
                 kids.push((if path.is_empty() { n.to_string() } else { format!("{path}.{n}") }, c));
             });
-            w.module_paths.insert(key, idx);
+            w.module_paths.entry(key).or_default().push(idx);
             w.paths.push(path);
             for (p, c) in kids {
                 walk(c, p, w);
@@ -303,11 +315,13 @@ impl State {
             gid,
             tensor_paths,
             module_paths,
+            zst_calls: RefCell::new(vec![FxHashMap::default()]),
             paths,
             names,
             leaf,
             submodule: None,
             attr_nodes: RefCell::new(FxHashMap::default()),
+            constant_paths: RefCell::new(FxHashMap::default()),
             attrs: RefCell::new(IndexMap::new()),
             constants: Cell::new(0),
             leaves: RefCell::new(IndexMap::new()),
@@ -353,6 +367,46 @@ impl State {
             type_name: type_name.to_string(),
         });
         stack.push(frames.into());
+        self.zst_calls.borrow_mut().push(FxHashMap::default());
+    }
+
+    /// Leaves the module entered last.
+    fn pop_module(&self) {
+        self.stack.borrow_mut().pop();
+        self.zst_calls.borrow_mut().pop();
+    }
+
+    /// The index of the module `m` in `paths`, `None` for modules outside the traced tree.
+    ///
+    /// A module is identified by address and type, which is exact for every module that
+    /// occupies memory. Zero-sized instances of one type all share an address: among them the
+    /// call picks the children of the module being traced through, in order of their calls
+    /// there (the k-th call of such a module in a frame is its k-th same-typed zero-sized
+    /// child, cycling); a documented difference from FX, which could tell a reused instance
+    /// from a second one.
+    fn module_index(&self, m: &dyn Module) -> Option<u32> {
+        let key = module_key(m);
+        let all = self.module_paths.get(&key)?;
+        if all.len() == 1 {
+            return Some(all[0]);
+        }
+        let parent = self.stack.borrow().last().and_then(|s| s.last().map(|f| f.path.clone())).unwrap_or_default();
+        let is_child = |i: &u32| {
+            let p = &self.paths[*i as usize];
+            match p.rsplit_once('.') {
+                Some((head, _)) => head == parent,
+                None => parent.is_empty(),
+            }
+        };
+        let children: Vec<u32> = all.iter().copied().filter(is_child).collect();
+        if children.is_empty() {
+            return Some(all[0]);
+        }
+        let mut calls = self.zst_calls.borrow_mut();
+        let counter = calls.last_mut()?.entry(key).or_insert(0);
+        let i = children[*counter % children.len()];
+        *counter += 1;
+        Some(i)
     }
 
     fn set_meta(&self, node: NodeId, meta: Option<&TensorMeta>, _kind: Option<CallKind>) -> Result<()> {
@@ -371,11 +425,18 @@ impl State {
         Ok(())
     }
 
-    /// The `get_attr` node of `t` under `path` (created on first use).
+    /// A `get_attr` node reading `t` under `path`. As in FX, a parameter gets one node per
+    /// trace (FX's `parameter_proxy_cache`); buffers and constants get a node per use, all
+    /// with the same target (`b`, `b_1`; `_tensor_constant0`, `_tensor_constant0_1`).
     fn attr_node(&self, path: String, t: &Tensor, kind: TensorKind, constant: bool) -> Result<NodeId> {
         let n = self.graph.borrow_mut().get_attr(&path).map_err(trace_err)?;
         self.set_meta(n, t.meta().as_ref(), None)?;
-        self.attr_nodes.borrow_mut().insert(t.id(), n);
+        if kind == TensorKind::Parameter && !constant {
+            self.attr_nodes.borrow_mut().insert(t.id(), n);
+        }
+        if constant {
+            self.constant_paths.borrow_mut().insert(t.id(), path.clone());
+        }
         self.attrs.borrow_mut().insert(path, TensorEntry { tensor: t.clone(), kind, constant });
         Ok(n)
     }
@@ -396,6 +457,10 @@ impl State {
         }
         if let Some(&p) = self.tensor_paths.get(&t.id()) {
             return Ok(Argument::Node(self.attr_node(self.tensor_path(p), t, p.kind, false)?));
+        }
+        let known = self.constant_paths.borrow().get(&t.id()).cloned();
+        if let Some(path) = known {
+            return Ok(Argument::Node(self.attr_node(path, t, TensorKind::Buffer, true)?));
         }
         let k = self.constants.get();
         self.constants.set(k + 1);
@@ -512,7 +577,9 @@ impl State {
         let unknown = inputs.iter().any(|v| v.as_tensor().is_some_and(|t| t.is_symbolic() && t.meta().is_none()));
         if single && unknown {
             self.remember_leaf(path, record);
-            return Ok(self.outputs(node, None, 1)?.into_iter().map(Value::Tensor).collect());
+            let out = self.outputs(node, None, 1)?;
+            self.add_leaf_frame(node, path, module.type_name())?;
+            return Ok(out.into_iter().map(Value::Tensor).collect());
         }
         // output count and shapes: trace the leaf's body without recording it
         self.scratch.set(self.scratch.get() + 1);
@@ -539,7 +606,24 @@ impl State {
             Err(e) => return Err(e),
         };
         self.remember_leaf(path, record);
-        Ok(self.outputs(node, metas, count)?.into_iter().map(Value::Tensor).collect())
+        let out = self.outputs(node, metas, count)?;
+        self.add_leaf_frame(node, path, module.type_name())?;
+        Ok(out.into_iter().map(Value::Tensor).collect())
+    }
+
+    /// A leaf's `call_module` node carries the leaf's own frame last in its `nn_module_stack`,
+    /// as in FX (`seq.0` for `Sequential(ReLU)`'s first layer).
+    fn add_leaf_frame(&self, node: NodeId, path: &str, type_name: &str) -> Result<()> {
+        let mut g = self.graph.borrow_mut();
+        let m = g.meta_mut(node).map_err(trace_err)?;
+        let mut frames = m.nn_module_stack.to_vec();
+        frames.push(ModuleStackEntry {
+            key: path.to_string(),
+            path: path.to_string(),
+            type_name: type_name.to_string(),
+        });
+        m.nn_module_stack = frames.into();
+        Ok(())
     }
 
     /// What the GraphModule will hold for a leaf called for the first time: what the submodule
@@ -572,8 +656,8 @@ impl State {
     }
 
     fn finish(self, root: &dyn Module) -> Result<GraphModule> {
-        let mut graph = self.graph.into_inner();
-        graph.eliminate_dead_code(None);
+        // no dead code elimination: FX's tracer keeps every node it records (unused ones too)
+        let graph = self.graph.into_inner();
         GraphModule::from_parts(
             graph,
             self.leaves.into_inner(),
@@ -639,7 +723,7 @@ impl Hooks {
         if s.scratch.get() > 0 {
             return run(module);
         }
-        let path = s.module_paths.get(&module_key(module)).map(|&i| s.paths[i as usize].as_str());
+        let path = s.module_index(module).map(|i| s.paths[i as usize].as_str());
         match path {
             Some(p) if !p.is_empty() && s.is_leaf(module, p) => s.record_leaf(module, p, inputs, single),
             Some(p) => {
@@ -649,7 +733,7 @@ impl Hooks {
                 }
                 let r = run(module);
                 if pushed {
-                    s.stack.borrow_mut().pop();
+                    s.pop_module();
                 }
                 r
             }

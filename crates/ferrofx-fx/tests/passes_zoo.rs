@@ -169,8 +169,14 @@ fn folding_simplify_cse_and_dce_before_and_after() {
     // nothing to fold in a fresh trace: concrete-only expressions were computed while tracing
     assert_eq!(fold_constants(&mut gm, &[]).unwrap(), 0);
 
-    // surgery: scale the constant by 2 inside the graph
+    // as in FX, the tracer made a get_attr node per use of the constant: `_tensor_constant0`
+    // and `_tensor_constant0_1`, both reading `_tensor_constant0`; make them one first
     let c = gm.graph().iter().find(|n| n.name() == "_tensor_constant0").map(|n| n.id()).unwrap();
+    let c1 = gm.graph().iter().find(|n| n.name() == "_tensor_constant0_1").map(|n| n.id()).unwrap();
+    assert_eq!(gm.graph().node(c1).unwrap().target().name(), "_tensor_constant0");
+    gm.graph_mut().replace_all_uses_with(c1, c).unwrap();
+    gm.graph_mut().erase_node(c1).unwrap();
+    // surgery: scale the constant by 2 inside the graph
     let first_mul = gm.graph().iter().find(|n| n.name() == "mul").map(|n| n.id()).unwrap();
     let scaled = {
         let mut g = gm.graph_mut().inserting_before(Some(first_mul)).unwrap();

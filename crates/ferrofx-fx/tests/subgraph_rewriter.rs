@@ -2,7 +2,7 @@
 //! non-overlapping matches, overlapping candidates (the first wins, deterministically), a
 //! pattern with several outputs, and the containment rule; each checks the printed graph.
 
-use ferrofx_fx::passes::{replace_pattern, SubgraphMatcher};
+use ferrofx_fx::passes::{replace_pattern, replace_pattern_with_filters, Replacement, SubgraphMatcher};
 use ferrofx_fx::{Argument, Graph, NodeId, Target};
 
 fn f(g: &mut Graph, op: &str, args: Vec<Argument>) -> NodeId {
@@ -40,9 +40,15 @@ fn single_match_fx_documentation_example() {
     let mx = f(&mut g, "max", vec![s.into()]);
     g.output(mx.into()).unwrap();
     let (p, r) = fx_doc_pattern();
-    let matches = replace_pattern(&mut g, &p, &r).unwrap();
+    let matches = replace_pattern_with_filters(&mut g, &p, Replacement::Graph(&r), &[], false).unwrap();
     assert_eq!(matches.len(), 1);
-    assert_eq!(matches[0].placeholder_nodes, vec![x, w1, w2]);
+    assert_eq!(matches[0].placeholder_nodes, vec![x.into(), w1.into(), w2.into()]);
+    // FX's ReplacedPatterns.anchor is the pattern's node (its `add`); replacements are the new nodes
+    assert_eq!(p.node(matches[0].anchor).unwrap().name(), "add");
+    assert_eq!(
+        matches[0].replacements.iter().map(|&n| g.node(n).unwrap().name().to_string()).collect::<Vec<_>>(),
+        ["add_1", "mm_2"]
+    );
     g.lint().unwrap();
     assert_eq!(
         lines(&g),
@@ -80,9 +86,11 @@ fn several_non_overlapping_matches_are_all_replaced() {
     let r2 = f(&mut g, "relu", vec![s2.into()]);
     let lone = f(&mut g, "add", vec![r2.into(), x.into()]);
     g.output(lone.into()).unwrap();
+    let p_relu = p.iter().find(|n| n.name() == "relu").unwrap().id();
     let matches = replace_pattern(&mut g, &p, &rep).unwrap();
     assert_eq!(matches.len(), 2);
-    assert_eq!(matches.iter().map(|m| m.anchor).collect::<Vec<_>>(), vec![r1, r2]);
+    assert!(matches.iter().all(|m| m.anchor == p_relu), "FX's Match.anchor is the pattern's node");
+    assert_eq!(matches.iter().map(|m| m.nodes_map[&p_relu]).collect::<Vec<_>>(), vec![r1, r2]);
     g.lint().unwrap();
     assert_eq!(
         lines(&g),
@@ -122,7 +130,7 @@ fn overlapping_candidates_first_wins() {
         let second = g.iter().nth(2).unwrap().id();
         let matches = replace_pattern(&mut g, &p, &rep).unwrap();
         assert_eq!(matches.len(), 1);
-        assert_eq!(matches[0].anchor, second, "the earliest anchor wins");
+        assert_eq!(matches[0].nodes_map[&matches[0].anchor], second, "the earliest anchor wins");
         g.lint().unwrap();
         assert_eq!(
             lines(&g),
@@ -162,9 +170,10 @@ fn pattern_with_several_outputs() {
     let c = f(&mut g, "cos", vec![a.into()]);
     let m = f(&mut g, "mul", vec![s.into(), c.into()]);
     g.output(m.into()).unwrap();
+    let (ps, pc) = (p.iter().nth(1).unwrap().id(), p.iter().nth(2).unwrap().id());
     let matches = replace_pattern(&mut g, &p, &rep).unwrap();
     assert_eq!(matches.len(), 1);
-    assert_eq!(matches[0].returning_nodes, vec![s, c]);
+    assert_eq!((matches[0].nodes_map[&ps], matches[0].nodes_map[&pc]), (s, c));
     g.lint().unwrap();
     assert_eq!(
         lines(&g),
@@ -217,7 +226,7 @@ fn literal_arguments_and_kwargs_must_be_equal() {
     let b = g.call_function_with(Target::named("leaky_relu"), vec![a.into()], kw2).unwrap();
     g.output(b.into()).unwrap();
     let found = SubgraphMatcher::new(&p).unwrap().match_all(&g).unwrap();
-    assert_eq!(found.iter().map(|m| m.anchor).collect::<Vec<_>>(), vec![a]);
+    assert_eq!(found.iter().map(|m| m.returning_nodes[0]).collect::<Vec<_>>(), vec![a]);
 }
 
 #[test]
@@ -233,7 +242,7 @@ fn bad_patterns_and_replacements_are_errors() {
     let r = f(&mut p, "relu", vec![x.into()]);
     p.output(r.into()).unwrap();
     let e = SubgraphMatcher::new(&p).err().unwrap().to_string();
-    assert!(e.contains("node 'neg' does not contribute to the output"), "{e}");
+    assert!(e.contains("node 'neg' is dead code"), "{e}");
     let mut p = Graph::new();
     let x = p.placeholder("x").unwrap();
     let r = f(&mut p, "relu", vec![x.into()]);

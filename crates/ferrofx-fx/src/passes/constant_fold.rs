@@ -141,6 +141,7 @@ pub fn fold_constants(gm: &mut GraphModule, frozen: &[&str]) -> Result<usize> {
     // every folded node is now unused (its readers were folded too or read the constant)
     gm.graph_mut().eliminate_dead_code(None);
     gm.delete_all_unused_submodules();
+    gm.delete_unused_attributes();
     gm.graph.lint().map_err(graph_err)?;
     Ok(folded.len())
 }

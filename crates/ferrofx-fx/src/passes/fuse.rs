@@ -64,6 +64,7 @@ pub fn fuse_conv_bn(gm: &mut GraphModule) -> Result<usize> {
         folded += 1;
     }
     gm.delete_all_unused_submodules();
+    gm.delete_unused_attributes();
     gm.recompile()?;
     Ok(folded)
 }
@@ -88,6 +89,7 @@ pub fn remove_identity_dropout(gm: &mut GraphModule) -> Result<usize> {
         g.erase_node(node).map_err(graph_err)?;
     }
     gm.delete_all_unused_submodules();
+    gm.delete_unused_attributes();
     gm.recompile()?;
     Ok(found.len())
 }

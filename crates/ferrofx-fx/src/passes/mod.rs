@@ -29,6 +29,9 @@ pub mod subgraph_rewriter;
 pub use constant_fold::fold_constants;
 pub use cse::eliminate_common_subexpressions;
 pub use manager::{PassManager, PassReport};
-pub use matcher::{Match, SubgraphMatcher};
+pub use matcher::{InternalMatch, SubgraphMatcher};
 pub use simplify::simplify;
-pub use subgraph_rewriter::replace_pattern;
+pub use subgraph_rewriter::{
+    replace_pattern, replace_pattern_in_module, replace_pattern_with_filters, Match, MatchFilter, ReplacedPatterns,
+    Replacement, ReplacementCallback,
+};

@@ -113,6 +113,7 @@ impl GraphModule {
         self.graph_mut().eliminate_dead_code(None);
         let removed = before - self.graph().len();
         self.delete_all_unused_submodules();
+        self.delete_unused_attributes();
         self.graph().lint().map_err(|e| edit_err("compile", e))?;
         self.recompile()?;
         Ok(removed)

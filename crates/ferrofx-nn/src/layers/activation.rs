@@ -8,11 +8,16 @@ macro_rules! simple_activation {
     ($(#[$doc:meta])* $name:ident, $f:expr) => {
         $(#[$doc])*
         #[derive(crate::Module, Default, Clone, Copy)]
-        pub struct $name {}
+        pub struct $name {
+            /// Gives each instance its own address: tracers identify module instances by
+            /// address, and zero-sized values all share one.
+            #[module(skip)]
+            _instance: u8,
+        }
         impl $name {
             /// A new layer.
             pub fn new() -> $name {
-                $name {}
+                $name { _instance: 0 }
             }
         }
         impl Module for $name {

@@ -66,12 +66,17 @@ pub(crate) fn py_bool(b: bool) -> &'static str {
 
 /// `nn.Identity`.
 #[derive(crate::Module, Default, Clone)]
-pub struct Identity {}
+pub struct Identity {
+    /// Gives each instance its own address: tracers identify module instances by address,
+    /// and zero-sized values all share one.
+    #[module(skip)]
+    _instance: u8,
+}
 
 impl Identity {
     /// A new Identity.
     pub fn new() -> Identity {
-        Identity {}
+        Identity { _instance: 0 }
     }
 }
 
