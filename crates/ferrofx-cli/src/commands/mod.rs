@@ -4,6 +4,7 @@ pub mod bench;
 pub mod convert;
 pub mod demo;
 pub mod draw;
+pub mod module_io;
 pub mod run;
 pub mod show;
 pub mod train;
