@@ -36,7 +36,6 @@ use ferrofx_core::memory::{format_bytes, physical_memory_or_default};
 use ferrofx_core::op::{CallKind, Category, Effect, OpDef, Outputs};
 use ferrofx_core::trace::{with_trace_hook, Symbolic, TraceHook};
 use ferrofx_core::{DType, Error, Result, Tensor, TensorMeta, Value};
-use ferrofx_nn::Module;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -241,6 +240,25 @@ fn over(
     ))
 }
 
+/// A meta function refused a size outright (over the allocation limit): a budget error naming
+/// the node; any other meta failure leaves the decision to the run.
+fn too_large(gm: &GraphModule, node: &str, e: Error, limit: u128) -> Stop {
+    if e.kind() != ferrofx_core::ErrorKind::Limit {
+        return Stop::Unknown;
+    }
+    Stop::Over(Error::limit(
+        "GraphModule.forward",
+        format!(
+            "node '{node}' ({}): {}; the memory limit for running {} is {}. Run it on smaller inputs, or raise the limit \
+             (GraphModule::set_max_memory, or --max-memory on the command line) if the machine has the memory",
+            e.op(),
+            e.message(),
+            gm.type_name,
+            format_bytes(limit)
+        ),
+    ))
+}
+
 fn infer_peak(gm: &GraphModule, plan: &Plan, inputs: &[Value], limit: u128) -> Result<PeakMemory, Stop> {
     if inputs.len() != plan.num_inputs {
         return Err(Stop::Unknown);
@@ -256,7 +274,7 @@ fn infer_peak(gm: &GraphModule, plan: &Plan, inputs: &[Value], limit: u128) -> R
             Step::Attr(t) => (Value::Tensor(t.clone()), 0, String::new(), None),
             Step::Op { def, args, kwargs, .. } => {
                 let bound = bind_args(*def, args, kwargs, &env).map_err(|_| Stop::Unknown)?;
-                let metas = (def.meta)(&bound).map_err(|_| Stop::Unknown)?;
+                let metas = (def.meta)(&bound).map_err(|e| too_large(gm, &name_of(st.node), e, limit))?;
                 let bytes = out_bytes(def, &bound, &metas);
                 let meta = metas.iter().max_by_key(|m| m.numel()).cloned();
                 let mut ts: Vec<Tensor> = metas.into_iter().map(meta_tensor).collect();
@@ -286,7 +304,7 @@ fn infer_peak(gm: &GraphModule, plan: &Plan, inputs: &[Value], limit: u128) -> R
                     let what = format!("module '{path}', inside it op {}", largest.op);
                     return Err(over(gm, &name_of(st.node), &what, largest.meta.as_ref(), largest.bytes, live, limit));
                 }
-                let mut out = out.map_err(|_| Stop::Unknown)?;
+                let mut out = out.map_err(|e| too_large(gm, &name_of(st.node), e, limit))?;
                 let v = if out.len() == 1 {
                     out.remove(0)
                 } else {

@@ -100,8 +100,17 @@ fn node(i: usize) -> String {
     format!("/graph/nodes/{i}")
 }
 
+/// Sets the value at a JSON pointer (creating the last key of an object when absent).
 fn set(v: &mut serde_json::Value, ptr: &str, x: serde_json::Value) {
-    *v.pointer_mut(ptr).unwrap_or_else(|| panic!("no {ptr}")) = x;
+    if let Some(slot) = v.pointer_mut(ptr) {
+        *slot = x;
+        return;
+    }
+    let (parent, key) = ptr.rsplit_once('/').unwrap();
+    v.pointer_mut(parent)
+        .and_then(|p| p.as_object_mut())
+        .unwrap_or_else(|| panic!("no {parent}"))
+        .insert(key.into(), x);
 }
 
 fn good_bytes() -> Vec<u8> {
@@ -380,7 +389,7 @@ fn cases() -> Vec<Case> {
             edited(
                 |_| {},
                 |sd| {
-                    sd.remove("scale");
+                    sd.shift_remove("scale");
                     sd.insert("other".into(), Tensor::from_vec(vec![2.0f32], &[1]).unwrap());
                 },
             ),
@@ -518,10 +527,19 @@ fn cases() -> Vec<Case> {
         ),
         run("expand then add", expand_add(vec![1 << 16, 1 << 16, 2, 2]), vec![x4()], "node 'add' (op add)"),
         run(
-            "repeat to 2^40 elements",
-            op_file("repeat", vec![Argument::list([1 << 18, 1 << 18, 1, 1].map(Argument::Int))]),
+            "ones_like of a 2^40-element view",
+            {
+                let mut g = Graph::new();
+                let x = g.placeholder("x").unwrap();
+                let e = g
+                    .call_method("expand", vec![x.into(), Argument::list([1 << 18, 1 << 18, 2, 2].map(Argument::Int))])
+                    .unwrap();
+                let o = g.call_function(Target::named("ones_like"), vec![e.into()]).unwrap();
+                g.output(o.into()).unwrap();
+                file(&g, &[], &[])
+            },
             vec![x4()],
-            "node 'repeat'",
+            "node 'ones_like'",
         ),
         run(
             "zeros of 2^40 elements",
