@@ -78,7 +78,7 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
         other => return Err(format!("unknown unit '{other}' in '{s}'; use K, M, G or T")),
     };
     let bytes = value * mult;
-    if !(bytes >= 1.0 && bytes < 1e19) {
+    if !(1.0..1e19).contains(&bytes) {
         return Err(format!("'{s}' is not a usable memory size (at least 1 byte)"));
     }
     Ok(bytes as u64)
@@ -118,7 +118,10 @@ pub fn describe_io(gm: &GraphModule) -> String {
         for (i, a) in items.iter().enumerate() {
             let text = match a.as_node().and_then(|id| gm.graph().node(id).ok()) {
                 Some(n) => format!("{:<16} {}", n.name(), meta_text(n.meta().tensor_meta.as_ref())),
-                None => format!("{:<16} the constant {a:?}", format!("output{i}")),
+                None => {
+                    let name = format!("output{i}");
+                    format!("{name:<16} the constant {a:?}")
+                }
             };
             s.push_str(&format!("  {text}\n"));
         }
