@@ -681,3 +681,38 @@ fn the_budget_admits_what_fits_and_caches_per_shape() {
     assert!(e.contains("node 'add'") && e.contains("[4, 4, 2, 2]") && e.contains("255 B"), "{e}");
     assert_eq!(DType::F32.size(), 4);
 }
+
+/// A save interrupted after the new content was written but before it replaced the file (a
+/// crash before the rename), and a save whose serializer fails: the previous file stays intact
+/// and loadable, and no temporary file is left behind.
+#[test]
+fn interrupted_saves_leave_the_previous_file_intact() {
+    let dir = std::env::temp_dir().join(format!("ferrofx-interrupted-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("m.fxm");
+    let a = GraphModule::from_bytes(&expand_add(vec![2, 1, 2, 2])).unwrap();
+    let b = GraphModule::from_bytes(&expand_add(vec![3, 1, 2, 2])).unwrap();
+    a.save(&p).unwrap();
+    let before = std::fs::read(&p).unwrap();
+    let crash = ferrofx_core::atomic_file::write_atomic("save", &p, |tmp| {
+        b.save(tmp)?;
+        Err(ferrofx_core::Error::io("save", "simulated crash before the rename"))
+    });
+    assert!(crash.unwrap_err().to_string().contains("simulated crash"));
+    let midway = ferrofx_core::atomic_file::write_atomic("save", &p, |tmp| {
+        std::fs::write(tmp, &b.to_bytes().unwrap()[..100]).unwrap();
+        Err(ferrofx_core::Error::io("save", "disk full after 100 bytes"))
+    });
+    assert!(midway.is_err());
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    let back = GraphModule::load(&p).unwrap();
+    let y = back.forward_values(&[Value::Tensor(x4())]).unwrap();
+    assert_eq!(y[0].as_tensor().unwrap().shape(), &[2, 1, 2, 2]);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "a temporary file was left behind");
+    // a completed save replaces it
+    b.save(&p).unwrap();
+    let y = GraphModule::load(&p).unwrap().forward_values(&[Value::Tensor(x4())]).unwrap();
+    assert_eq!(y[0].as_tensor().unwrap().shape(), &[3, 1, 2, 2]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
