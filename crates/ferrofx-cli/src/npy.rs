@@ -396,7 +396,7 @@ mod tests {
             (patched(&good, "<f4", ">f4"), "big-endian"),
             (patched(&good, "<f4", "<c8"), "not supported"),
             (patched(&good, "(2, 2)", "(2, x)"), "bad dimension"),
-            (patched(&good, "(2, 2), }                ", "(9999999999999999, 99999), }"), "overflows"),
+            (patched(&good, "(2, 2), }                   ", "(9999999999999999, 99999), }"), "overflows"),
             (patched(&good, "'descr'", "'descx'"), "unexpected key 'descx'"),
             (patched(&good, "'fortran_order': False, ", "'descr': '<f4',          "), "twice"),
             (patched(&good, "'shape': (2, 2), }", "'shape': [2, 2], }"), "a tuple for 'shape'"),

@@ -187,7 +187,9 @@ fn show_exprs_prints_the_expression_view() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = fixture(dir.path());
     let expected = || {
-        predicate::str::starts_with("DigitsCnn.Graph (self, x) {\n")
+        // after the inputs/outputs header every view starts with
+        predicate::str::starts_with(format!("{}: traced from DigitsCnn\ninputs:\n", file.display()))
+            .and(predicate::str::contains("\n\nDigitsCnn.Graph (self, x) {\n"))
             .and(predicate::str::contains("\t%2:\tconv1_1 = getattr(self, \"conv1\") -> (Conv2d)\n"))
             .and(predicate::str::contains("\t%3:\tconv1 = conv1_1(x, )\n"))
             .and(predicate::str::contains("\treturn "))
