@@ -398,7 +398,7 @@ mod tests {
             (patched(&good, "(2, 2)", "(2, x)"), "bad dimension"),
             (patched(&good, "(2, 2), }                   ", "(9999999999999999, 99999), }"), "overflows"),
             (patched(&good, "'descr'", "'descx'"), "unexpected key 'descx'"),
-            (patched(&good, "'fortran_order': False, ", "'descr': '<f4',          "), "twice"),
+            (patched(&good, "'fortran_order': False, ", "'descr': '<f4',         "), "twice"),
             (patched(&good, "'shape': (2, 2), }", "'shape': [2, 2], }"), "a tuple for 'shape'"),
             (patched(&good, "False", "Fals0"), "fortran_order is 'Fals0'"),
             (patched(&good, ", }", "} }"), "text after its dict"),
