@@ -407,7 +407,8 @@ mod tests {
             (
                 {
                     let mut b = good.clone();
-                    b[63] = b' '; // the newline ending the header
+                    let end = 10 + u16::from_le_bytes([b[8], b[9]]) as usize;
+                    b[end - 1] = b' '; // the newline ending the header
                     b
                 },
                 "newline",
