@@ -80,7 +80,7 @@ fn meta_tensor(m: TensorMeta) -> Tensor {
 fn is_contiguous(m: &TensorMeta) -> bool {
     let mut expected = 1usize;
     for (&d, &s) in m.shape.iter().zip(m.strides.iter()).rev() {
-        if d != 1 && s as usize != expected {
+        if d != 1 && s != expected {
             return false;
         }
         expected = expected.saturating_mul(d);
@@ -273,7 +273,7 @@ fn infer_peak(gm: &GraphModule, plan: &Plan, inputs: &[Value], limit: u128) -> R
             Step::Input(k) => (inputs[*k].clone(), 0, String::new(), None),
             Step::Attr(t) => (Value::Tensor(t.clone()), 0, String::new(), None),
             Step::Op { def, args, kwargs, .. } => {
-                let bound = bind_args(*def, args, kwargs, &env).map_err(|_| Stop::Unknown)?;
+                let bound = bind_args(def, args, kwargs, &env).map_err(|_| Stop::Unknown)?;
                 let metas = (def.meta)(&bound).map_err(|e| too_large(gm, &name_of(st.node), e, limit))?;
                 let bytes = out_bytes(def, &bound, &metas);
                 let meta = metas.iter().max_by_key(|m| m.numel()).cloned();
