@@ -43,18 +43,139 @@ fn descr_of(d: DType) -> Option<&'static str> {
     })
 }
 
-/// The value of `'key': value` in the header dict (the text up to the next top-level comma
-/// or closing brace).
-fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, String> {
-    let pat = format!("'{key}':");
-    let start = header.find(&pat).ok_or_else(|| format!("the header has no '{key}' entry"))? + pat.len();
-    let rest = header[start..].trim_start();
-    let end = if rest.starts_with('(') {
-        rest.find(')').map(|i| i + 1).ok_or("the shape tuple is not closed")?
-    } else {
-        rest.find([',', '}']).unwrap_or(rest.len())
-    };
-    Ok(rest[..end].trim())
+/// The three entries of a `.npy` header dict, parsed as strictly as NumPy's reader: a Python
+/// dict literal with exactly the keys `descr`, `fortran_order` and `shape` (each once), `descr`
+/// a string, `fortran_order` `True`/`False`, `shape` a tuple of non-negative integers.
+#[derive(Debug, PartialEq)]
+struct Header {
+    descr: String,
+    fortran_order: bool,
+    shape: Vec<usize>,
+}
+
+/// A tiny cursor over the header text.
+struct Cursor<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Cursor<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t') {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn expect(&mut self, c: u8, what: &str) -> Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(format!("the header dict is malformed: expected {what} at byte {}", self.i))
+        }
+    }
+    fn string(&mut self) -> Result<String, String> {
+        self.ws();
+        let q = match self.s.get(self.i) {
+            Some(&q @ (b'\'' | b'"')) => q,
+            _ => return Err(format!("the header dict is malformed: expected a quoted string at byte {}", self.i)),
+        };
+        let start = self.i + 1;
+        let len = self.s[start..].iter().position(|&c| c == q).ok_or("the header has an unterminated string")?;
+        self.i = start + len + 1;
+        String::from_utf8(self.s[start..start + len].to_vec()).map_err(|_| "the header is not text".to_string())
+    }
+    fn word(&mut self) -> String {
+        self.ws();
+        let start = self.i;
+        while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'_') {
+            self.i += 1;
+        }
+        String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
+    }
+}
+
+/// Parses the header dict (the text between the length field and the data).
+fn parse_header(text: &str) -> Result<Header, String> {
+    // NumPy's writer ends the header with '\n' after space padding; nothing else may follow
+    let body = text.strip_suffix('\n').ok_or("the header does not end with a newline (damaged file?)")?;
+    let mut c = Cursor { s: body.as_bytes(), i: 0 };
+    c.expect(b'{', "'{'")?;
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    let dup = |k: &str| format!("the header dict has the key '{k}' twice");
+    loop {
+        if c.eat(b'}') {
+            break;
+        }
+        let key = c.string()?;
+        c.expect(b':', "':' after a key")?;
+        match key.as_str() {
+            "descr" => {
+                if descr.replace(c.string()?).is_some() {
+                    return Err(dup("descr"));
+                }
+            }
+            "fortran_order" => {
+                let v = match c.word().as_str() {
+                    "True" => true,
+                    "False" => false,
+                    other => return Err(format!("fortran_order is '{other}', expected True or False")),
+                };
+                if fortran.replace(v).is_some() {
+                    return Err(dup("fortran_order"));
+                }
+            }
+            "shape" => {
+                c.expect(b'(', "a tuple for 'shape'")?;
+                let mut dims = vec![];
+                loop {
+                    if c.eat(b')') {
+                        break;
+                    }
+                    let w = c.word();
+                    let d = w.parse::<usize>().map_err(|_| format!("the shape has a bad dimension '{w}'"))?;
+                    dims.push(d);
+                    if !c.eat(b',') {
+                        c.expect(b')', "',' or ')' in the shape")?;
+                        if dims.len() == 1 {
+                            // Python's (3) is an int, not a tuple
+                            return Err("the shape '(n)' is not a tuple; NumPy writes '(n,)'".into());
+                        }
+                        break;
+                    }
+                }
+                if shape.replace(dims).is_some() {
+                    return Err(dup("shape"));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "the header dict has the unexpected key '{other}' (NumPy's keys are exactly descr, fortran_order, shape)"
+                ))
+            }
+        }
+        if !c.eat(b',') {
+            c.expect(b'}', "',' or '}'")?;
+            break;
+        }
+    }
+    c.ws();
+    if c.i != c.s.len() {
+        return Err("the header has text after its dict (only space padding may follow)".into());
+    }
+    let missing = |k: &str| format!("the header has no '{k}' entry");
+    Ok(Header {
+        descr: descr.ok_or_else(|| missing("descr"))?,
+        fortran_order: fortran.ok_or_else(|| missing("fortran_order"))?,
+        shape: shape.ok_or_else(|| missing("shape"))?,
+    })
 }
 
 /// Parses a `.npy` file's bytes into a tensor.
@@ -72,8 +193,18 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Tensor, String> {
         .checked_add(header_len)
         .filter(|&e| e <= bytes.len())
         .ok_or_else(|| format!("truncated: the header declares {header_len} bytes, the file has {}", bytes.len()))?;
-    let header = std::str::from_utf8(&bytes[start..data_start]).map_err(|_| "the header is not text")?;
-    let descr = field(header, "descr")?.trim_matches(|c| c == '\'' || c == '"');
+    if data_start % 16 != 0 {
+        return Err(format!(
+            "the header ends at byte {data_start}, which is not aligned (NumPy pads the header so the data starts at a multiple of 64)"
+        ));
+    }
+    let raw = &bytes[start..data_start];
+    if major < 3 && !raw.is_ascii() {
+        return Err(format!("the header of a version {major}.0 file must be ASCII (version 3.0 allows UTF-8)"));
+    }
+    let header = std::str::from_utf8(raw).map_err(|_| "the header is not text")?;
+    let Header { descr, fortran_order: fortran, shape } = parse_header(header)?;
+    let descr = descr.as_str();
     let (order, code) = descr.split_at(descr.len().min(1));
     let (dtype, size) = match (order, dtype_of(code)) {
         ("<" | "|", Some(d)) => d,
@@ -84,22 +215,6 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Tensor, String> {
             ))
         }
     };
-    let fortran = match field(header, "fortran_order")? {
-        "False" => false,
-        "True" => true,
-        other => return Err(format!("fortran_order is '{other}', expected True or False")),
-    };
-    let shape_text = field(header, "shape")?;
-    let inner = shape_text
-        .strip_prefix('(')
-        .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| format!("the shape '{shape_text}' is not a tuple"))?;
-    let shape = inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("the shape '{shape_text}' has a bad dimension '{s}'")))
-        .collect::<Result<Vec<usize>, String>>()?;
     let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or("the shape overflows")?;
     let data = &bytes[data_start..];
     let want = numel.checked_mul(size).ok_or("the shape overflows")?;
@@ -188,7 +303,7 @@ pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>, String> {
 /// Writes a tensor as a `.npy` file.
 pub fn write(t: &Tensor, path: &std::path::Path) -> Result<(), String> {
     let bytes = to_bytes(t)?;
-    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    ferrofx_core::atomic_file::write_atomic_bytes("npy", path, &bytes).map_err(|e| e.message().to_string())
 }
 
 #[cfg(test)]
@@ -281,7 +396,32 @@ mod tests {
             (patched(&good, "<f4", ">f4"), "big-endian"),
             (patched(&good, "<f4", "<c8"), "not supported"),
             (patched(&good, "(2, 2)", "(2, x)"), "bad dimension"),
-            (patched(&good, "(2, 2), }                ", "(9999999999999999, 99999)"), "overflows"),
+            (patched(&good, "(2, 2), }                   ", "(9999999999999999, 99999), }"), "overflows"),
+            (patched(&good, "'descr'", "'descx'"), "unexpected key 'descx'"),
+            (patched(&good, "'fortran_order': False, ", "'descr': '<f4',         "), "twice"),
+            (patched(&good, "'shape': (2, 2), }", "'shape': [2, 2], }"), "a tuple for 'shape'"),
+            (patched(&good, "False", "Fals0"), "fortran_order is 'Fals0'"),
+            (patched(&good, ", }", "} }"), "text after its dict"),
+            (patched(&good, "'shape': (2, 2), }", "'shape': (2, 2)   "), "',' or '}'"),
+            (patched(&good, "(2, 2)", "(4)   "), "not a tuple"),
+            (
+                {
+                    let mut b = good.clone();
+                    let end = 10 + u16::from_le_bytes([b[8], b[9]]) as usize;
+                    b[end - 1] = b' '; // the newline ending the header
+                    b
+                },
+                "newline",
+            ),
+            (
+                {
+                    // header shortened by 1 byte: the data no longer starts on the alignment
+                    let mut b = good.clone();
+                    b[8] -= 1;
+                    b
+                },
+                "not aligned",
+            ),
         ];
         for (bytes, want) in cases {
             let err = from_bytes(&bytes).expect_err(want);

@@ -75,7 +75,9 @@ fn train_reports_an_unwritable_output() {
         .arg(&file)
         .assert()
         .failure()
-        .stderr(predicate::str::contains("cannot write the state dict to"));
+        .stderr(predicate::str::contains("does not exist; create it first").and(predicate::str::contains("mkdir -p")))
+        // refused before training: no epoch ran
+        .stdout(predicate::str::contains("trained").not());
 }
 
 #[test]
@@ -185,7 +187,9 @@ fn show_exprs_prints_the_expression_view() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = fixture(dir.path());
     let expected = || {
-        predicate::str::starts_with("DigitsCnn.Graph (self, x) {\n")
+        // after the inputs/outputs header every view starts with
+        predicate::str::starts_with(format!("{}: traced from DigitsCnn\ninputs:\n", file.display()))
+            .and(predicate::str::contains("\n\nDigitsCnn.Graph (self, x) {\n"))
             .and(predicate::str::contains("\t%2:\tconv1_1 = getattr(self, \"conv1\") -> (Conv2d)\n"))
             .and(predicate::str::contains("\t%3:\tconv1 = conv1_1(x, )\n"))
             .and(predicate::str::contains("\treturn "))
@@ -293,4 +297,135 @@ fn file_commands_reject_bad_input_with_clear_messages() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("give either one safetensors file or .npy files"));
+}
+
+/// A `.npy` file of float64 values (NumPy's default dtype), shape `[1, 1, 8, 8]`.
+fn float64_npy(path: &std::path::Path) {
+    let mut header = String::from("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 8, 8), }");
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for i in 0..64 {
+        bytes.extend_from_slice(&((i % 16) as f64 / 16.0).to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The messages a newcomer meets: what a file expects, what a run returned, dtype conversion,
+/// outputs that would destroy inputs, bad learning rates, paths that cannot be written, and a
+/// run whose memory would exceed the limit.
+#[test]
+fn newcomer_messages() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // train writes the weights and a runnable traced module next to them
+    let weights = dir.path().join("w.safetensors");
+    ferrofx()
+        .args(["train", "--quiet", "--epochs", "1", "--out"])
+        .arg(&weights)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("runnable traced module to"));
+    let file = dir.path().join("w.fxm");
+    assert!(file.exists() && weights.exists());
+    // show starts with the inputs and outputs
+    ferrofx().arg("show").arg(&file).assert().success().stdout(
+        predicate::str::contains("inputs:\n  x                [1, 1, 8, 8] float32")
+            .and(predicate::str::contains("outputs:\n"))
+            .and(predicate::str::contains("[1, 10] float32")),
+    );
+    // run: float64 input converted with a note; a summary with the top classes; --print values
+    let x = dir.path().join("x.npy");
+    float64_npy(&x);
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&x)
+        .arg("--print")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("is float64; converted to float32, the dtype the module expects"))
+        .stdout(
+            predicate::str::contains("output0: shape [1, 10], float32")
+                .and(predicate::str::contains("sample 0: class "))
+                .and(predicate::str::contains("%)"))
+                .and(predicate::str::contains("tensor(")),
+        );
+    // an output path equal to an input is refused, and the input survives
+    let before = std::fs::read(&file).unwrap();
+    ferrofx().arg("run").arg(&file).arg("-i").arg(&x).arg("-o").arg(&file).assert().failure().stderr(
+        predicate::str::contains("refusing to write the output to").and(predicate::str::contains("also an input")),
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&x)
+        .arg("-o")
+        .arg(&x)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("also an input"));
+    // learning rates
+    ferrofx().args(["train", "--quiet", "--lr", "-1"]).assert().failure().stderr(
+        predicate::str::contains("--lr must be a positive number such as 0.01, got -1")
+            .and(predicate::str::contains("tip").not()),
+    );
+    ferrofx()
+        .args(["train", "--quiet", "--lr", "1e30"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("is far too large for Adam").and(predicate::str::contains("NaN")));
+    // a plan over the memory limit is refused before it runs, naming node, shape and limit
+    ferrofx()
+        .arg("bench")
+        .arg(&file)
+        .args(["--shape", "65536,1,8,8", "--max-memory", "64M", "--runs", "1"])
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("node 'conv1'")
+                .and(predicate::str::contains("[65536, 16, 8, 8]"))
+                .and(predicate::str::contains("memory limit of 64.0 MiB"))
+                .and(predicate::str::contains("--max-memory")),
+        );
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&x)
+        .args(["--max-memory", "lots"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("'lots' is not a memory size"));
+    // loader errors say what is wrong and what to do
+    ferrofx()
+        .arg("show")
+        .arg(dir.path())
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("is a directory").and(predicate::str::contains("hint:")));
+    ferrofx().arg("show").arg(&weights).assert().failure().stderr(
+        predicate::str::contains("not a ferrofx traced-module file")
+            .and(predicate::str::contains("plain state dict"))
+            .and(predicate::str::contains("io error").not()),
+    );
+    // a .npy header NumPy would reject
+    let dup = dir.path().join("dup.npy");
+    let mut b = std::fs::read(&x).unwrap();
+    let at = b.windows(24).position(|w| w == b"'fortran_order': False, ").unwrap();
+    b[at..at + 24].copy_from_slice(b"'descr': '<f8',         ");
+    std::fs::write(&dup, b).unwrap();
+    ferrofx()
+        .arg("run")
+        .arg(&file)
+        .arg("-i")
+        .arg(&dup)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("dup.npy: the header dict has the key 'descr' twice"));
 }

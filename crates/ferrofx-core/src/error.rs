@@ -22,8 +22,13 @@ pub enum ErrorKind {
     Autograd,
     /// Symbolic tracing failures (data-dependent control flow, ...).
     Trace,
-    /// Input/output and file format errors.
+    /// Input/output errors (a file cannot be opened, read or written).
     Io,
+    /// A file's content is invalid: not the expected format, an unsupported version, or
+    /// inconsistent data.
+    Format,
+    /// A resource limit: an allocation or a plan's peak memory over the allowed bytes.
+    Limit,
 }
 
 impl fmt::Display for ErrorKind {
@@ -37,6 +42,8 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Autograd => "autograd error",
             ErrorKind::Trace => "trace error",
             ErrorKind::Io => "io error",
+            ErrorKind::Format => "invalid file",
+            ErrorKind::Limit => "resource limit",
         };
         f.write_str(s)
     }
@@ -94,6 +101,14 @@ impl Error {
     /// A [`ErrorKind::Io`] error.
     pub fn io(op: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Io, op, message)
+    }
+    /// A [`ErrorKind::Format`] error.
+    pub fn format(op: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Format, op, message)
+    }
+    /// A [`ErrorKind::Limit`] error.
+    pub fn limit(op: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Limit, op, message)
     }
     /// The kind of error.
     pub fn kind(&self) -> ErrorKind {

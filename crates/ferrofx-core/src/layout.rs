@@ -207,8 +207,8 @@ impl Layout {
             return Err(Error::index(op, "narrow() cannot be applied to a 0-dim tensor."));
         }
         let size = self.shape[d] as i64;
-        let start = if start < 0 { start + size } else { start };
-        if start < 0 || length < 0 || start + length > size {
+        let start = if start < 0 { start.saturating_add(size) } else { start };
+        if start < 0 || length < 0 || start.checked_add(length).is_none_or(|end| end > size) {
             return Err(Error::index(
                 op,
                 format!(

@@ -12,10 +12,12 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod atomic_file;
 pub mod autograd;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+pub mod memory;
 pub mod op;
 pub mod ops;
 pub mod scalar;

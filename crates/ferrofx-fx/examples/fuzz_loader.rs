@@ -1,4 +1,5 @@
-//! Long mutation-fuzzing runs of the traced-module loader on the stable toolchain.
+//! Long mutation-fuzzing runs of the traced-module loader on the stable toolchain: every
+//! mutated file that loads is also run under a 256 MiB memory limit.
 //!
 //! `cargo run --release -p ferrofx-fx --example fuzz_loader -- --seconds 600 [--seed N]`
 //!
@@ -28,14 +29,24 @@ fn main() {
         total.iterations += r.iterations;
         total.accepted += r.accepted;
         total.rejected += r.rejected;
+        total.ran += r.ran;
+        total.run_errors += r.run_errors;
         total.panics.extend(r.panics);
         round += 1;
     }
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.trim_start_matches("VmHWM:").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
     println!(
-        "fuzz_loader: {} inputs in {:.0} s ({} accepted, {} rejected with an error, {} panics), seed {seed}",
+        "fuzz_loader: {} inputs in {:.0} s ({} loaded: {} ran, {} refused or failed to run with an error; {} rejected by the loader; {} panics), peak RSS {rss}, seed {seed}",
         total.iterations,
         start.elapsed().as_secs_f64(),
         total.accepted,
+        total.ran,
+        total.run_errors,
         total.rejected,
         total.panics.len()
     );

@@ -49,6 +49,7 @@ pub struct GraphModule {
     pub(crate) type_name: String,
     training: bool,
     plan: RwLock<Option<Arc<Plan>>>,
+    pub(crate) budget: std::sync::Mutex<crate::memory_budget::BudgetState>,
 }
 
 impl GraphModule {
@@ -60,8 +61,15 @@ impl GraphModule {
         type_name: &str,
         training: bool,
     ) -> Result<GraphModule> {
-        let gm =
-            GraphModule { graph, modules, attrs, type_name: type_name.to_string(), training, plan: RwLock::new(None) };
+        let gm = GraphModule {
+            graph,
+            modules,
+            attrs,
+            type_name: type_name.to_string(),
+            training,
+            plan: RwLock::new(None),
+            budget: Default::default(),
+        };
         gm.recompile()?;
         Ok(gm)
     }
@@ -191,17 +199,19 @@ impl GraphModule {
         if let Ok(mut p) = self.plan.write() {
             *p = None;
         }
+        self.reset_budget();
     }
 
     /// Validates the graph and builds the execution plan.
     pub fn recompile(&self) -> Result<()> {
+        self.reset_budget();
         let plan = Plan::build(self)?;
         *self.plan.write().map_err(|_| Error::argument("recompile", "the plan lock is poisoned"))? =
             Some(Arc::new(plan));
         Ok(())
     }
 
-    fn plan(&self) -> Result<Arc<Plan>> {
+    pub(crate) fn plan(&self) -> Result<Arc<Plan>> {
         if let Some(p) = self.plan.read().map_err(|_| Error::argument("forward", "the plan lock is poisoned"))?.as_ref()
         {
             return Ok(p.clone());
@@ -310,11 +320,13 @@ impl GraphModule {
     /// (see `docs/format.md`), and the module is compiled before it is returned.
     pub fn load(path: impl AsRef<Path>) -> Result<GraphModule> {
         let path = path.as_ref();
-        let (doc, tensors) = read_module_file(path).map_err(|e| match e {
-            FormatError::Io(msg) => Error::io("GraphModule::load", msg),
-            other => Error::from(other),
-        })?;
-        GraphModule::from_document(&doc, &tensors)
+        // every error names the file (I/O messages already do)
+        let in_file = |e: Error| match e.kind() {
+            ferrofx_core::ErrorKind::Io => Error::io("GraphModule::load", e.message()),
+            kind => Error::new(kind, "GraphModule::load", format!("{}: {}", path.display(), e.message())),
+        };
+        let (doc, tensors) = read_module_file(path).map_err(|e| in_file(e.into()))?;
+        GraphModule::from_document(&doc, &tensors).map_err(in_file)
     }
 
     /// Parses and validates a traced-module file.
@@ -326,7 +338,11 @@ impl GraphModule {
     /// Builds the module a validated file document describes (with its nested modules).
     fn from_document(doc: &ModuleDoc, tensors: &StateDict) -> Result<GraphModule> {
         let kinds: HashMap<&str, &TensorDoc> = doc.tensors.iter().map(|t| (t.path.as_str(), t)).collect();
-        let gm = GraphModule::from_doc(doc, "", tensors, &kinds)?;
+        // whatever fails while building the module is a fault of the file's content
+        let gm = GraphModule::from_doc(doc, "", tensors, &kinds).map_err(|e| match e.kind() {
+            ferrofx_core::ErrorKind::Io | ferrofx_core::ErrorKind::Limit | ferrofx_core::ErrorKind::Format => e,
+            _ => Error::format("GraphModule::load", format!("{}: {}", e.op(), e.message())),
+        })?;
         // parameters are trainable again
         for p in gm.parameters() {
             p.requires_grad_(true)?;
@@ -355,7 +371,7 @@ impl GraphModule {
                 }
                 t
             })
-            .map_err(|e| Error::io("GraphModule::load", format!("leaf module '{prefix}{}': {e}", leaf.path)))?;
+            .map_err(|e| Error::format("GraphModule::load", format!("leaf module '{prefix}{}': {e}", leaf.path)))?;
             if modules.insert(leaf.path.clone(), m).is_some() {
                 return Err(
                     FormatError::Invalid(format!("leaf module '{prefix}{}' is declared twice", leaf.path)).into()
@@ -469,7 +485,9 @@ impl Module for GraphModule {
         }
     }
     fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
-        self.plan()?.run(self, inputs)
+        let plan = self.plan()?;
+        self.check_budget(&plan, inputs)?;
+        plan.run(self, inputs)
     }
 }
 

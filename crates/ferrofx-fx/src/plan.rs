@@ -14,7 +14,7 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 /// What one step of the plan does.
-enum Step {
+pub(crate) enum Step {
     Input(usize),
     Attr(Tensor),
     Op { def: &'static OpDef, kind: CallKind, args: Vec<Argument>, kwargs: Vec<(String, Argument)> },
@@ -24,26 +24,26 @@ enum Step {
 }
 
 /// One step: the node it runs, what it does, and the slots freed after it.
-struct PlanStep {
-    node: NodeId,
-    step: Step,
-    frees: Vec<u32>,
+pub(crate) struct PlanStep {
+    pub(crate) node: NodeId,
+    pub(crate) step: Step,
+    pub(crate) frees: Vec<u32>,
 }
 
 /// A compiled GraphModule forward.
 pub(crate) struct Plan {
-    steps: Vec<PlanStep>,
+    pub(crate) steps: Vec<PlanStep>,
     /// Slot of each node, indexed by `NodeId::index()` (`u32::MAX`: not in the plan).
-    slot_of: Vec<u32>,
-    num_inputs: usize,
+    pub(crate) slot_of: Vec<u32>,
+    pub(crate) num_inputs: usize,
     code: OnceLock<String>,
 }
 
 const NO_SLOT: u32 = u32::MAX;
 
-struct Env<'a> {
-    values: &'a [Option<Value>],
-    slot_of: &'a [u32],
+pub(crate) struct Env<'a> {
+    pub(crate) values: &'a [Option<Value>],
+    pub(crate) slot_of: &'a [u32],
 }
 
 impl Slots for Env<'_> {
@@ -298,6 +298,19 @@ pub(crate) fn eval_op(
     kwargs: &[(String, Argument)],
     slots: &dyn Slots,
 ) -> Result<Value> {
+    let bound = bind_args(def, args, kwargs, slots)?;
+    let mut out = dispatch(def, kind, &bound)?;
+    Ok(if out.len() == 1 { Value::Tensor(out.remove(0)) } else { Value::Tensors(out.into_iter().collect()) })
+}
+
+/// The arguments of a registry-op step as runtime values, converted with the op's schema and
+/// bound (what [`eval_op`] dispatches; the memory check hands them to the op's meta function).
+pub(crate) fn bind_args(
+    def: &'static OpDef,
+    args: &[Argument],
+    kwargs: &[(String, Argument)],
+    slots: &dyn Slots,
+) -> Result<Vec<Value>> {
     let what = def.name;
     let vals = args
         .iter()
@@ -311,13 +324,14 @@ pub(crate) fn eval_op(
             Ok((k.clone(), to_value(a, ty, slots, what)?))
         })
         .collect::<Result<Vec<_>>>()?;
-    let bound =
-        if kw.is_empty() && vals.len() == def.schema.len() { vals } else { bind(def.name, def.schema, vals, kw)? };
-    let mut out = dispatch(def, kind, &bound)?;
-    Ok(if out.len() == 1 { Value::Tensor(out.remove(0)) } else { Value::Tensors(out.into_iter().collect()) })
+    if kw.is_empty() && vals.len() == def.schema.len() {
+        Ok(vals)
+    } else {
+        bind(def.name, def.schema, vals, kw)
+    }
 }
 
-fn node_err(gm: &GraphModule, node: NodeId, e: Error) -> Error {
+pub(crate) fn node_err(gm: &GraphModule, node: NodeId, e: Error) -> Error {
     let name = gm.graph.node(node).map(|n| n.name().to_string()).unwrap_or_default();
     e.with_context(&format!("while running node '{name}' of the GraphModule traced from {}", gm.type_name))
 }

@@ -124,7 +124,7 @@ impl RustSource {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| Error::io("to_rust_source", format!("{}: {e}", dir.display())))?;
         let rs = dir.join(format!("{file_stem}.rs"));
-        std::fs::write(&rs, &self.code).map_err(|e| Error::io("to_rust_source", format!("{}: {e}", rs.display())))?;
+        ferrofx_core::atomic_file::write_atomic_bytes("to_rust_source", &rs, self.code.as_bytes())?;
         ferrofx_nn::save_state_dict(&self.weights, dir.join(format!("{file_stem}.safetensors")))
     }
 }

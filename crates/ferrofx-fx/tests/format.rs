@@ -288,7 +288,7 @@ fn corrupted_files_give_clear_errors() {
                 second["name"] = "output_1".into();
                 v.pointer_mut("/graph/nodes").unwrap().as_array_mut().unwrap().push(second);
             }),
-            "fails lint",
+            "the graph has 2 output nodes",
         ),
         (
             "huge tensor meta",

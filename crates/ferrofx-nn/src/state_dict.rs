@@ -162,16 +162,21 @@ pub fn state_dict_to_bytes(
 }
 
 /// Writes a state dict as a safetensors file with optional metadata, streaming each tensor's
-/// bytes from its storage to the file (no intermediate copy of the weights).
+/// bytes from its storage to the file (no intermediate copy of the weights). The write is
+/// atomic ([`ferrofx_core::atomic_file::write_atomic`]): an interrupted save leaves the
+/// previous file intact.
 pub fn save_state_dict_with_metadata(
     sd: &StateDict,
     metadata: Option<std::collections::HashMap<String, String>>,
     path: impl AsRef<Path>,
 ) -> Result<()> {
     let path = path.as_ref();
-    with_views(sd, |views| {
-        safetensors::serialize_to_file(views, metadata, path)
-            .map_err(|e| Error::io("save_state_dict", format!("cannot write {}: {e}", path.display())))
+    // atomic: a temporary file in the same folder, synced, then renamed over `path`
+    ferrofx_core::atomic_file::write_atomic("save_state_dict", path, |tmp| {
+        with_views(sd, |views| {
+            safetensors::serialize_to_file(views, metadata, tmp)
+                .map_err(|e| Error::io("save_state_dict", format!("cannot write {}: {e}", path.display())))
+        })
     })
 }
 
@@ -233,6 +238,16 @@ pub fn read_safetensors_header<R: std::io::Read>(r: &mut R, total_len: u64) -> R
 }
 
 impl SafetensorsHeader {
+    /// Number of tensors the header declares.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// `true` when the header declares no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
     /// The header's `__metadata__` map, if any.
     pub fn metadata(&self) -> Option<&std::collections::HashMap<String, String>> {
         self.metadata.as_ref()
@@ -297,6 +312,13 @@ pub fn load_state_dict_file(path: impl AsRef<Path>) -> Result<StateDict> {
 pub fn open_for_reading(path: &Path) -> Result<(std::io::BufReader<std::fs::File>, u64)> {
     let cannot = |e: std::io::Error| Error::io("load_state_dict", format!("cannot read {}: {e}", path.display()));
     let f = std::fs::File::open(path).map_err(cannot)?;
-    let len = f.metadata().map_err(cannot)?.len();
+    let md = f.metadata().map_err(cannot)?;
+    if md.is_dir() {
+        return Err(Error::io(
+            "load_state_dict",
+            format!("cannot read {}: it is a directory, not a file; give the path of a file", path.display()),
+        ));
+    }
+    let len = md.len();
     Ok((std::io::BufReader::with_capacity(1 << 16, f), len))
 }

@@ -2,7 +2,6 @@
 //! random inputs (median of timed runs after warm-up).
 
 use super::CliResult;
-use ferrofx_fx::GraphModule;
 use ferrofx_nn::Module;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -18,6 +17,10 @@ pub struct BenchArgs {
     /// Timed runs.
     #[arg(long, default_value_t = 50)]
     pub runs: usize,
+    /// Most memory the module's intermediate values may take at once (e.g. `2G`, `512M`);
+    /// default: half the physical memory. A larger plan is refused before it runs.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
 }
 
 /// Runs `ferrofx bench`.
@@ -28,7 +31,10 @@ pub fn run(a: &BenchArgs) -> CliResult<()> {
     if a.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
-    let gm = GraphModule::load(&a.file).map_err(|e| format!("cannot load {}: {e}", a.file.display()))?;
+    let gm = super::module_io::load_module(&a.file)?;
+    if let Some(m) = &a.max_memory {
+        gm.set_max_memory(Some(super::module_io::parse_memory(m)?));
+    }
     let dims: Vec<i64> = a.shape.iter().map(|&d| d as i64).collect();
     let x = ferrofx_core::ops::random::randn(&dims, None)?;
     let _g = ferrofx_core::autograd::no_grad();

@@ -37,6 +37,8 @@ pub struct ConvertArgs {
 
 /// Runs `ferrofx convert`.
 pub fn run(a: &ConvertArgs) -> CliResult<()> {
+    super::module_io::refuse_overwriting_inputs(&a.out, &[&a.weights])?;
+    super::module_io::check_output_path(&a.out)?;
     let (mut model, shape): (Box<dyn Module>, Vec<i64>) = match a.model {
         Arch::DigitsCnn => (Box::new(DigitsCnn::new()?), vec![1, 1, 8, 8]),
         Arch::Resnet18 => (Box::new(ResNet::resnet18(1000)?), vec![1, 3, 224, 224]),

@@ -3,7 +3,6 @@
 
 use super::CliResult;
 use ferrofx_fx::passes::draw::{to_dot, to_svg};
-use ferrofx_fx::GraphModule;
 use std::path::PathBuf;
 
 /// Arguments of `ferrofx draw`.
@@ -18,7 +17,9 @@ pub struct DrawArgs {
 
 /// Runs `ferrofx draw`.
 pub fn run(a: &DrawArgs) -> CliResult<()> {
-    let gm = GraphModule::load(&a.file).map_err(|e| format!("cannot load {}: {e}", a.file.display()))?;
+    let gm = super::module_io::load_module(&a.file)?;
+    super::module_io::refuse_overwriting_inputs(&a.out, &[&a.file])?;
+    super::module_io::check_output_path(&a.out)?;
     let name = gm.traced_type_name().to_string();
     let text = match a.out.extension().and_then(|e| e.to_str()) {
         Some("dot") => to_dot(gm.graph(), &name),
@@ -32,7 +33,7 @@ pub fn run(a: &DrawArgs) -> CliResult<()> {
             .into())
         }
     };
-    std::fs::write(&a.out, text).map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;
+    ferrofx_core::atomic_file::write_atomic_bytes("draw", &a.out, text.as_bytes())?;
     println!("wrote {}", a.out.display());
     Ok(())
 }

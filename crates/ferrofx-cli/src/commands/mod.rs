@@ -6,6 +6,7 @@ pub mod convert;
 pub mod demo;
 pub mod draw;
 pub mod onnx;
+pub mod module_io;
 pub mod run;
 pub mod show;
 pub mod train;

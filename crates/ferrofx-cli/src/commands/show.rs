@@ -1,9 +1,9 @@
 //! `ferrofx show FILE`: a saved traced module's graph, as FX prints it, as MegEngine's expression
 //! view (`--exprs`), as a table with FLOPs and activation memory per node, as FLOPs per module, as code, or as a
-//! summary.
+//! summary. Every view starts with the inputs and outputs the module expects (names, shapes,
+//! dtypes).
 
 use super::CliResult;
-use ferrofx_fx::GraphModule;
 use ferrofx_nn::Module;
 use std::path::PathBuf;
 
@@ -42,11 +42,15 @@ pub struct ShowArgs {
 
 /// Runs `ferrofx show`.
 pub fn run(a: &ShowArgs) -> CliResult<()> {
-    let gm = GraphModule::load(&a.file).map_err(|e| format!("cannot load {}: {e}", a.file.display()))?;
+    let gm = super::module_io::load_module(&a.file)?;
     if a.fused {
         return super::compile::show_fused(&gm);
     }
     let view = if a.exprs { View::Exprs } else { a.view };
+    // what the module expects and returns comes first: it is what a user needs to run it
+    println!("{}: traced from {}", a.file.display(), gm.traced_type_name());
+    print!("{}", super::module_io::describe_io(&gm));
+    println!();
     match view {
         View::Graph => println!("{gm}"),
         View::Exprs => println!("{}", gm.internal_graph()),

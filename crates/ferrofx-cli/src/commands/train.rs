@@ -1,5 +1,8 @@
-//! `ferrofx train`: train the digits CNN of the zoo and save its state dict (safetensors, with
-//! PyTorch key names).
+//! `ferrofx train`: train the digits CNN of the zoo and save it twice: its state dict
+//! (safetensors, with PyTorch key names, at `-o`) and a runnable traced-module file next to it
+//! (`-o` with the extension `.fxm`; `ferrofx run`/`show`/`bench` take it). Paths and
+//! arguments are checked before training; weights that became NaN or infinite (a learning rate
+//! far too large) are refused instead of written.
 
 use super::CliResult;
 use ferrofx_nn::state_dict::save_state_dict;
@@ -16,8 +19,8 @@ pub struct TrainArgs {
     /// Mini-batch size.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Peak learning rate (Adam with a one-cycle schedule).
-    #[arg(long, default_value_t = 0.01)]
+    /// Peak learning rate (Adam with a one-cycle schedule), in (0, 1].
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true)]
     pub lr: f64,
     /// Seed of the initialisation, the split and the shuffling.
     #[arg(long, default_value_t = 0)]
@@ -25,7 +28,8 @@ pub struct TrainArgs {
     /// Fraction of the data held out for testing, in (0, 1).
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
-    /// Where to write the trained state dict (safetensors).
+    /// Where to write the trained state dict (safetensors); the runnable traced module goes
+    /// next to it with the extension `.fxm`.
     #[arg(long, short, default_value = "digits_cnn.safetensors")]
     pub out: PathBuf,
     /// Hide the progress bar and the per-epoch lines.
@@ -45,8 +49,25 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
         return Err(format!("--test-fraction must be in (0, 1), got {}", a.test_fraction).into());
     }
     if !(a.lr > 0.0 && a.lr.is_finite()) {
-        return Err(format!("--lr must be a positive number, got {}", a.lr).into());
+        return Err(format!("--lr must be a positive number such as 0.01, got {}", a.lr).into());
     }
+    if a.lr > 1.0 {
+        return Err(format!(
+            "--lr {} is far too large for Adam: the weights would diverge to NaN; use a value in (0, 1], typically 0.001 to 0.05",
+            a.lr
+        )
+        .into());
+    }
+    let fxm = a.out.with_extension("fxm");
+    if fxm == a.out {
+        return Err(format!(
+            "-o {} ends in .fxm, but it names the state dict; give e.g. digits_cnn.safetensors (the .fxm is written next to it)",
+            a.out.display()
+        )
+        .into());
+    }
+    // fail now, not after minutes of training
+    super::module_io::check_output_path(&a.out)?;
     let cfg = TrainConfig {
         epochs: a.epochs,
         batch_size: a.batch_size,
@@ -56,14 +77,28 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
         progress: !a.quiet,
     };
     let report = train_digits(&cfg)?;
-    save_state_dict(&report.model.state_dict(), &a.out)
-        .map_err(|e| format!("cannot write the state dict to {}: {e}", a.out.display()))?;
+    let sd = report.model.state_dict();
+    if let Some((name, _)) =
+        sd.iter().find(|(_, t)| t.to_vec_f64().map(|v| v.iter().any(|x| !x.is_finite())).unwrap_or(true))
+    {
+        return Err(format!(
+            "training diverged: '{name}' holds NaN or infinite values after training with --lr {}; nothing was written. Use a smaller --lr (the default is 0.01)",
+            a.lr
+        )
+        .into());
+    }
+    save_state_dict(&sd, &a.out).map_err(|e| format!("cannot write the state dict to {}: {e}", a.out.display()))?;
+    let x = ferrofx_core::Tensor::from_vec(vec![0.0f32; 64], &[1, 1, 8, 8])?;
+    let gm = ferrofx_fx::trace_with_inputs(&report.model, &[(&x).into()])?;
+    gm.save(&fxm).map_err(|e| format!("cannot write {}: {e}", fxm.display()))?;
     println!(
-        "trained digits CNN: test accuracy {:.2}% after {} epochs in {:.1} s; state dict written to {}",
+        "trained digits CNN: test accuracy {:.2}% after {} epochs in {:.1} s; state dict written to {}, runnable traced module to {} (try: ferrofx show {})",
         100.0 * report.test_accuracy,
         a.epochs,
         report.elapsed.as_secs_f64(),
-        a.out.display()
+        a.out.display(),
+        fxm.display(),
+        fxm.display()
     );
     Ok(())
 }

@@ -812,7 +812,7 @@ fn conv_unit<T: MatElem>(
 }
 
 /// Forward convolution on contiguous `x` `[n, c, h, w]`, `w` `[o, cg, kh, kw]`.
-fn conv_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
+fn conv_forward<T: MatElem>(op: &str, g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
     let algo = choose(g);
     let (cg, og) = (g.cg(), g.og());
     let unit_in = cg * g.h * g.w;
@@ -841,10 +841,10 @@ fn conv_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> V
     };
     let len = g.n * g.o * g.oh * g.ow;
     // not zero-filled: conv_unit writes every element of its unit (see there)
-    let mut buf: Vec<T> = Vec::with_capacity(len);
+    let mut buf: Vec<T> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
     let out = &mut buf.spare_capacity_mut()[..len];
     if out.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let units = g.n * g.groups;
     let threads = rayon::current_num_threads();
@@ -866,9 +866,10 @@ fn conv_forward<T: MatElem>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> V
             run(u, o, &mut s1, &mut s2, Par::Pool);
         }
     }
-    // SAFETY: the units cover all `len` elements and conv_unit initialised each of them.
+    // SAFETY: the units cover all `len` elements and conv_unit initialised each of them
+    // (alloc_uninit reserved exactly n * o * oh * ow = len elements).
     unsafe { buf.set_len(len) };
-    buf
+    Ok(buf)
 }
 
 /// Transposed convolution on contiguous `x` `[n, c, h, w]`, `w` `[c, og, kh, kw]`: per unit
@@ -1212,6 +1213,9 @@ fn run_conv(
     dt: DType,
     transposed: bool,
 ) -> Result<Tensor> {
+    // every path below allocates an output of `shape`: refuse one over the allocation limit
+    // before any work (the non-transposed path also reserves it fallibly)
+    crate::memory::check_alloc(op, shape, dt)?;
     if is_half(dt) {
         let x32 = kernel::cast(x, DType::F32)?;
         let w32 = kernel::cast(w, DType::F32)?;
@@ -1240,9 +1244,13 @@ fn run_conv(
         let bv = b.map(|b| contiguous_vec::<E>(op, b)).transpose()?;
         let out = xc.with_contiguous::<E, _>(op, |xs| {
             wc.with_contiguous::<E, _>(op, |ws| {
-                if transposed { conv_transpose_forward(g, xs, ws, bv.as_deref()) } else { conv_forward(g, xs, ws, bv.as_deref()) }
+                if transposed {
+                    Ok(conv_transpose_forward(g, xs, ws, bv.as_deref()))
+                } else {
+                    conv_forward(op, g, xs, ws, bv.as_deref())
+                }
             })
-        })??;
+        })???;
         Tensor::from_vec(out, shape)
     })
 }

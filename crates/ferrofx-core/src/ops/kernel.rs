@@ -4,7 +4,6 @@
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Layout, Shape, Strides};
-use crate::storage::CpuBuffer;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -267,12 +266,20 @@ fn row2<T: Copy, V: Copy, U>(
 }
 
 /// Maps every element of `data` (read through `layout`) into a fresh row-major `Vec`.
-pub fn map_strided<T: Element, U: Element>(data: &[T], layout: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
+///
+/// The buffer comes from [`crate::memory::alloc_uninit`]: a shape too large for the allocation
+/// limit is an error naming `op`, never an abort.
+pub fn map_strided<T: Element, U: Element>(
+    op: &str,
+    data: &[T],
+    layout: &Layout,
+    f: impl Fn(T) -> U + Sync + Send,
+) -> Result<Vec<U>> {
     let n = layout.numel();
-    let mut buf: Vec<U> = Vec::with_capacity(n);
+    let mut buf: Vec<U> = crate::memory::alloc_uninit(op, layout.shape())?;
     if n == 0 {
         // (an empty view may have an offset past the end of its storage)
-        return buf;
+        return Ok(buf);
     }
     // not zero-filled first: row1 writes every element it is given, and the rows cover all n
     let out = &mut buf.spare_capacity_mut()[..n];
@@ -283,9 +290,10 @@ pub fn map_strided<T: Element, U: Element>(data: &[T], layout: &Layout, f: impl 
         let [sx] = plan.inner_strides;
         plan.fill(out, &|o, [ox]| row1(o, data, ox, sx, &f));
     }
-    // SAFETY: all n elements were written above (the plan's rows x inner = n).
+    // SAFETY: all n elements were written above (the plan's rows x inner = n), and
+    // alloc_uninit reserved room for exactly the n elements of the layout's shape.
     unsafe { buf.set_len(n) };
-    buf
+    Ok(buf)
 }
 
 /// Maps every element through `f` into a new contiguous tensor of dtype `U`.
@@ -297,7 +305,7 @@ pub fn unary_map<T: Element, U: Element>(op: &str, t: &Tensor, f: impl Fn(T) -> 
     let data = guard
         .as_slice::<T>()
         .ok_or_else(|| Error::dtype(op, format!("expected a tensor of dtype {}, got {}", T::DTYPE, guard.dtype())))?;
-    let out = map_strided(data, layout, f);
+    let out = map_strided(op, data, layout, f)?;
     drop(guard);
     Tensor::from_buffer(U::into_buffer(out), layout.shape())
 }
@@ -313,8 +321,8 @@ pub fn zip_strided<T: Element, V: Element, U: Element>(
     out_shape: &[usize],
     f: impl Fn(T, V) -> U + Sync + Send,
 ) -> Result<Vec<U>> {
+    let mut buf: Vec<U> = crate::memory::alloc_uninit(op, out_shape)?;
     let n: usize = out_shape.iter().product();
-    let mut buf: Vec<U> = Vec::with_capacity(n);
     if n == 0 {
         return Ok(buf);
     }
@@ -377,8 +385,7 @@ pub fn ternary_map<A: Element, T: Element, U: Element>(
 ) -> Result<Tensor> {
     let s = broadcast_shapes(op, a.shape(), b.shape())?;
     let out_shape = broadcast_shapes(op, &s, c.shape())?;
-    let n: usize = out_shape.iter().product();
-    let mut out = vec![U::default(); n];
+    let mut out: Vec<U> = crate::memory::alloc_filled(op, &out_shape, U::default())?;
     let (sa, la) = a.concrete(op)?;
     let (sb, lb) = b.concrete(op)?;
     let (sc, lc) = c.concrete(op)?;
@@ -461,7 +468,7 @@ pub fn from_f64_vec(values: &[f64], shape: &[usize], dtype: DType) -> Result<Ten
 
 /// A zero-filled contiguous tensor.
 pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-    Tensor::from_buffer(CpuBuffer::zeros(dtype, shape.iter().product()), shape)
+    crate::match_dtype!(dtype, T => Tensor::from_vec::<T>(crate::memory::alloc_filled("zeros", shape, T::default())?, shape))
 }
 
 /// Copies `src` (broadcast to `dst`'s shape, converted to its dtype) into `dst` in place,
@@ -488,7 +495,7 @@ pub fn copy_into(op: &str, dst: &Tensor, src: &Tensor) -> Result<()> {
     crate::match_dtype!(dt, T => {
         if src_storage.same(dst_storage) {
             // Aliasing: read everything first, then write.
-            let values: Vec<T> = src.with_data::<T, _>(op, |d, _| map_strided(d, &src_l, |x| x))?;
+            let values: Vec<T> = src.with_data::<T, _>(op, |d, _| map_strided(op, d, &src_l, |x| x))??;
             let mut g = dst_storage.write();
             let out = g.as_mut_slice::<T>().ok_or_else(|| Error::dtype(op, "destination dtype changed"))?;
             write_strided(out, dst_layout, &values);

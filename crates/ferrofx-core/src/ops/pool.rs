@@ -624,6 +624,7 @@ fn max_args(op: &str, nd: usize, args: &[Value], allow_int: bool) -> Result<MaxA
 
 fn run_max(op: &str, x: &Tensor, a: &MaxArgs, want_idx: bool) -> Result<Outputs> {
     let dt = x.dtype();
+    crate::memory::check_alloc(op, &a.shape, if want_idx { DType::I64 } else { dt })?;
     crate::match_dtype!(dt, E => {
         let (v, i) = x.with_contiguous::<E, _>(op, |xs| max_pool_impl(&a.g, xs, want_idx))?;
         let mut outs: Outputs = smallvec![Tensor::from_vec(v, &a.shape)?];
@@ -730,6 +731,7 @@ fn run_avg(op: &str, nd: usize, args: &[Value]) -> Result<Outputs> {
     let (g, shape, cip, div) = avg_args(op, nd, args)?;
     let x = tensor(op, args, 0)?;
     let dt = x.dtype();
+    crate::memory::check_alloc(op, &shape, dt)?;
     crate::match_dtype!(dt, E => {
         let v = x.with_contiguous::<E, _>(op, |xs| avg_pool_impl(&g, xs, cip, div))?;
         Ok(smallvec![Tensor::from_vec(v, &shape)?])
@@ -828,6 +830,7 @@ fn run_adaptive(op: &str, args: &[Value], max: bool) -> Result<Outputs> {
     let (planes, h, w, oh, ow, shape) = adaptive_args(op, args)?;
     let x = tensor(op, args, 0)?;
     let dt = x.dtype();
+    crate::memory::check_alloc(op, &shape, if max { DType::I64 } else { dt })?;
     crate::match_dtype!(dt, E => {
         let (v, i) = x.with_contiguous::<E, _>(op, |xs| adaptive_impl(planes, h, w, oh, ow, xs, max))?;
         let mut outs: Outputs = smallvec![Tensor::from_vec(v, &shape)?];

@@ -71,43 +71,17 @@ macro_rules! opdef {
 }
 pub(crate) use opdef;
 
-/// Largest buffer (in bytes) a creation op or kernel of this family will allocate. Beyond it
-/// the op returns an error instead of asking the allocator (and possibly aborting).
-pub const MAX_ALLOC_BYTES: usize = 1 << 38;
+/// Largest buffer (in bytes) a creation op or kernel will allocate (see [`crate::memory`]).
+pub use crate::memory::MAX_ALLOC_BYTES;
 
-/// Checks that a tensor of `shape` and `dtype` may be allocated.
+/// Checks that a tensor of `shape` and `dtype` may be allocated ([`crate::memory::check_alloc`]).
 pub(crate) fn check_alloc(op: &str, shape: &[usize], dtype: DType) -> Result<usize> {
-    let mut n: usize = 1;
-    for &d in shape {
-        n = n.checked_mul(d).ok_or_else(|| too_big(op, shape, dtype))?;
-    }
-    match n.checked_mul(dtype.size()) {
-        Some(b) if b <= MAX_ALLOC_BYTES => Ok(n),
-        _ => Err(too_big(op, shape, dtype)),
-    }
-}
-
-fn too_big(op: &str, shape: &[usize], dtype: DType) -> Error {
-    Error::argument(
-        op,
-        format!(
-            "refusing to allocate a tensor of shape {shape:?} and dtype {dtype}: it exceeds the limit of {} GiB",
-            MAX_ALLOC_BYTES >> 30
-        ),
-    )
+    crate::memory::check_alloc(op, shape, dtype)
 }
 
 /// A vector of `n` copies of `v`, reporting allocation failure as an error (no abort).
 pub(crate) fn alloc_filled<E: Element>(op: &str, n: usize, v: E) -> Result<Vec<E>> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(n).map_err(|_| {
-        Error::argument(
-            op,
-            format!("out of memory allocating {n} elements of {} ({} bytes)", E::DTYPE, n * E::DTYPE.size()),
-        )
-    })?;
-    out.resize(n, v);
-    Ok(out)
+    crate::memory::alloc_filled(op, &[n], v)
 }
 
 /// One contiguous output meta.

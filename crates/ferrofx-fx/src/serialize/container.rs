@@ -154,7 +154,7 @@ fn check_tensors(
             return Err(FormatError::Invalid(format!("tensor '{}' is declared twice", t.path)));
         }
         if t.shape.len() > MAX_RANK {
-            return Err(FormatError::Invalid(format!("tensor '{}' has rank {} > {MAX_RANK}", t.path, t.shape.len())));
+            return Err(FormatError::Limit(format!("tensor '{}' has rank {} > {MAX_RANK}", t.path, t.shape.len())));
         }
         let declared = tensor_meta_from_doc(
             &TensorMetaDoc {
@@ -228,11 +228,22 @@ pub fn read_module<R: std::io::Read>(r: &mut R, total_len: u64) -> Result<(Modul
     }
     let json = m.get("ferrofx.module").ok_or_else(|| FormatError::Invalid("no ferrofx.module document".to_string()))?;
     if json.len() > MAX_DOC_BYTES {
-        return Err(FormatError::Invalid(format!("module document of {} bytes exceeds {MAX_DOC_BYTES}", json.len())));
+        return Err(FormatError::Limit(format!("module document of {} bytes exceeds {MAX_DOC_BYTES}", json.len())));
     }
     let doc: ModuleDoc =
         serde_json::from_str(json).map_err(|e| FormatError::Invalid(format!("module document: {e}")))?;
-    let tensors = header.read_tensors(r).map_err(|e| FormatError::Invalid(e.to_string()))?;
+    // bounded work: refuse undeclared tensors before reading any data (a file listing a
+    // million undeclared tensors is refused here, not after reading them)
+    if header.len() > doc.tensors.len() {
+        return Err(FormatError::Invalid(format!(
+            "the file holds {} tensors but declares {}; undeclared tensors are not allowed",
+            header.len(),
+            doc.tensors.len()
+        )));
+    }
+    let tensors = header
+        .read_tensors(r)
+        .map_err(|e| FormatError::Invalid(e.message().trim_start_matches("invalid safetensors data: ").to_string()))?;
     check_tensors(&doc, |p| tensors.get(p).map(|t| (t.dtype().name().to_string(), t.shape().to_vec())), tensors.len())?;
     Ok((doc, tensors))
 }

@@ -224,9 +224,7 @@ pub fn graph_to_doc(g: &Graph) -> Result<GraphDoc, FormatError> {
 
 fn arg_from_doc(a: &ArgDoc, ids: &[NodeId], node: &str, depth: usize) -> Result<Argument, FormatError> {
     if depth > MAX_ARG_DEPTH {
-        return Err(FormatError::Invalid(format!(
-            "node '{node}': arguments nested deeper than {MAX_ARG_DEPTH} levels"
-        )));
+        return Err(FormatError::Limit(format!("node '{node}': arguments nested deeper than {MAX_ARG_DEPTH} levels")));
     }
     let list =
         |items: &[ArgDoc]| items.iter().map(|x| arg_from_doc(x, ids, node, depth + 1)).collect::<Result<Vec<_>, _>>();
@@ -285,7 +283,7 @@ pub fn tensor_meta_from_doc(t: &TensorMetaDoc, what: &str) -> Result<TensorMetad
     let mut numel: u64 = 1;
     for &d in &t.shape {
         numel = numel.checked_mul(d).filter(|&n| n <= 1 << 48).ok_or_else(|| {
-            FormatError::Invalid(format!("{what}: shape {:?} has more elements than any tensor can", t.shape))
+            FormatError::Limit(format!("{what}: shape {:?} has more elements than any tensor can (2^48)", t.shape))
         })?;
     }
     Ok(TensorMetadata {
@@ -301,7 +299,27 @@ pub fn tensor_meta_from_doc(t: &TensorMetaDoc, what: &str) -> Result<TensorMetad
 /// earlier node, names are unique; then the graph's own [`Graph::lint`].
 pub fn graph_from_doc(doc: &GraphDoc) -> Result<Graph, FormatError> {
     if doc.nodes.len() > MAX_NODES {
-        return Err(FormatError::Invalid(format!("{} nodes is more than the limit {MAX_NODES}", doc.nodes.len())));
+        return Err(FormatError::Limit(format!("{} nodes is more than the limit {MAX_NODES}", doc.nodes.len())));
+    }
+    // the format's rules (docs/format.md): a graph has nodes and exactly one output, last
+    if doc.nodes.is_empty() {
+        return Err(FormatError::Invalid(
+            "the graph has no nodes; a module needs at least an output node (was the file written by ferrofx?)"
+                .to_string(),
+        ));
+    }
+    match doc.nodes.iter().filter(|n| n.op == "output").count() {
+        0 => {
+            return Err(FormatError::Invalid(
+                "the graph has no output node, so running it would return nothing; every traced graph ends with one"
+                    .to_string(),
+            ))
+        }
+        1 => {}
+        k => return Err(FormatError::Invalid(format!("the graph has {k} output nodes; it must have exactly one"))),
+    }
+    if doc.nodes.last().map(|n| n.op.as_str()) != Some("output") {
+        return Err(FormatError::Invalid("the graph's output node must be its last node".to_string()));
     }
     let mut g = Graph::with_capacity(doc.nodes.len());
     let mut ids: Vec<NodeId> = Vec::with_capacity(doc.nodes.len());

@@ -14,7 +14,17 @@ pub use container::{
 };
 pub use graph_doc::{graph_from_doc, graph_to_doc, ArgDoc, GraphDoc, MetaDoc, NodeDoc, TensorMetaDoc};
 
-/// Why a traced-module file cannot be written or read.
+/// Why a traced-module file cannot be written or read: one variant per kind of failure, each
+/// message naming the tensor, node or field and what to do.
+///
+/// | variant | kind ([`ferrofx_core::ErrorKind`]) | meaning |
+/// | --- | --- | --- |
+/// | `Io` | `Io` | the file cannot be opened, read or written (missing, a directory, permissions) |
+/// | `NotTracedModule` | `Format` | another kind of file (a plain state dict, not safetensors) |
+/// | `Version` | `Format` | written by a newer ferrofx |
+/// | `UnknownOp` | `Format` | calls an op this program does not register |
+/// | `Invalid` | `Format` | inconsistent content: the message says what and where |
+/// | `Limit` | `Limit` | over a bound of the format (nodes, nesting, sizes) |
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
     /// The file could not be read or written.
@@ -42,10 +52,18 @@ pub enum FormatError {
     /// Anything else inconsistent: the message says what and where.
     #[error("invalid traced-module file: {0}")]
     Invalid(String),
+    /// Over one of the format's bounds (nodes, nesting, declared sizes, tensors).
+    #[error("the file exceeds a limit of the format: {0}")]
+    Limit(String),
 }
 
 impl From<FormatError> for ferrofx_core::Error {
     fn from(e: FormatError) -> Self {
-        ferrofx_core::Error::io("traced_module", e.to_string())
+        use ferrofx_core::Error;
+        match &e {
+            FormatError::Io(m) => Error::io("traced_module", m.clone()),
+            FormatError::Limit(_) => Error::limit("traced_module", e.to_string()),
+            _ => Error::format("traced_module", e.to_string()),
+        }
     }
 }

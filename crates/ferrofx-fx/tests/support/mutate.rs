@@ -1,8 +1,10 @@
 //! Mutation fuzzing of the traced-module loader on the stable toolchain: byte-level mutations
 //! (bit flips, interesting bytes, truncation, range deletion and duplication) and
 //! document-level mutations (the JSON module document edited structurally and re-wrapped), each
-//! fed to the full load path under `catch_unwind`. Shared by `tests/format_fuzz.rs` (a short,
-//! seeded run in CI) and `examples/fuzz_loader.rs` (long runs).
+//! fed to the full load path under `catch_unwind`; a file that loads is then built into a
+//! GraphModule and **run** on inputs shaped from its recorded placeholder metadata, under a
+//! memory limit ([`RUN_MEMORY_LIMIT`]). Shared by `tests/format_fuzz.rs` (a short, seeded run in
+//! CI) and `examples/fuzz_loader.rs` (long runs).
 
 #![allow(dead_code)]
 
@@ -33,6 +35,59 @@ impl Rng {
         } else {
             (self.next() % n as u64) as usize
         }
+    }
+}
+
+/// Memory limit of every run of a loaded module (and of any single allocation in the process).
+pub const RUN_MEMORY_LIMIT: u64 = 256 << 20;
+
+/// How far a mutated file got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The loader refused it.
+    Rejected,
+    /// It loaded; building or running the module gave an error (the memory budget, a shape error).
+    RunError,
+    /// It loaded and ran.
+    Ran,
+}
+
+/// Input tensors for a loaded module: the placeholders' recorded shapes and dtypes (bounded to
+/// 4096 elements), else `[1, 1, 4, 4]` float32. Integer inputs are zeros (valid indices).
+fn inputs_for(gm: &ferrofx_fx::GraphModule) -> Vec<ferrofx_core::Value> {
+    gm.graph()
+        .iter()
+        .filter(|n| n.op() == ferrofx_fx::Opcode::Placeholder)
+        .map(|n| {
+            let (shape, dtype) = match n.meta().tensor_meta.as_ref() {
+                Some(m)
+                    if m.shape.len() <= 6
+                        && m.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_some_and(|k| k <= 4096) =>
+                {
+                    (m.shape.iter().map(|&d| d as i64).collect::<Vec<_>>(), m.dtype)
+                }
+                _ => (vec![1, 1, 4, 4], ferrofx_core::DType::F32),
+            };
+            let fill = if dtype.is_floating_point() { 0.5 } else { 0.0 };
+            let t = ferrofx_core::ops::creation::full(&shape, fill, Some(dtype))
+                .unwrap_or_else(|_| Tensor::from_vec(vec![0.0f32], &[1]).unwrap());
+            ferrofx_core::Value::Tensor(t)
+        })
+        .collect()
+}
+
+/// Loads `bytes` ([`load`]) and, when that succeeds, builds the module and runs it under
+/// [`RUN_MEMORY_LIMIT`].
+pub fn load_and_run(bytes: &[u8]) -> Outcome {
+    if load(bytes).is_err() {
+        return Outcome::Rejected;
+    }
+    let Ok(gm) = ferrofx_fx::GraphModule::from_bytes(bytes) else { return Outcome::RunError };
+    gm.set_max_memory(Some(RUN_MEMORY_LIMIT));
+    let _g = ferrofx_core::autograd::no_grad();
+    match gm.forward_values(&inputs_for(&gm)) {
+        Ok(_) => Outcome::Ran,
+        Err(_) => Outcome::RunError,
     }
 }
 
@@ -69,6 +124,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
     // conv -> bn -> relu -> flatten -> linear, plus a constant and kwargs
     let mut g = Graph::new();
     let x = g.placeholder("x").unwrap();
+    g.meta_mut(x).unwrap().tensor_meta =
+        Some(ferrofx_fx::TensorMetadata::contiguous(vec![1, 1, 4, 4], ferrofx_core::DType::F32));
     let c = g.call_module("conv", vec![x.into()]).unwrap();
     let b = g.call_module("bn", vec![c.into()]).unwrap();
     let r = g.call_function(Target::named("relu"), vec![b.into()]).unwrap();
@@ -94,6 +151,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
     // attention + layer norm + embedding
     let mut g = Graph::new();
     let t = g.placeholder("tokens").unwrap();
+    g.meta_mut(t).unwrap().tensor_meta =
+        Some(ferrofx_fx::TensorMetadata::contiguous(vec![2, 5], ferrofx_core::DType::I64));
     let e = g.call_module("emb", vec![t.into()]).unwrap();
     let a = g.call_module("layer", vec![e.into()]).unwrap();
     let m = g.call_method("mean", vec![a.into(), Argument::Int(1)]).unwrap();
@@ -214,8 +273,13 @@ fn mutate_doc(rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
 #[derive(Debug, Default)]
 pub struct Report {
     pub iterations: u64,
+    /// Loaded (then ran, or failed to run with an error).
     pub accepted: u64,
     pub rejected: u64,
+    /// Loaded files that also ran to the end.
+    pub ran: u64,
+    /// Loaded files whose run was refused or failed with an error.
+    pub run_errors: u64,
     pub panics: Vec<Vec<u8>>,
 }
 
@@ -223,6 +287,9 @@ pub struct Report {
 pub fn run(seed: u64, iterations: u64, deadline: Option<std::time::Instant>, seeds: &[Vec<u8>]) -> Report {
     let mut rng = Rng::new(seed);
     let mut report = Report::default();
+    // no single allocation may exceed the run limit either (data-dependent ops the budget
+    // cannot see)
+    ferrofx_core::memory::set_allocation_limit(Some(RUN_MEMORY_LIMIT as usize));
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     for it in 0..iterations {
@@ -232,9 +299,16 @@ pub fn run(seed: u64, iterations: u64, deadline: Option<std::time::Instant>, see
         let base = &seeds[rng.below(seeds.len())];
         let input =
             if it % 2 == 0 { mutate_doc(&mut rng, base) } else { None }.unwrap_or_else(|| mutate_bytes(&mut rng, base));
-        match std::panic::catch_unwind(|| load(&input)) {
-            Ok(Ok(())) => report.accepted += 1,
-            Ok(Err(_)) => report.rejected += 1,
+        match std::panic::catch_unwind(|| load_and_run(&input)) {
+            Ok(Outcome::Rejected) => report.rejected += 1,
+            Ok(Outcome::RunError) => {
+                report.accepted += 1;
+                report.run_errors += 1
+            }
+            Ok(Outcome::Ran) => {
+                report.accepted += 1;
+                report.ran += 1
+            }
             Err(_) => report.panics.push(input),
         }
         report.iterations += 1;
