@@ -181,7 +181,9 @@ fn main() {
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
-        eprintln!("error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm)");
+        eprintln!(
+            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm)"
+        );
         std::process::exit(2);
     }
     let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
