@@ -270,7 +270,7 @@ fn place(bufs: &[Buf], strategy: Strategy) -> (Vec<usize>, usize) {
         for &(s, e) in &busy {
             if s >= cursor {
                 let gap = s - cursor;
-                if gap >= b.size && best.map_or(true, |(g, _)| gap < g) {
+                if gap >= b.size && best.is_none_or(|(g, _)| gap < g) {
                     best = Some((gap, cursor));
                 }
             }
