@@ -168,12 +168,13 @@ fn activation_op(type_name: &str) -> Option<&'static str> {
 /// let compiled = compile(&gm, &[(&x).into()], CompileOptions::default())?;
 /// let (a, b) = (model.forward(&x)?, compiled.forward(&x)?);
 /// assert_eq!(a.shape(), b.shape());
-/// // another batch size compiles once more, then hits the cache
+/// // the call above hit the plan compiled for `x`; another batch size compiles once more,
+/// // then hits the cache
 /// let x2 = ferrofx_core::ops::random::randn(&[2, 1, 8, 8], None)?;
 /// compiled.forward(&x2)?;
 /// compiled.forward(&x2)?;
 /// assert_eq!(compiled.cache_stats().misses, 2);
-/// assert_eq!(compiled.cache_stats().hits, 1);
+/// assert_eq!(compiled.cache_stats().hits, 2);
 /// # Ok::<(), ferrofx_core::Error>(())
 /// ```
 pub fn compile(gm: &GraphModule, example_inputs: &[Value], options: CompileOptions) -> Result<CompiledModule> {
