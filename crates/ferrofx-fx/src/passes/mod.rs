@@ -35,3 +35,7 @@ pub use subgraph_rewriter::{
     replace_pattern, replace_pattern_in_module, replace_pattern_with_filters, Match, MatchFilter, ReplacedPatterns,
     Replacement, ReplacementCallback,
 };
+pub mod partition_stages;
+pub mod split_module;
+pub use partition_stages::{partition_balanced, partition_by_memory, StagePlan, StageStats};
+pub use split_module::{split_module, SharedState, SplitModule};
