@@ -18,10 +18,10 @@
 //! use ferrofx_fx::{symbolic_trace, ShapeProp};
 //! use ferrofx_nn::{Linear, Module, ReLU, Sequential};
 //! let model = Sequential::new()
-//!     .push(Linear::new(64, 64, true).unwrap())
-//!     .push(ReLU::new())
-//!     .push(Linear::new(64, 64, true).unwrap())
-//!     .push(ReLU::new());
+//!     .append(Linear::new(64, 64, true).unwrap())
+//!     .append(ReLU::new())
+//!     .append(Linear::new(64, 64, true).unwrap())
+//!     .append(ReLU::new());
 //! let mut gm = symbolic_trace(&model).unwrap();
 //! let x = ferrofx_core::Tensor::from_vec(vec![0.5f32; 512], &[8, 64]).unwrap();
 //! ShapeProp::propagate(&mut gm, &[x.clone().into()]).unwrap();

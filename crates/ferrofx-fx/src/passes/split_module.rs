@@ -27,9 +27,9 @@
 //! use ferrofx_fx::{symbolic_trace, Opcode};
 //! use ferrofx_nn::{Linear, Module, ReLU, Sequential};
 //! let model = Sequential::new()
-//!     .push(Linear::new(4, 8, true).unwrap())
-//!     .push(ReLU::new())
-//!     .push(Linear::new(8, 2, true).unwrap());
+//!     .append(Linear::new(4, 8, true).unwrap())
+//!     .append(ReLU::new())
+//!     .append(Linear::new(8, 2, true).unwrap());
 //! let gm = symbolic_trace(&model).unwrap();
 //! // everything up to the ReLU in partition 0, the rest in partition 1
 //! let split = split_module(&gm, |n| Ok(if n.name() == "_2" { 1 } else { 0 })).unwrap();
