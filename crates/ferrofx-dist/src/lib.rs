@@ -1,0 +1,21 @@
+//! # ferrofx-dist
+//!
+//! Training past one process, on MPI (Open MPI through the `mpi` crate), launched like any MPI
+//! program: `mpirun -np 2 my_program`.
+//!
+//! * [`ProcessGroup`]: the job's ranks, collectives and point-to-point messages, with every
+//!   MPI call on one communication thread and every wait bounded by a timeout;
+//! * [`DistributedDataParallel`]: PyTorch's DDP (same start on every rank, bucketed gradient
+//!   all-reduce launched from autograd hooks while backward runs, `no_sync`);
+//! * [`DistributedSampler`]: each rank's share of a data set.
+//!
+//! Model splitting for pipelines lives in the graph layer:
+//! `ferrofx_fx::passes::split_module` and `ferrofx_fx::passes::partition_stages`.
+
+pub mod ddp;
+pub mod process_group;
+pub mod sampler;
+
+pub use ddp::{shard_rows, DistributedDataParallel, Reduction, DEFAULT_BUCKET_CAP_BYTES};
+pub use process_group::{PendingReduce, ProcessGroup};
+pub use sampler::DistributedSampler;

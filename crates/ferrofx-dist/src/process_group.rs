@@ -1,0 +1,312 @@
+//! `ProcessGroup`: the ranks of an MPI job (`torch.distributed`'s default process group), with
+//! the collectives and point-to-point messages training needs.
+//!
+//! All MPI calls happen on one communication thread that the group starts (MPI is initialised
+//! there with `MPI_THREAD_FUNNELED`); the other threads hand it requests through a channel and
+//! wait for the reply. Training code can therefore launch an all-reduce from an autograd hook
+//! and go on with the backward pass while the bytes travel (the overlap
+//! `DistributedDataParallel` relies on), and no MPI call is ever made from two threads.
+//!
+//! **Failures are bounded in time.** Every wait has a timeout ([`ProcessGroup::set_timeout`],
+//! 120 s by default, or `FERROFX_DIST_TIMEOUT_S`): a rank that died or hangs makes the others'
+//! next collective return an `Err` naming this rank, the operation and the peer, instead of
+//! blocking forever. The group is unusable after that (the communication thread may still be
+//! blocked inside MPI): return the error and end the process with a non-zero status, and
+//! `mpirun` ends the rest of the job.
+//!
+//! Outside `mpirun` the process is a job of one rank, so the same program runs alone.
+
+use ferrofx_core::{Error, Result};
+use mpi::collective::SystemOperation;
+use mpi::traits::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+type Reply<T> = Sender<std::result::Result<T, String>>;
+
+enum Request {
+    AllReduceF32(Vec<f32>, Reply<Vec<f32>>),
+    AllReduceF64(Vec<f64>, Reply<Vec<f64>>),
+    AllGatherU64(u64, Reply<Vec<u64>>),
+    BroadcastF32 { root: i32, data: Vec<f32>, reply: Reply<Vec<f32>> },
+    SendF32 { dest: i32, tag: i32, data: Vec<f32>, reply: Reply<()> },
+    RecvF32 { src: i32, tag: i32, reply: Reply<Vec<f32>> },
+    Barrier(Reply<()>),
+}
+
+/// The ranks of the MPI job this process belongs to.
+///
+/// ```no_run
+/// // under `mpirun -np 2`: every rank contributes its rank + 1
+/// let pg = ferrofx_dist::ProcessGroup::init().unwrap();
+/// let sum = pg.all_reduce_sum(vec![pg.rank() as f32 + 1.0]).unwrap();
+/// assert_eq!(sum, vec![3.0]);
+/// ```
+pub struct ProcessGroup {
+    rank: usize,
+    size: usize,
+    processor: String,
+    tx: Mutex<Option<Sender<Request>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    timeout: Mutex<Duration>,
+    broken: AtomicBool,
+}
+
+fn default_timeout() -> Duration {
+    std::env::var("FERROFX_DIST_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::from_secs(120))
+}
+
+fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize, String), String>>) {
+    let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
+        let _ = ready.send(Err("MPI could not be initialised (was it initialised already in this process?)".into()));
+        return;
+    };
+    let world = universe.world();
+    let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
+    let _ = ready.send(Ok((world.rank() as usize, world.size() as usize, name)));
+    while let Ok(req) = rx.recv() {
+        match req {
+            Request::AllReduceF32(data, reply) => {
+                let mut out = vec![0f32; data.len()];
+                world.all_reduce_into(&data[..], &mut out[..], SystemOperation::sum());
+                let _ = reply.send(Ok(out));
+            }
+            Request::AllReduceF64(data, reply) => {
+                let mut out = vec![0f64; data.len()];
+                world.all_reduce_into(&data[..], &mut out[..], SystemOperation::sum());
+                let _ = reply.send(Ok(out));
+            }
+            Request::AllGatherU64(v, reply) => {
+                let mut out = vec![0u64; world.size() as usize];
+                world.all_gather_into(&v, &mut out[..]);
+                let _ = reply.send(Ok(out));
+            }
+            Request::BroadcastF32 { root, mut data, reply } => {
+                world.process_at_rank(root).broadcast_into(&mut data[..]);
+                let _ = reply.send(Ok(data));
+            }
+            Request::SendF32 { dest, tag, data, reply } => {
+                world.process_at_rank(dest).send_with_tag(&data[..], tag);
+                let _ = reply.send(Ok(()));
+            }
+            Request::RecvF32 { src, tag, reply } => {
+                let (data, _status) = world.process_at_rank(src).receive_vec_with_tag::<f32>(tag);
+                let _ = reply.send(Ok(data));
+            }
+            Request::Barrier(reply) => {
+                world.barrier();
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+    // the universe drops here: MPI_Finalize on the thread that initialised MPI
+}
+
+impl ProcessGroup {
+    /// Joins the MPI job (initialising MPI on the group's communication thread). Call it once
+    /// per process: MPI cannot be initialised twice.
+    pub fn init() -> Result<ProcessGroup> {
+        let (tx, rx) = channel::<Request>();
+        let (ready_tx, ready_rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("ferrofx-mpi".into())
+            .spawn(move || serve(rx, ready_tx))
+            .map_err(|e| Error::argument("ProcessGroup::init", format!("cannot start the MPI thread: {e}")))?;
+        let (rank, size, processor) = match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(Error::argument("ProcessGroup::init", e)),
+            Err(_) => {
+                return Err(Error::argument(
+                    "ProcessGroup::init",
+                    "MPI did not start within 60 s: check the MPI installation (`mpirun --version`)",
+                ))
+            }
+        };
+        Ok(ProcessGroup {
+            rank,
+            size,
+            processor,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            timeout: Mutex::new(default_timeout()),
+            broken: AtomicBool::new(false),
+        })
+    }
+
+    /// This process's rank, in `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks in the job.
+    pub fn world_size(&self) -> usize {
+        self.size
+    }
+
+    /// The host this rank runs on (MPI's processor name).
+    pub fn processor_name(&self) -> &str {
+        &self.processor
+    }
+
+    /// How long a collective or message may take before it is reported as a failure.
+    pub fn set_timeout(&self, timeout: Duration) {
+        if let Ok(mut t) = self.timeout.lock() {
+            *t = timeout;
+        }
+    }
+
+    fn who(&self, what: &str, peer: Option<usize>) -> String {
+        match peer {
+            Some(p) => format!("rank {} ({what} with rank {p})", self.rank),
+            None => format!("rank {} ({what} over {} ranks)", self.rank, self.size),
+        }
+    }
+
+    fn submit(&self, who: &str, req: Request) -> Result<()> {
+        let sent = match self.tx.lock() {
+            Ok(g) => g.as_ref().map(|tx| tx.send(req).is_ok()).unwrap_or(false),
+            Err(_) => false,
+        };
+        if sent {
+            Ok(())
+        } else {
+            Err(Error::argument(
+                "distributed",
+                format!("{who}: the MPI thread has stopped (an earlier failure); end this process"),
+            ))
+        }
+    }
+
+    fn wait_reply<T>(&self, who: &str, rx: Receiver<std::result::Result<T, String>>) -> Result<T> {
+        let timeout = self.timeout.lock().map(|t| *t).unwrap_or(Duration::from_secs(120));
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Error::argument("distributed", format!("{who}: {e}"))),
+            Err(RecvTimeoutError::Timeout) => {
+                // the MPI thread is stuck in the call: nothing more can be sent, and it cannot
+                // be joined
+                self.broken.store(true, Ordering::SeqCst);
+                if let Ok(mut g) = self.tx.lock() {
+                    *g = None;
+                }
+                Err(Error::argument(
+                    "distributed",
+                    format!(
+                        "{who} did not complete within {:.0} s: another rank has died, hangs, or runs a \
+                         different program (a different model or step count); end this rank",
+                        timeout.as_secs_f64()
+                    ),
+                ))
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(Error::argument(
+                "distributed",
+                format!("{who}: the MPI thread ended unexpectedly (MPI reported a failure)"),
+            )),
+        }
+    }
+
+    fn call<T>(&self, what: &str, peer: Option<usize>, make: impl FnOnce(Reply<T>) -> Request) -> Result<T> {
+        let who = self.who(what, peer);
+        let (reply_tx, reply_rx) = channel();
+        self.submit(&who, make(reply_tx))?;
+        self.wait_reply(&who, reply_rx)
+    }
+
+    /// Element-wise sum of `data` over all ranks (`MPI_Allreduce` with `MPI_SUM`); every rank
+    /// passes the same length.
+    pub fn all_reduce_sum(&self, data: Vec<f32>) -> Result<Vec<f32>> {
+        self.call("all_reduce", None, |r| Request::AllReduceF32(data, r))
+    }
+
+    /// [`ProcessGroup::all_reduce_sum`] for `f64` (losses, statistics).
+    pub fn all_reduce_sum_f64(&self, data: Vec<f64>) -> Result<Vec<f64>> {
+        self.call("all_reduce", None, |r| Request::AllReduceF64(data, r))
+    }
+
+    /// Starts an all-reduce and returns at once; [`ProcessGroup::wait`] gives the sum. The
+    /// communication thread runs requests in the order they were made, the same on every rank.
+    pub fn all_reduce_sum_async(&self, data: Vec<f32>) -> Result<PendingReduce> {
+        let who = self.who("all_reduce", None);
+        let (reply_tx, reply_rx) = channel();
+        self.submit(&who, Request::AllReduceF32(data, reply_tx))?;
+        Ok(PendingReduce { rx: reply_rx })
+    }
+
+    /// Waits for an all-reduce started with [`ProcessGroup::all_reduce_sum_async`].
+    pub fn wait(&self, pending: PendingReduce) -> Result<Vec<f32>> {
+        let who = self.who("all_reduce", None);
+        self.wait_reply(&who, pending.rx)
+    }
+
+    /// One value from every rank, in rank order (`MPI_Allgather`).
+    pub fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
+        self.call("all_gather", None, |r| Request::AllGatherU64(value, r))
+    }
+
+    /// `root`'s `data` on every rank (`MPI_Bcast`); every rank passes a buffer of the same
+    /// length.
+    pub fn broadcast(&self, root: usize, data: Vec<f32>) -> Result<Vec<f32>> {
+        self.check_peer(root, "broadcast")?;
+        self.call("broadcast", Some(root), |r| Request::BroadcastF32 { root: root as i32, data, reply: r })
+    }
+
+    /// Sends `data` to rank `dest` with `tag` (blocking until MPI has taken the buffer).
+    pub fn send(&self, dest: usize, tag: i32, data: Vec<f32>) -> Result<()> {
+        self.check_peer(dest, "send")?;
+        self.call("send", Some(dest), |r| Request::SendF32 { dest: dest as i32, tag, data, reply: r })
+    }
+
+    /// Receives a message from rank `src` with `tag`.
+    pub fn recv(&self, src: usize, tag: i32) -> Result<Vec<f32>> {
+        self.check_peer(src, "recv")?;
+        self.call("recv", Some(src), |r| Request::RecvF32 { src: src as i32, tag, reply: r })
+    }
+
+    /// Waits until every rank reaches the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.call("barrier", None, Request::Barrier)
+    }
+
+    fn check_peer(&self, peer: usize, what: &str) -> Result<()> {
+        if peer >= self.size {
+            return Err(Error::argument(
+                "distributed",
+                format!(
+                    "rank {}: {what} names rank {peer}, but the job has {} ranks (0..{})",
+                    self.rank, self.size, self.size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An all-reduce in flight (see [`ProcessGroup::all_reduce_sum_async`]).
+pub struct PendingReduce {
+    rx: Receiver<std::result::Result<Vec<f32>, String>>,
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // closing the channel ends the thread's loop; it finalises MPI
+        if let Ok(mut g) = self.tx.lock() {
+            *g = None;
+        }
+        if self.broken.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(mut t) = self.thread.lock() {
+            if let Some(h) = t.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
