@@ -7,15 +7,19 @@
 //!   MPI call on one communication thread and every wait bounded by a timeout;
 //! * [`DistributedDataParallel`]: PyTorch's DDP (same start on every rank, bucketed gradient
 //!   all-reduce launched from autograd hooks while backward runs, `no_sync`);
-//! * [`DistributedSampler`]: each rank's share of a data set.
+//! * [`DistributedSampler`]: each rank's share of a data set;
+//! * [`PipelineStage`]: one stage per rank of a model cut by `split_module`, micro-batches run
+//!   with the GPipe or 1F1B [`Schedule`].
 //!
 //! Model splitting for pipelines lives in the graph layer:
 //! `ferrofx_fx::passes::split_module` and `ferrofx_fx::passes::partition_stages`.
 
 pub mod ddp;
+pub mod pipeline;
 pub mod process_group;
 pub mod sampler;
 
 pub use ddp::{shard_rows, DistributedDataParallel, Reduction, DEFAULT_BUCKET_CAP_BYTES};
+pub use pipeline::{PipelineStage, Schedule};
 pub use process_group::{PendingReduce, ProcessGroup};
 pub use sampler::DistributedSampler;

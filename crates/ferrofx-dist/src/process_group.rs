@@ -70,6 +70,8 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
         return;
     };
     let world = universe.world();
+    // sends in flight: their buffers are leaked until MPI reports them complete
+    let mut inflight: Vec<(mpi::request::Request<'static, [f32], mpi::request::StaticScope>, *mut [f32])> = vec![];
     let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
     let _ = ready.send(Ok((world.rank() as usize, world.size() as usize, name)));
     while let Ok(req) = rx.recv() {
@@ -94,7 +96,15 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
                 let _ = reply.send(Ok(data));
             }
             Request::SendF32 { dest, tag, data, reply } => {
-                world.process_at_rank(dest).send_with_tag(&data[..], tag);
+                // non-blocking (MPI_Isend): a send never waits for the peer's receive, so two
+                // ranks sending to each other (1F1B's activations one way, gradients the
+                // other) cannot deadlock
+                let ptr: *mut [f32] = Box::into_raw(data.into_boxed_slice());
+                // SAFETY: `ptr` is a live allocation that only `free_send_buffer` frees, after
+                // MPI completed the send
+                let buf: &'static [f32] = unsafe { &*ptr };
+                let req = world.process_at_rank(dest).immediate_send_with_tag(mpi::request::StaticScope, buf, tag);
+                inflight.push((req, ptr));
                 let _ = reply.send(Ok(()));
             }
             Request::RecvF32 { src, tag, reply } => {
@@ -106,8 +116,27 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
                 let _ = reply.send(Ok(()));
             }
         }
+        // free the buffers of completed sends
+        let mut still = Vec::with_capacity(inflight.len());
+        for (req, ptr) in inflight.drain(..) {
+            match req.test() {
+                Ok(_) => free_send_buffer(ptr),
+                Err(req) => still.push((req, ptr)),
+            }
+        }
+        inflight = still;
+    }
+    for (req, ptr) in inflight.drain(..) {
+        req.wait();
+        free_send_buffer(ptr);
     }
     // the universe drops here: MPI_Finalize on the thread that initialised MPI
+}
+
+fn free_send_buffer(ptr: *mut [f32]) {
+    // SAFETY: `ptr` came from `Box::into_raw` of a boxed slice in `serve`, and MPI has completed
+    // the send that read it, so nothing refers to it any more
+    unsafe { drop(Box::from_raw(ptr)) }
 }
 
 impl ProcessGroup {
@@ -258,7 +287,9 @@ impl ProcessGroup {
         self.call("broadcast", Some(root), |r| Request::BroadcastF32 { root: root as i32, data, reply: r })
     }
 
-    /// Sends `data` to rank `dest` with `tag` (blocking until MPI has taken the buffer).
+    /// Sends `data` to rank `dest` with `tag`. Returns once the send is posted (`MPI_Isend`;
+    /// the group owns the buffer until it completes). Messages between two ranks with the same
+    /// tag arrive in the order they were sent.
     pub fn send(&self, dest: usize, tag: i32, data: Vec<f32>) -> Result<()> {
         self.check_peer(dest, "send")?;
         self.call("send", Some(dest), |r| Request::SendF32 { dest: dest as i32, tag, data, reply: r })
