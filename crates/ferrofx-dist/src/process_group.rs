@@ -14,10 +14,15 @@
 //! blocked inside MPI): return the error and end the process with a non-zero status, and
 //! `mpirun` ends the rest of the job.
 //!
-//! Outside `mpirun` the process is a job of one rank, so the same program runs alone.
+//! Outside `mpirun` the process is a job of one rank, so the same program runs alone. Built
+//! without the crate's `mpi` feature (the default, so that ferrofx builds on machines without
+//! Open MPI), every process is a job of one rank, and a process started by `mpirun` says how to
+//! rebuild.
 
 use ferrofx_core::{Error, Result};
+#[cfg(feature = "mpi")]
 use mpi::collective::SystemOperation;
+#[cfg(feature = "mpi")]
 use mpi::traits::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -27,6 +32,8 @@ use std::time::Duration;
 
 type Reply<T> = Sender<std::result::Result<T, String>>;
 
+// without MPI a job has no peers: the addressing fields go unread
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 enum Request {
     AllReduceF32(Vec<f32>, Reply<Vec<f32>>),
     AllReduceF64(Vec<f64>, Reply<Vec<f64>>),
@@ -64,6 +71,7 @@ fn default_timeout() -> Duration {
         .unwrap_or(Duration::from_secs(120))
 }
 
+#[cfg(feature = "mpi")]
 fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize, String), String>>) {
     let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
         let _ = ready.send(Err("MPI could not be initialised (was it initialised already in this process?)".into()));
@@ -133,6 +141,35 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
     // the universe drops here: MPI_Finalize on the thread that initialised MPI
 }
 
+/// Without MPI: a job of one rank (collectives return their input; there is no peer).
+#[cfg(not(feature = "mpi"))]
+fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize, String), String>>) {
+    let launched = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .any(|v| std::env::var(v).ok().and_then(|s| s.parse::<u64>().ok()).is_some_and(|n| n > 1));
+    if launched {
+        let _ = ready.send(Err("this ferrofx was built without MPI, but it was started by mpirun: build it with \
+             `--features mpi` (needs Open MPI and libclang: apt-get install openmpi-bin libopenmpi-dev libclang-dev)"
+            .into()));
+        return;
+    }
+    let _ = ready.send(Ok((0, 1, "localhost".into())));
+    while let Ok(req) = rx.recv() {
+        match req {
+            Request::AllReduceF32(data, reply) => drop(reply.send(Ok(data))),
+            Request::AllReduceF64(data, reply) => drop(reply.send(Ok(data))),
+            Request::AllGatherU64(v, reply) => drop(reply.send(Ok(vec![v]))),
+            Request::BroadcastF32 { data, reply, .. } => drop(reply.send(Ok(data))),
+            Request::SendF32 { reply, .. } => drop(reply.send(Err("a job of one rank has no peer to send to".into()))),
+            Request::RecvF32 { reply, .. } => {
+                drop(reply.send(Err("a job of one rank has no peer to receive from".into())))
+            }
+            Request::Barrier(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
 fn free_send_buffer(ptr: *mut [f32]) {
     // SAFETY: `ptr` came from `Box::into_raw` of a boxed slice in `serve`, and MPI has completed
     // the send that read it, so nothing refers to it any more
