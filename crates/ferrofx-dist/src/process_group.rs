@@ -71,6 +71,10 @@ fn default_timeout() -> Duration {
         .unwrap_or(Duration::from_secs(120))
 }
 
+/// A non-blocking send in flight.
+#[cfg(feature = "mpi")]
+type SendRequest = mpi::request::Request<'static, [f32], mpi::request::StaticScope>;
+
 #[cfg(feature = "mpi")]
 fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize, String), String>>) {
     let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
@@ -79,7 +83,7 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
     };
     let world = universe.world();
     // sends in flight: their buffers are leaked until MPI reports them complete
-    let mut inflight: Vec<(mpi::request::Request<'static, [f32], mpi::request::StaticScope>, *mut [f32])> = vec![];
+    let mut inflight: Vec<(SendRequest, *mut [f32])> = vec![];
     let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
     let _ = ready.send(Ok((world.rank() as usize, world.size() as usize, name)));
     while let Ok(req) = rx.recv() {

@@ -54,7 +54,7 @@ impl DistributedSampler {
 
     /// Samples per rank.
     pub fn num_samples(&self) -> usize {
-        if self.drop_last && self.len % self.world != 0 {
+        if self.drop_last && !self.len.is_multiple_of(self.world) {
             (self.len - self.len % self.world) / self.world
         } else {
             self.len.div_ceil(self.world)

@@ -206,8 +206,8 @@ pub fn partition_balanced(gm: &GraphModule, stages: usize) -> Result<StagePlan> 
     // the last stage's cost (shrinking with s): found by binary search.
     let mut dp = vec![vec![u128::MAX; n + 1]; stages + 1];
     let mut cut = vec![vec![0usize; n + 1]; stages + 1];
-    for i in 1..=n {
-        dp[1][i] = seg(0, i);
+    for (i, d) in dp[1].iter_mut().enumerate().skip(1) {
+        *d = seg(0, i);
     }
     for j in 2..=stages {
         for i in j..=n {
