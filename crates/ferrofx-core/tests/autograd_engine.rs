@@ -153,7 +153,11 @@ fn requires_grad_rules() {
     assert!(y.is_leaf() && !y.requires_grad());
     // set_grad checks the shape.
     let x = leaf32(&[1.0, 2.0], &[2]);
-    assert!(x.set_grad(Some(t32(&[1.0], &[1]))).unwrap_err().to_string().contains("attempting to assign a gradient of size '[1]' to a tensor of size '[2]'"));
+    assert!(x
+        .set_grad(Some(t32(&[1.0], &[1])))
+        .unwrap_err()
+        .to_string()
+        .contains("attempting to assign a gradient of size '[1]' to a tensor of size '[2]'"));
     x.set_grad(Some(t32(&[1.0, 1.0], &[2]))).unwrap();
     sum(&mul(&x, &t32(&[2.0, 3.0], &[2]))).backward(None, false, false).unwrap();
     assert_eq!(vals(&x.grad().unwrap()), vec![3.0, 4.0]);

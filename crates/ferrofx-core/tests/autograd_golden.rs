@@ -215,7 +215,11 @@ fn pytorch_gradient_goldens() {
             Err(e) => fails.push(e),
         }
     }
-    println!("gradient goldens: {n} cases ({n2} second-order passed), {} failures, {} node-name mismatches", fails.len(), names.len());
+    println!(
+        "gradient goldens: {n} cases ({n2} second-order passed), {} failures, {} node-name mismatches",
+        fails.len(),
+        names.len()
+    );
     assert!(
         fails.is_empty() && names.is_empty(),
         "{} of {n} gradient golden cases fail:\n{}\n{} node names differ from PyTorch 2.15's:\n{}",

@@ -549,7 +549,8 @@ fn post_accumulate_grad_hooks() {
 type Seen = Arc<Mutex<Vec<String>>>;
 
 fn fmt_grads(gs: &[Option<Tensor>]) -> String {
-    let v: Vec<String> = gs.iter().map(|g| g.as_ref().map(|g| format!("{:?}", vals(g))).unwrap_or("None".into())).collect();
+    let v: Vec<String> =
+        gs.iter().map(|g| g.as_ref().map(|g| format!("{:?}", vals(g))).unwrap_or("None".into())).collect();
     format!("[{}]", v.join(", "))
 }
 
@@ -786,4 +787,66 @@ fn grad_error_messages_match_pytorch() {
     let o = ferrofx_core::op::call("max.dim", vec![Value::from(&x), Value::Int(1)], vec![]).unwrap();
     assert_eq!(name(&o[0]), "MaxBackward0");
     assert!(o[1].grad_fn().is_none() && !o[1].requires_grad());
+}
+
+// ---- 9. setitem-style index_copy_, clamp_min / clamp_max: misuse is an error ----
+
+#[test]
+fn index_copy_through_a_view_and_its_errors() {
+    // b = x * 1; b[1].index_copy_(0, torch.tensor([3, 0]), w); b.sum().backward()
+    //   b.grad_fn -> CopySlices; x.grad -> [[1,1,1,1],[0,1,1,0],[1,1,1,1]]; w.grad -> [1., 1.]
+    let x = leaf32(&[0.0; 12], &[3, 4]);
+    let w = leaf32(&[5.0, 6.0], &[2]);
+    let b = x.mul(1.0).unwrap();
+    let i = Tensor::from_vec(vec![3i64, 0], &[2]).unwrap();
+    b.select(0, 1).unwrap().index_copy_(0, &i, &w).unwrap();
+    assert_eq!(name(&b), "CopySlices");
+    assert_eq!(vals(&b)[4..8], [6.0, 0.0, 0.0, 5.0]);
+    sum(&b).backward(None, false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+    assert_eq!(vals(&w.grad().unwrap()), vec![1.0, 1.0]);
+    // PyTorch 2.15's errors for x = torch.zeros(3, 2), s = torch.ones(2, 2):
+    let x = t32(&[0.0; 6], &[3, 2]);
+    let s = t32(&[1.0; 4], &[2, 2]);
+    let ix = |v: &[i64], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape).unwrap();
+    let cases: Vec<(Tensor, Tensor, &str)> = vec![
+        (ix(&[0, 1], &[1, 2]), s.clone(), "index_copy_(): Index should have dimension 1 or 0 (got 2)"),
+        (t32(&[0.0, 1.0], &[2]), s.clone(), "index_copy_(): Expected a long tensor for index, but got Float"),
+        (ix(&[0, 5], &[2]), s.clone(), "index_copy_(): index 5 is out of bounds for dimension 0 with size 3"),
+        (ix(&[-1, 0], &[2]), s.clone(), "index_copy_(): index -1 is out of bounds for dimension 0 with size 3"),
+        (ix(&[0, 1, 2], &[3]), s.clone(), "index_copy_(): Number of indices (3) should be equal to source.size(dim) (2)"),
+        (ix(&[0, 1], &[2]), t32(&[1.0; 6], &[2, 3]), "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: 2 at dimension 0 and source slice shape: 3 at dimension 0."),
+        (ix(&[0, 1], &[2]), t64(&[1.0; 4], &[2, 2]), "index_copy_(): self and source expected to have the same dtype, but got (self) Float and (source) Double"),
+        (ix(&[0, 1], &[2]), t32(&[1.0; 2], &[2]), "index_copy_(): When source and destination are not scalars, their dimensionality must match. Source dimensionality (1), destination dimensionality (2)"),
+    ];
+    for (i, src, want) in cases {
+        let e = err_of(x.index_copy(0, &i, &src));
+        assert!(e.contains(want), "{e}\nwant: {want}");
+        let e = err_of(x.clone_tensor().unwrap().index_copy_(0, &i, &src));
+        assert!(e.contains(want), "{e}\nwant: {want}");
+    }
+    assert!(err_of(x.index_copy(2, &ix(&[0, 1], &[2]), &s)).contains("index_copy"));
+}
+
+#[test]
+fn clamp_min_and_clamp_max_are_ops_with_pytorch_names() {
+    // torch.clamp_min(x, 1.0).grad_fn -> ClampMinBackward0; with a tensor -> ClampMinBackward1;
+    // x.clone().clamp_max_(t).grad_fn -> ClampMaxBackward1 (numbers: goldens clamp_*_ties)
+    let x = leaf32(&[0.5, 1.0, 2.0], &[3]);
+    let t = leaf32(&[1.0, 1.0, 1.0], &[3]);
+    assert_eq!(name(&x.clamp_min(1.0).unwrap()), "ClampMinBackward0");
+    assert_eq!(name(&x.clamp_min(&t).unwrap()), "ClampMinBackward1");
+    assert_eq!(name(&x.clamp_max(1.0).unwrap()), "ClampMaxBackward0");
+    let y = x.clone_tensor().unwrap();
+    y.clamp_max_(&t).unwrap();
+    assert_eq!(name(&y), "ClampMaxBackward1");
+    // clamp_min(x, t): x.grad -> [0., 0.5, 1.], t.grad -> [1., 0.5, 0.] (a tie is split)
+    sum(&x.clamp_min(&t).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![0.0, 0.5, 1.0]);
+    assert_eq!(vals(&t.grad().unwrap()), vec![1.0, 0.5, 0.0]);
+    // A missing bound is an error naming the op; a leaf cannot be clamped in place.
+    assert!(err_of(x.clamp_min(Value::None)).contains("clamp_min"));
+    assert!(err_of(x.clamp_max_(0.0))
+        .contains("a leaf Variable that requires grad is being used in an in-place operation."));
+    assert!(err_of(x.clamp_min(&t32(&[1.0, 2.0], &[2]))).contains("clamp_min"));
 }

@@ -31,8 +31,7 @@ pub type NodePreHookFn = dyn Fn(&[Option<Tensor>]) -> Option<Vec<Option<Tensor>>
 
 /// A node post-hook: sees the gradients the node computed (`grad_inputs`, one per next edge)
 /// and the ones it received (`grad_outputs`), may return replacements for `grad_inputs`.
-pub type NodePostHookFn =
-    dyn Fn(&[Option<Tensor>], &[Option<Tensor>]) -> Option<Vec<Option<Tensor>>> + Send + Sync;
+pub type NodePostHookFn = dyn Fn(&[Option<Tensor>], &[Option<Tensor>]) -> Option<Vec<Option<Tensor>>> + Send + Sync;
 
 #[derive(Clone)]
 pub(crate) enum HookKind {

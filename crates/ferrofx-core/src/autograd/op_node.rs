@@ -436,7 +436,8 @@ fn exact_name(op: &str) -> Option<&'static str> {
     })
 }
 
-/// `add` → `AddBackward0`, `max_pool2d` → `MaxPool2DBackward0`, `add_` → `AddBackward0`.
+/// `add` → `AddBackward0`, `max_pool2d` → `MaxPool2DBackward0`, `log1p` → `Log1PBackward0`,
+/// `add_` → `AddBackward0`.
 pub fn camel_backward_name(op: &str) -> String {
     let base = op.trim_end_matches('_');
     let mut s = String::with_capacity(base.len() + 9);
@@ -447,8 +448,9 @@ pub fn camel_backward_name(op: &str) -> String {
             if first {
                 s.extend(c.to_uppercase());
                 first = false;
-            } else if prev_digit && c == 'd' {
-                s.push('D');
+            } else if prev_digit && c.is_ascii_lowercase() {
+                // PyTorch capitalises a letter after a digit: MaxPool2D, Log1P.
+                s.push(c.to_ascii_uppercase());
             } else {
                 s.push(c);
             }
@@ -488,14 +490,13 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
             let tensor_value = matches!(metas.get(1), Some(MetaSlot::One(_)));
             return Cow::Borrowed(if tensor_value { "FillBackward3" } else { "FillBackward2" });
         }
-        "sum" | "mean" | "nansum" => {
+        "sum" | "mean" | "nansum" | "prod" => {
             let n = if arg_is_none(1) { 0 } else { 1 };
-            let camel = if base == "sum" {
-                "Sum"
-            } else if base == "mean" {
-                "Mean"
-            } else {
-                "Nansum"
+            let camel = match base {
+                "sum" => "Sum",
+                "mean" => "Mean",
+                "prod" => "Prod",
+                _ => "Nansum",
             };
             return Cow::Owned(format!("{camel}Backward{n}"));
         }
@@ -545,7 +546,13 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
         "rsub" | "scatter" | "masked_fill" => {
             // The overload with a number (`1 - x`, `scatter(dim, index, 1.5)`) is Backward1;
             // masked_fill is the other way round (a tensor value is MaskedFillBackward1).
-            let i = if base == "masked_fill" { 2 } else if base == "scatter" { 3 } else { 1 };
+            let i = if base == "masked_fill" {
+                2
+            } else if base == "scatter" {
+                3
+            } else {
+                1
+            };
             let tensor = matches!(metas.get(i), Some(MetaSlot::One(_)));
             return Cow::Borrowed(match (base, tensor) {
                 ("rsub", true) => "RsubBackward0",

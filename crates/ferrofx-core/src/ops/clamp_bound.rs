@@ -18,7 +18,10 @@ const MAX_SCHEMA: &[ArgSpec] = &[ArgSpec::req("input", T::Tensor), ArgSpec::req(
 /// `clamp`'s arguments for a one-bound op: `(input, bound, None)` or `(input, None, bound)`.
 fn clamp_args(op: &str, args: &[Value], upper: bool) -> Result<[Value; 3]> {
     let (Some(x), Some(b)) = (args.first(), args.get(1)) else {
-        return Err(Error::schema(op, format!("{op}() takes 2 arguments (input, {}), got {}", bound_name(upper), args.len())));
+        return Err(Error::schema(
+            op,
+            format!("{op}() takes 2 arguments (input, {}), got {}", bound_name(upper), args.len()),
+        ));
     };
     if matches!(b, Value::None) {
         return Err(Error::argument(

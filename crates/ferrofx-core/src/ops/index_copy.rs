@@ -33,7 +33,10 @@ fn check(op: &str, args: &[Value]) -> Result<(usize, Tensor, Tensor, Tensor)> {
     let dim = int(op, args, 1)?;
     let d = wrap_dim(op, dim, x.ndim().max(1))?;
     if index.ndim() > 1 {
-        return Err(Error::shape(op, format!("index_copy_(): Index should have dimension 1 or 0 (got {})", index.ndim())));
+        return Err(Error::index(
+            op,
+            format!("index_copy_(): Index should have dimension 1 or 0 (got {})", index.ndim()),
+        ));
     }
     if index.dtype() != DType::I64 {
         return Err(Error::dtype(
@@ -56,7 +59,7 @@ fn check(op: &str, args: &[Value]) -> Result<(usize, Tensor, Tensor, Tensor)> {
         if source.ndim() == 0 { vec![1] } else { source.shape().to_vec() },
     );
     if xs.len() != ss.len() {
-        return Err(Error::shape(
+        return Err(Error::index(
             op,
             format!(
                 "index_copy_(): When source and destination are not scalars, their dimensionality must match. Source dimensionality ({}), destination dimensionality ({})",
@@ -67,17 +70,19 @@ fn check(op: &str, args: &[Value]) -> Result<(usize, Tensor, Tensor, Tensor)> {
     }
     for k in 0..xs.len() {
         if k != d && xs[k] != ss[k] {
+            // PyTorch numbers the dims of the slice (the shape without `dim`).
+            let j = if k < d { k } else { k - 1 };
             return Err(Error::shape(
                 op,
                 format!(
-                    "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: {} at dimension {k} and source slice shape: {} at dimension {k}.",
+                    "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: {} at dimension {j} and source slice shape: {} at dimension {j}.",
                     xs[k], ss[k]
                 ),
             ));
         }
     }
     if index.numel() != ss[d] {
-        return Err(Error::shape(
+        return Err(Error::index(
             op,
             format!(
                 "index_copy_(): Number of indices ({}) should be equal to source.size(dim) ({})",
@@ -99,7 +104,10 @@ fn expanded_index(op: &str, index: &Tensor, shape: &[usize], d: usize, size: usi
     let idx = index.to_vec::<i64>()?;
     for &i in &idx {
         if i < 0 || i as usize >= size {
-            return Err(Error::index(op, format!("index_copy_(): index {i} is out of bounds for dimension {d} with size {size}")));
+            return Err(Error::index(
+                op,
+                format!("index_copy_(): index {i} is out of bounds for dimension {d} with size {size}"),
+            ));
         }
     }
     let inner: usize = shape[d + 1..].iter().product();

@@ -612,16 +612,10 @@ fn clamp_one_tensor_bw(ctx: &BackwardCtx<'_>, i: usize, upper: bool) -> Result<(
         let keep = p::logical_not(&past)?;
         p::where_(&tie, Value::Tensor(half.clone()), Value::Tensor(p::mul(g, &keep)?))
     };
-    let gx = if ctx.needs_grad(0) {
-        fit(ctx, 0, part(if upper { p::gt_(x, b)? } else { p::lt_(x, b)? }))?
-    } else {
-        None
-    };
-    let gb = if ctx.needs_grad(i) {
-        fit(ctx, i, part(if upper { p::lt_(x, b)? } else { p::gt_(x, b)? }))?
-    } else {
-        None
-    };
+    let gx =
+        if ctx.needs_grad(0) { fit(ctx, 0, part(if upper { p::gt_(x, b)? } else { p::lt_(x, b)? }))? } else { None };
+    let gb =
+        if ctx.needs_grad(i) { fit(ctx, i, part(if upper { p::lt_(x, b)? } else { p::gt_(x, b)? }))? } else { None };
     Ok((gx, gb))
 }
 
