@@ -11,6 +11,9 @@ references to inputs. The Rust runner is crates/ferrofx-core/tests/autograd_gold
 
 In-place cases: `prep` maps an input index to a list of [op, *args] calls applied to that input
 before the case's op (e.g. [["clone"], ["select", 0, 1]]: a non-leaf copy, then a view of it);
+Every case also records the `grad_fn` name of each output (`grad_fn`: list, null for outputs
+without history), which the runner compares with ferrofx's node names.
+
 `ret` (an input index) makes the case's output the result of that input's first prep call (the
 base an in-place op on a view wrote through, whose history is then CopySlices). The torch
 function of such a case must do the same explicitly.
@@ -50,8 +53,8 @@ T = lambda i: {"t": i}
 CASES = []
 
 
-def case(name, op, inputs, grad, args, fn, kwargs=None, second=False, prep=None, ret=None):
-    CASES.append((name, op, inputs, grad, args, kwargs or {}, fn, second, prep or {}, ret))
+def case(name, op, inputs, grad, args, fn, kwargs=None, second=False, prep=None, ret=None, names_only=False):
+    CASES.append((name, op, inputs, grad, args, kwargs or {}, fn, second, prep or {}, ret, names_only))
 
 
 # elementwise
@@ -212,14 +215,116 @@ case("cs_plain_base_copy_", "copy_", [torch.zeros(3, 4, dtype=D), rn(4)], [1], [
 case("cs_plain_base_mul_", "mul_", [rn(3, 4), rn(3, 2)], [1], [T(0), T(1)],
      plain_base(lambda y: y.narrow(1, 0, 2), lambda v, b: v.mul_(b)), prep={0: [["alias"], ["narrow", 1, 0, 2]]}, ret=0)
 
+# Node names and gradient conventions checked by name (issue 16): max()/min() over all
+# elements (MaxBackward1), max(dim) (values MaxBackward0, indices without grad_fn),
+# split_with_sizes (SplitWithSizesBackward0), clamp_min/clamp_max with a number
+# (ClampMinBackward0: no gradient at the bound or for NaN) or a tensor (ClampMinBackward1: half
+# to each side at a tie, NaN on either side passes to both), clamp with tensor bounds on a grid
+# of ties, crossed and NaN bounds.
+NAN = float("nan")
+case("max_all", "max", [rn(3, 4)], [0], [T(0)], torch.max)
+case("min_all", "min", [rn(3, 4)], [0], [T(0)], torch.min)
+case("max_dim_both", "max.dim", [rn(2, 3, 4)], [0], [T(0), 1], lambda a: a.max(1))
+case("min_dim_keepdim", "min.dim", [rn(2, 3, 4)], [0], [T(0), 2, True], lambda a: a.min(2, keepdim=True))
+case("split_with_sizes", "split_with_sizes", [rn(5, 2)], [0], [T(0), [2, 3]], lambda a: a.split_with_sizes([2, 3]))
+TIE_X = torch.tensor([0.5, 1.0, 2.0, NAN, 1.0, NAN], dtype=D)
+TIE_B = torch.tensor([1.0, 1.0, 1.0, 1.0, NAN, NAN], dtype=D)
+case("clamp_min_scalar_ties", "clamp_min", [TIE_X.clone()], [0], [T(0), 1.0], lambda a: torch.clamp_min(a, 1.0))
+case("clamp_max_scalar_ties", "clamp_max", [TIE_X.clone()], [0], [T(0), 1.0], lambda a: torch.clamp_max(a, 1.0))
+case("clamp_min_tensor_ties", "clamp_min", [TIE_X.clone(), TIE_B.clone()], [0, 1], [T(0), T(1)], torch.clamp_min)
+case("clamp_max_tensor_ties", "clamp_max", [TIE_X.clone(), TIE_B.clone()], [0, 1], [T(0), T(1)], torch.clamp_max)
+case("clamp_min_tensor_bcast", "clamp_min", [rn(2, 3), torch.tensor(0.1, dtype=D)], [0, 1], [T(0), T(1)], torch.clamp_min)
+case("clamp_min_", "clamp_min_", [TIE_X.clone()], [0], [T(0), 1.0], lambda a: a.clone().clamp_min_(1.0), prep={0: CL})
+case("clamp_max__tensor", "clamp_max_", [TIE_X.clone(), TIE_B.clone()], [0, 1], [T(0), T(1)], lambda a, b: a.clone().clamp_max_(b), prep={0: CL})
+case("clamp_tensor_min_only_ties", "clamp", [TIE_X.clone(), TIE_B.clone()], [0, 1], [T(0), T(1)], lambda a, b: torch.clamp(a, min=b))
+case("clamp_tensor_max_only_ties", "clamp", [TIE_X.clone(), TIE_B.clone()], [0, 1], [T(0), None, T(1)], lambda a, b: torch.clamp(a, max=b))
+_g = [(x, lo, hi) for x in [0.0, 1.0, 2.0, 3.0, NAN] for lo in [1.0, NAN] for hi in [2.0, 1.0, 0.0, NAN]]
+case("clamp_tensor_bounds_grid", "clamp", [torch.tensor([g[i] for g in _g], dtype=D) for i in range(3)], [0, 1, 2],
+     [T(0), T(1), T(2)], lambda a, lo, hi: torch.clamp(a, lo, hi))
+# PyTorch's node names where they are not CamelCase(op) + "Backward0" (checked through the
+# `grad_fn` list of each case): matmul/linear by rank, the 1-d pools (a squeeze of the 2-d op),
+# rsub/scatter with a number, reductions over all elements, view ops, copies.
+case("matmul_1d_2d", "matmul", [rn(3), rn(3, 4)], [0, 1], [T(0), T(1)], torch.matmul)
+case("matmul_dot", "matmul", [rn(3), rn(3)], [0, 1], [T(0), T(1)], torch.matmul)
+case("matmul_2d_1d", "matmul", [rn(2, 3), rn(3)], [0, 1], [T(0), T(1)], torch.matmul)
+case("matmul_3d_3d", "matmul", [rn(2, 2, 3), rn(2, 3, 4)], [0, 1], [T(0), T(1)], torch.matmul)
+case("matmul_3d_1d", "matmul", [rn(2, 2, 3), rn(3)], [0, 1], [T(0), T(1)], torch.matmul)
+case("linear_2d_bias", "linear", [rn(3, 4), rn(2, 4), rn(2)], [0, 1, 2], [T(0), T(1), T(2)], F.linear)
+case("linear_2d", "linear", [rn(3, 4), rn(2, 4)], [0, 1], [T(0), T(1)], F.linear)
+case("linear_1d", "linear", [rn(4), rn(2, 4)], [0, 1], [T(0), T(1)], F.linear)
+case("linear_1d_bias", "linear", [rn(4), rn(2, 4), rn(2)], [0, 1, 2], [T(0), T(1), T(2)], F.linear)
+case("linear_3d", "linear", [rn(2, 3, 4), rn(2, 4)], [0, 1], [T(0), T(1)], F.linear)
+case("max_pool1d_2d_input", "max_pool1d", [rn(2, 7)], [0], [T(0), [3]], lambda x: F.max_pool1d(x, 3))
+case("sum_all", "sum", [rn(2, 3)], [0], [T(0)], torch.sum)
+case("mean_all", "mean", [rn(2, 3)], [0], [T(0)], torch.mean)
+case("prod_all", "prod", [rn(2, 3)], [0], [T(0)], torch.prod)
+case("amin", "amin", [rn(2, 3)], [0], [T(0), [1]], lambda a: a.amin(1))
+case("sum_to_size", "sum_to_size", [rn(2, 3)], [0], [T(0), [1, 3]], lambda a: a.sum_to_size(1, 3))
+case("rsub_scalar", "rsub", [rn(2, 3)], [0], [T(0), 1.0], lambda a: 1.0 - a)
+case("rsub_tensor", "rsub", [rn(2, 3), rn(3)], [0, 1], [T(0), T(1)], lambda a, b: torch.rsub(a, b))
+case("scatter_value", "scatter", [rn(2, 3)], [0], [T(0), 1, {"i": [[0], [2]]}, 1.5], lambda a: a.scatter(1, ix([[0], [2]]), 1.5))
+case("scatter_src", "scatter", [rn(2, 3), rn(2, 1)], [0, 1], [T(0), 1, {"i": [[0], [2]]}, T(1)], lambda a, b: a.scatter(1, ix([[0], [2]]), b))
+case("expm1", "expm1", [rn(2, 3)], [0], [T(0)], torch.expm1)
+case("tan", "tan", [rn(2, 3) * 0.5], [0], [T(0)], torch.tan)
+case("sign", "sign", [rn(2, 3)], [0], [T(0)], torch.sign)
+case("floor", "floor", [rn(2, 3)], [0], [T(0)], torch.floor)
+case("pixel_unshuffle", "pixel_unshuffle", [rn(1, 1, 4, 4)], [0], [T(0), 2], lambda a: F.pixel_unshuffle(a, 2))
+case("pad_replicate", "pad", [rn(1, 3, 4)], [0], [T(0), [1, 1], "replicate"], lambda a: F.pad(a, [1, 1], "replicate"))
+case("reshape", "reshape", [rn(3, 4)], [0], [T(0), [12]], lambda a: a.reshape(12))
+case("flatten", "flatten", [rn(3, 4)], [0], [T(0)], torch.flatten)
+case("permute", "permute", [rn(3, 4)], [0], [T(0), [1, 0]], lambda a: a.permute(1, 0))
+case("transpose", "transpose", [rn(3, 4)], [0], [T(0), 0, 1], lambda a: a.transpose(0, 1))
+case("t", "t", [rn(3, 4)], [0], [T(0)], torch.t)
+case("select", "select", [rn(3, 4)], [0], [T(0), 0, 1], lambda a: a[1])
+case("slice", "slice", [rn(3, 4)], [0], [T(0), 1, 1, 3], lambda a: a[:, 1:3])
+case("narrow", "narrow", [rn(3, 4)], [0], [T(0), 1, 1, 2], lambda a: a.narrow(1, 1, 2))
+case("unsqueeze", "unsqueeze", [rn(3, 4)], [0], [T(0), 0], lambda a: a.unsqueeze(0))
+case("squeeze_dim", "squeeze", [rn(1, 4)], [0], [T(0), 0], lambda a: a.squeeze(0))
+case("squeeze_all", "squeeze", [rn(1, 4)], [0], [T(0)], lambda a: a.squeeze())
+case("expand", "expand", [rn(3, 1)], [0], [T(0), [2, 3, 4]], lambda a: a.expand(2, 3, 4))
+case("contiguous_of_t", "contiguous", [rn(3, 4)], [0], [T(0)], lambda a: a.t().contiguous(), prep={0: [["t"]]})
+case("masked_fill__clone", "masked_fill_", [rn(2, 3)], [0], [T(0), {"m": [True, False, True]}, 0.5],
+     lambda a: a.clone().masked_fill_(mk([True, False, True], (3,)), 0.5), prep={0: CL})
+case("scatter__clone", "scatter_", [rn(2, 3), rn(2, 1)], [0, 1], [T(0), 1, {"i": [[0], [2]]}, T(1)],
+     lambda a, b: a.clone().scatter_(1, ix([[0], [2]]), b), prep={0: CL})
+# setitem-style updates through a view (CopySlices): x[1].masked_fill_(mask, v), x[:, 1:].scatter_(...).
+case("cs_select_masked_fill_", "masked_fill_", [rn(3, 4)], [0], [T(0), {"m": [True, False, False, True]}, 2.0],
+     through(lambda y: y.select(0, 1), lambda v: v.masked_fill_(mk([True, False, False, True], (4,)), 2.0)),
+     prep={0: [["clone"], ["select", 0, 1]]}, ret=0)
+case("cs_narrow_scatter_", "scatter_", [rn(3, 4), rn(3, 1)], [0, 1], [T(0), 1, {"i": [[0], [2], [1]]}, T(1)],
+     through(lambda y: y.narrow(1, 1, 3), lambda v, b: v.scatter_(1, ix([[0], [2], [1]]), b)),
+     prep={0: [["clone"], ["narrow", 1, 1, 3]]}, ret=0)
+case("cs_plain_base_masked_fill__tensor", "masked_fill_", [torch.zeros(3, 4, dtype=D), torch.randn((), dtype=D)], [1],
+     [T(0), {"m": [True, False, True, False]}, T(1)],
+     plain_base(lambda y: y.select(0, 2), lambda v, b: v.masked_fill_(mk([True, False, True, False], (4,)), b)),
+     prep={0: [["alias"], ["select", 0, 2]]}, ret=0)
+# index_copy (x[idx] = src along one dim): out of place, in place on a copy, through a view.
+case("index_copy", "index_copy", [rn(4, 3), rn(2, 3)], [0, 1], [T(0), 0, {"i": [3, 1]}, T(1)],
+     lambda a, b: a.index_copy(0, ix([3, 1]), b), second=True)
+case("index_copy__clone", "index_copy_", [rn(3, 4), rn(3, 2)], [0, 1], [T(0), 1, {"i": [0, 2]}, T(1)],
+     lambda a, b: a.clone().index_copy_(1, ix([0, 2]), b), prep={0: CL})
+case("cs_select_index_copy_", "index_copy_", [rn(3, 4), rn(2)], [0, 1], [T(0), 0, {"i": [3, 0]}, T(1)],
+     through(lambda y: y.select(0, 1), lambda v, b: v.index_copy_(0, ix([3, 0]), b)),
+     prep={0: [["clone"], ["select", 0, 1]]}, ret=0)
+# Random ops: names only.
+case("dropout_train", "dropout", [rn(3, 4)], [0], [T(0), 0.5, True], lambda a: F.dropout(a, 0.5, True), names_only=True)
+case("native_dropout", "native_dropout", [rn(3, 4)], [0], [T(0), 0.5, True], lambda a: torch.native_dropout(a, 0.5, True), names_only=True)
+
 torch.set_rng_state(_RNG)
 
 
 def main():
     tensors, meta = {}, []
-    for name, op, inputs, grad, args, kwargs, fn, second, prep, ret in CASES:
+    for name, op, inputs, grad, args, kwargs, fn, second, prep, ret, names_only in CASES:
         xs = [x.clone().requires_grad_(i in grad) for i, x in enumerate(inputs)]
         out = fn(*xs)
+        if names_only:
+            all_outs = out if isinstance(out, (tuple, list)) else [out]
+            for i, x in enumerate(inputs):
+                tensors[f"{name}/in{i}"] = x.contiguous()
+            meta.append({"name": name, "op": op, "args": args, "kwargs": kwargs, "grad": grad, "second": False,
+                         "names_only": True, "grad_fn": [o.grad_fn.name() if o.grad_fn is not None else None for o in all_outs]})
+            continue
         outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if o.is_floating_point()]
         vs = [torch.randn(o.shape, dtype=D) for o in outs]
         wrt = [xs[i] for i in grad]
@@ -237,7 +342,10 @@ def main():
             for i, u, h in zip(grad, us, hv):
                 tensors[f"{name}/u{i}"] = u
                 tensors[f"{name}/hvp{i}"] = (h if h is not None else torch.zeros_like(xs[i])).detach().clone().contiguous()
-        m = {"name": name, "op": op, "args": args, "kwargs": kwargs, "grad": grad, "second": second, "n_out": len(outs)}
+        all_outs = out if isinstance(out, (tuple, list)) else [out]
+        names = [o.grad_fn.name() if o.grad_fn is not None else None for o in all_outs]
+        m = {"name": name, "op": op, "args": args, "kwargs": kwargs, "grad": grad, "second": second, "n_out": len(outs),
+             "grad_fn": names}
         if prep:
             m["prep"] = {str(k): v for k, v in prep.items()}
         if ret is not None:

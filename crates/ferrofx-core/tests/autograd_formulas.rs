@@ -120,6 +120,12 @@ pub fn cases() -> Vec<Case> {
             let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
             Ok(vec![op::call("scatter_", vec![t(&y), Value::Int(1), t(&idx(&[2, 0, 1, 2], &[2, 2])), t(&x[1])], vec![])?.remove(0)])
         })),
+        // index_copy (issue 16: setitem along one dim): slices at index replaced.
+        case("index_copy", vec![leaf(rnd(&[4, 3], 0)), leaf(rnd(&[2, 3], 1))], callf("index_copy", |x| vec![t(&x[0]), Value::Int(0), t(&idx(&[3, 1], &[2])), t(&x[1])])),
+        case("index_copy_", vec![leaf(rnd(&[3, 4], 0)), leaf(rnd(&[3, 2], 1))], Box::new(|x| {
+            let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
+            Ok(vec![op::call("index_copy_", vec![t(&y), Value::Int(1), t(&idx(&[0, 2], &[2])), t(&x[1])], vec![])?.remove(0)])
+        })),
         case("scatter_add_", vec![x23(), leaf(rnd(&[2, 2], 4))], Box::new(|x| {
             let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
             Ok(vec![op::call("scatter_add_", vec![t(&y), Value::Int(1), t(&idx(&[2, 2, 1, 2], &[2, 2])), t(&x[1])], vec![])?.remove(0)])
@@ -237,6 +243,9 @@ fn elementwise_cases() -> Vec<Case> {
         un("hardtanh"),
         un("relu6"),
         case("clamp", vec![a(), leaf(rnd(&[3], 10))], callf("clamp", |x| vec![t(&x[0]), t(&x[1]), Value::Float(0.5)])),
+        // Tensor bounds (ClampMinBackward1 / ClampMaxBackward1), broadcast against the input.
+        case("clamp_min", vec![a(), leaf(rnd(&[3], 11))], callf("clamp_min", |x| vec![t(&x[0]), t(&x[1])])),
+        case("clamp_max", vec![a(), leaf(rnd(&[3], 12))], callf("clamp_max", |x| vec![t(&x[0]), t(&x[1])])),
         // fill_/zero_/copy_ on a non-leaf copy (issue 16): zero for the overwritten tensor, the
         // summed / reduced gradient for a tensor value / source; clone passes it through.
         case(
@@ -274,7 +283,7 @@ fn elementwise_cases() -> Vec<Case> {
             "add" | "sub" | "mul" | "div" | "remainder" | "fmod" => Some(Value::Float(1.5)),
             "pow" => Some(Value::Float(2.0)),
             // -0.25: not a test value (at the bound PyTorch 2.15 gives 0, gradcheck half)
-            "clamp" => Some(Value::Float(-0.25)),
+            "clamp" | "clamp_min" | "clamp_max" => Some(Value::Float(-0.25)),
             _ => None,
         };
         if op::lookup(base).map(|b| b.category == ferrofx_core::op::Category::Elementwise).unwrap_or(false) {

@@ -3,6 +3,9 @@
 //! products (double backward under `create_graph`) for the second-order subset, computed with
 //! the ops called by registry name (`op::call`) and compared in float64.
 //!
+//! Each case also compares the `grad_fn` name of every output with PyTorch's (issue 16: node
+//! names as PyTorch 2.15 gives them; `names_only` cases, random ops, check nothing else).
+//!
 //! In-place cases (issue 16) may `prep` an input with a chain of ops (a non-leaf `clone`, then
 //! views of it) and return (`ret`) the base the in-place op wrote through (CopySlices).
 
@@ -77,7 +80,24 @@ fn close(name: &str, what: &str, got: &Tensor, want: &Tensor) -> Result<(), Stri
     Ok(())
 }
 
-fn run_case(st: &SafeTensors, c: &Json) -> Result<bool, String> {
+/// PyTorch's name of a node without the C++ namespace its two C++-only classes print
+/// (`torch::autograd::CopySlices`, `torch::autograd::CopyBackwards`).
+fn short_name(n: &str) -> &str {
+    n.strip_prefix("torch::autograd::").unwrap_or(n)
+}
+
+/// Compares the `grad_fn` names of `outs` with the case's PyTorch list (`null`: no grad_fn).
+fn check_names(name: &str, c: &Json, outs: &[Tensor], names: &mut Vec<String>) {
+    let Some(want) = c.get("grad_fn").and_then(|g| g.as_array()) else { return };
+    let got: Vec<Option<String>> = outs.iter().map(|o| o.grad_fn().map(|f| f.name().to_string())).collect();
+    let want: Vec<Option<String>> = want.iter().map(|w| w.as_str().map(|s| short_name(s).to_string())).collect();
+    // PyTorch's function may return fewer outputs (e.g. `.values` of sort): compare those.
+    if got.len() < want.len() || got[..want.len()] != want[..] {
+        names.push(format!("{name}: ferrofx {got:?}, PyTorch {want:?}"));
+    }
+}
+
+fn run_case(st: &SafeTensors, c: &Json, names: &mut Vec<String>) -> Result<bool, String> {
     let name = c["name"].as_str().ok_or("no name")?;
     let opname = c["op"].as_str().ok_or("no op")?;
     let grad: Vec<usize> =
@@ -125,13 +145,16 @@ fn run_case(st: &SafeTensors, c: &Json) -> Result<bool, String> {
         .map(|o| o.iter().map(|(k, v)| Ok((k.clone(), to_value(v, &work)?))).collect::<Result<Vec<_>, String>>())
         .transpose()?
         .unwrap_or_default();
-    let mut outs: Vec<Tensor> = op::call(opname, args, kwargs)
-        .map_err(|e| format!("{name}: {e}"))?
-        .into_iter()
-        .filter(|t| t.dtype().is_floating_point())
-        .collect();
+    let all: Vec<Tensor> = op::call(opname, args, kwargs).map_err(|e| format!("{name}: {e}"))?.into_iter().collect();
+    let mut outs: Vec<Tensor> = all.iter().filter(|t| t.dtype().is_floating_point()).cloned().collect();
     if let Some(r) = c.get("ret").and_then(|r| r.as_u64()) {
         outs = vec![bases.get(r as usize).cloned().flatten().ok_or(format!("{name}: ret without prep"))?];
+        check_names(name, c, &outs, names);
+    } else {
+        check_names(name, c, &all, names);
+    }
+    if c.get("names_only").and_then(|v| v.as_bool()).unwrap_or(false) {
+        return Ok(false);
     }
     let vs: Vec<Option<Tensor>> =
         (0..outs.len()).map(|j| load_tensor(st, &format!("{name}/v{j}")).map(Some)).collect::<Result<_, _>>()?;
@@ -184,14 +207,25 @@ fn pytorch_gradient_goldens() {
     let cases: Json =
         serde_json::from_str(meta.metadata().as_ref().and_then(|m| m.get("cases")).expect("cases metadata")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let (mut n, mut n2, mut fails) = (0, 0, vec![]);
+    let (mut n, mut n2, mut fails, mut names) = (0, 0, vec![], vec![]);
     for c in cases.as_array().unwrap() {
         n += 1;
-        match run_case(&st, c) {
+        match run_case(&st, c, &mut names) {
             Ok(s) => n2 += s as usize,
             Err(e) => fails.push(e),
         }
     }
-    println!("gradient goldens: {n} cases ({n2} second-order passed), {} failures", fails.len());
-    assert!(fails.is_empty(), "{} of {n} gradient golden cases fail:\n{}", fails.len(), fails.join("\n"));
+    println!(
+        "gradient goldens: {n} cases ({n2} second-order passed), {} failures, {} node-name mismatches",
+        fails.len(),
+        names.len()
+    );
+    assert!(
+        fails.is_empty() && names.is_empty(),
+        "{} of {n} gradient golden cases fail:\n{}\n{} node names differ from PyTorch 2.15's:\n{}",
+        fails.len(),
+        fails.join("\n"),
+        names.len(),
+        names.join("\n")
+    );
 }

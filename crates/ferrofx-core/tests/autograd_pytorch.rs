@@ -543,3 +543,310 @@ fn post_accumulate_grad_hooks() {
     assert!(err_of(t32(&[1.0], &[1]).register_post_accumulate_grad_hook(|_| {}))
         .contains("cannot register a hook on a tensor that doesn't require gradient"));
 }
+
+// ---- 7. node pre-hooks and post-hooks ----
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+fn fmt_grads(gs: &[Option<Tensor>]) -> String {
+    let v: Vec<String> =
+        gs.iter().map(|g| g.as_ref().map(|g| format!("{:?}", vals(g))).unwrap_or("None".into())).collect();
+    format!("[{}]", v.join(", "))
+}
+
+#[test]
+fn node_prehook_and_posthook_replace_gradients_and_are_removable() {
+    // x = torch.tensor([1., 2., 3.], requires_grad=True); y = x * 2
+    // h1 = y.grad_fn.register_prehook(lambda go: (go[0] * 10,))
+    // h2 = y.grad_fn.register_hook(lambda gi, go: (gi[0] + 1, None))
+    // (y * 1).sum().backward(retain_graph=True)
+    //   pre sees go = [[1, 1, 1]]; post sees gi = [[20, 20, 20], None], go = [[10, 10, 10]]
+    //   x.grad -> tensor([21., 21., 21.])
+    // h1.remove(): post sees gi = [[2, 2, 2], None], go = [[1, 1, 1]]; x.grad -> [3., 3., 3.]
+    // h2.remove(): x.grad -> [2., 2., 2.]
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(2.0).unwrap();
+    let seen: Seen = Arc::new(Mutex::new(vec![]));
+    let (s1, s2) = (seen.clone(), seen.clone());
+    let gf = y.grad_fn().unwrap();
+    let h1 = gf.register_prehook(move |go| {
+        s1.lock().unwrap().push(format!("pre {}", fmt_grads(go)));
+        Some(vec![Some(go[0].as_ref()?.mul(10.0).ok()?)])
+    });
+    let h2 = gf.register_hook(move |gi, go| {
+        s2.lock().unwrap().push(format!("post {} {}", fmt_grads(gi), fmt_grads(go)));
+        Some(vec![Some(gi[0].as_ref()?.add(1.0).ok()?), None])
+    });
+    let out = sum(&y.mul(1.0).unwrap());
+    out.backward(None, true, false).unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec!["pre [[1.0, 1.0, 1.0]]", "post [[20.0, 20.0, 20.0], None] [[10.0, 10.0, 10.0]]"]
+    );
+    assert_eq!(vals(&x.grad().unwrap()), vec![21.0, 21.0, 21.0]);
+    assert!(h1.remove());
+    assert!(!h1.remove(), "a removed handle removes nothing");
+    seen.lock().unwrap().clear();
+    x.zero_grad();
+    out.backward(None, true, false).unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec!["post [[2.0, 2.0, 2.0], None] [[1.0, 1.0, 1.0]]"]);
+    assert_eq!(vals(&x.grad().unwrap()), vec![3.0, 3.0, 3.0]);
+    assert!(h2.remove());
+    seen.lock().unwrap().clear();
+    x.zero_grad();
+    out.backward(None, false, false).unwrap();
+    assert!(seen.lock().unwrap().is_empty());
+    assert_eq!(vals(&x.grad().unwrap()), vec![2.0, 2.0, 2.0]);
+}
+
+#[test]
+fn node_hook_results_are_checked_as_pytorch() {
+    // y.grad_fn.register_prehook(lambda go: (go[0], go[0])) -> RuntimeError: hook '<lambda>' has
+    //   returned an incorrect number of values (got 2, but expected 1)
+    // y.grad_fn.register_hook(lambda gi, go: (gi[0], gi[0])) -> RuntimeError: can't replace a
+    //   None gradient with a non-None value      (gi[1] is the None of the number 2)
+    // y.grad_fn.register_prehook(lambda go: (go[0][:1],)) -> hook '<lambda>' has changed the
+    //   size of value
+    // y.grad_fn.register_hook(lambda gi, go: (gi[0].double(), None)) -> hook 'post' has changed
+    //   the type of value (was torch.FloatTensor got torch.DoubleTensor)
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let run = |setup: &dyn Fn(&Tensor)| -> String {
+        let y = x.mul(2.0).unwrap();
+        setup(&y);
+        err_of(sum(&y).backward(None, false, false))
+    };
+    let e = run(&|y| {
+        y.grad_fn().unwrap().register_prehook(|go| Some(vec![go[0].clone(), go[0].clone()]));
+    });
+    assert!(e.contains("hook 'hook' has returned an incorrect number of values (got 2, but expected 1)"), "{e}");
+    let e = run(&|y| {
+        y.grad_fn().unwrap().register_hook(|gi, _| Some(vec![gi[0].clone(), gi[0].clone()]));
+    });
+    assert!(e.contains("can't replace a None gradient with a non-None value"), "{e}");
+    let e = run(&|y| {
+        y.grad_fn().unwrap().register_hook(|gi, _| Some(vec![gi[0].clone()]));
+    });
+    assert!(e.contains("hook 'hook' has returned an incorrect number of values (got 1, but expected 2)"), "{e}");
+    let e = run(&|y| {
+        y.grad_fn().unwrap().register_prehook(|go| Some(vec![Some(go[0].as_ref()?.narrow(0, 0, 1).ok()?)]));
+    });
+    assert!(e.contains("has changed the size of value"), "{e}");
+    let e = run(&|y| {
+        y.grad_fn()
+            .unwrap()
+            .register_hook(|gi, _| Some(vec![Some(gi[0].as_ref()?.to_dtype(ferrofx_core::DType::F64).ok()?), None]));
+    });
+    assert!(e.contains("has changed the type of value (was torch.FloatTensor got torch.DoubleTensor)"), "{e}");
+    // Nothing was accumulated by the failed passes.
+    assert!(x.grad().is_none());
+}
+
+#[test]
+fn hook_order_tensor_hooks_then_node_prehooks() {
+    // y = x * 2; y.grad_fn.register_prehook(-> "node_pre"); z = y * 3
+    // z.register_hook(-> "tensor_hook_z"); z.grad_fn.register_prehook(-> "node_pre_z");
+    // z.retain_grad(); z.sum().backward() -> order ['tensor_hook_z', 'node_pre_z', 'node_pre']
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(2.0).unwrap();
+    let order: Seen = Arc::new(Mutex::new(vec![]));
+    let o = order.clone();
+    y.grad_fn().unwrap().register_prehook(move |_| {
+        o.lock().unwrap().push("node_pre".into());
+        None
+    });
+    let z = y.mul(3.0).unwrap();
+    let o = order.clone();
+    z.register_hook(move |_| {
+        o.lock().unwrap().push("tensor_hook_z".into());
+        None
+    })
+    .unwrap();
+    let o = order.clone();
+    z.grad_fn().unwrap().register_prehook(move |_| {
+        o.lock().unwrap().push("node_pre_z".into());
+        None
+    });
+    z.retain_grad().unwrap();
+    sum(&z).backward(None, false, false).unwrap();
+    assert_eq!(*order.lock().unwrap(), vec!["tensor_hook_z", "node_pre_z", "node_pre"]);
+    assert_eq!(vals(&z.grad().unwrap()), vec![1.0, 1.0, 1.0]);
+}
+
+#[test]
+fn accumulate_grad_prehook_runs_in_backward_not_in_grad() {
+    // acc = y.grad_fn.next_functions[0][0]; acc.register_prehook(lambda go: (go[0] * 7,))
+    // torch.autograd.grad(y.sum(), x) -> (tensor([2., 2., 2.]),)   (the node does not run)
+    // y.sum().backward(); x.grad -> tensor([14., 14., 14.])
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(2.0).unwrap();
+    let acc = y.grad_fn().unwrap().next_functions()[0].0.clone().unwrap();
+    assert_eq!(acc.name(), "AccumulateGrad");
+    acc.register_prehook(|go| Some(vec![Some(go[0].as_ref()?.mul(7.0).ok()?)]));
+    let g = autograd::grad(&[sum(&y)], &[x.clone()], &[None], true, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![2.0, 2.0, 2.0]);
+    sum(&y).backward(None, false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![14.0, 14.0, 14.0]);
+}
+
+// ---- 8. tensor hooks in grad(), retain_grad across in-place ----
+
+#[test]
+fn tensor_hooks_fire_in_autograd_grad() {
+    // x.register_hook(lambda g: g * 10); torch.autograd.grad((x * 2).sum(), x) -> (tensor([20., 20., 20.]),)
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    x.register_hook(|g| g.mul(10.0).ok()).unwrap();
+    let g = autograd::grad(&[sum(&x.mul(2.0).unwrap())], &[x.clone()], &[None], false, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![20.0, 20.0, 20.0]);
+    assert!(x.grad().is_none());
+    // y = x * 2; y.register_hook(lambda g: g * 10); torch.autograd.grad((y * 3).sum(), y)
+    //   -> (tensor([30., 30., 30.]),)
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(2.0).unwrap();
+    y.register_hook(|g| g.mul(10.0).ok()).unwrap();
+    let g = autograd::grad(&[sum(&y.mul(3.0).unwrap())], &[y.clone()], &[None], true, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![30.0, 30.0, 30.0]);
+    // out = (y * 3).sum() + x.sum(); torch.autograd.grad(out, [y, x])
+    //   -> (tensor([3., 3., 3.]), tensor([61., 61., 61.]))
+    // (y's node also runs towards x, so its gradient is captured before its hooks, as PyTorch's
+    // engine does; the hooked gradient flows on to x.)
+    let out = add(&sum(&y.mul(3.0).unwrap()), &sum(&x));
+    let g = autograd::grad(&[out], &[y.clone(), x.clone()], &[None], false, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![3.0, 3.0, 3.0]);
+    assert_eq!(vals(g[1].as_ref().unwrap()), vec![61.0, 61.0, 61.0]);
+    // retain_grad too: y = x * 2; y.retain_grad(); torch.autograd.grad((y * 3).sum(), x)
+    //   -> (tensor([6., 6., 6.]),) and y.grad -> tensor([3., 3., 3.])
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(2.0).unwrap();
+    y.retain_grad().unwrap();
+    let g = autograd::grad(&[sum(&y.mul(3.0).unwrap())], &[x.clone()], &[None], false, false, false).unwrap();
+    assert_eq!(vals(g[0].as_ref().unwrap()), vec![6.0, 6.0, 6.0]);
+    assert_eq!(vals(&y.grad().unwrap()), vec![3.0, 3.0, 3.0]);
+}
+
+#[test]
+fn retain_grad_follows_in_place_rebase_and_old_hooks_stay() {
+    // x = torch.tensor([1., 2., 3.], requires_grad=True); y = x * 1
+    // y.register_hook(lambda g: seen.append(g)); y.retain_grad(); y.mul_(2)
+    // (y * 3).sum().backward()
+    //   -> seen == [tensor([6., 6., 6.])]  (the hook registered before mul_ sees the old version)
+    //      y.grad -> tensor([3., 3., 3.])  (retain_grad follows y: the new version)
+    //      x.grad -> tensor([6., 6., 6.])
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(1.0).unwrap();
+    let seen: Seen = Arc::new(Mutex::new(vec![]));
+    let s = seen.clone();
+    y.register_hook(move |g| {
+        s.lock().unwrap().push(format!("{:?}", vals(g)));
+        None
+    })
+    .unwrap();
+    y.retain_grad().unwrap();
+    y.mul_(2.0).unwrap();
+    sum(&y.mul(3.0).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec!["[6.0, 6.0, 6.0]"]);
+    assert_eq!(vals(&y.grad().unwrap()), vec![3.0, 3.0, 3.0]);
+    assert_eq!(vals(&x.grad().unwrap()), vec![6.0, 6.0, 6.0]);
+    // Through a view: b = x * 1; b.retain_grad(); b[1:].mul_(5); b.sum().backward()
+    //   -> b.grad -> tensor([1., 1., 1.]), x.grad -> tensor([1., 5., 5.])
+    let x = leaf32(&[1.0, 2.0, 3.0], &[3]);
+    let b = x.mul(1.0).unwrap();
+    b.retain_grad().unwrap();
+    b.narrow(0, 1, 2).unwrap().mul_(5.0).unwrap();
+    assert_eq!(name(&b), "CopySlices");
+    sum(&b).backward(None, false, false).unwrap();
+    assert_eq!(vals(&b.grad().unwrap()), vec![1.0, 1.0, 1.0]);
+    assert_eq!(vals(&x.grad().unwrap()), vec![1.0, 5.0, 5.0]);
+}
+
+#[test]
+fn set_grad_checks_size_with_pytorch_message() {
+    // x = torch.ones(2, requires_grad=True); x.grad = torch.zeros(3) -> RuntimeError: attempting
+    // to assign a gradient of size '[3]' to a tensor of size '[2]'. Please ensure that the
+    // gradient and the tensor are the same size
+    let x = leaf32(&[1.0, 1.0], &[2]);
+    let e = err_of(x.set_grad(Some(t32(&[0.0; 3], &[3]))));
+    assert!(e.contains("attempting to assign a gradient of size '[3]' to a tensor of size '[2]'. Please ensure that the gradient and the tensor are the same size"), "{e}");
+    // A hook changing the size: hook '<lambda>' has changed the size of value
+    let y = x.mul(1.0).unwrap();
+    y.register_hook(|g| g.narrow(0, 0, 1).ok()).unwrap();
+    let e = err_of(sum(&y).backward(None, false, false));
+    assert!(e.contains("has changed the size of value"), "{e}");
+    x.set_grad(Some(t32(&[5.0, 6.0], &[2]))).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![5.0, 6.0]);
+}
+
+#[test]
+fn grad_error_messages_match_pytorch() {
+    // torch.autograd.grad(a.sum(), [torch.randn(2)]) -> RuntimeError: One of the differentiated
+    // Tensors does not require grad
+    let a = leaf32(&[1.0, 2.0], &[2]);
+    let e = err_of(autograd::grad(&[sum(&a)], &[t32(&[1.0, 2.0], &[2])], &[None], false, false, false));
+    assert!(e.contains("One of the differentiated Tensors does not require grad"), "{e}");
+    // max(dim): values have MaxBackward0, the indices no grad_fn
+    let x = leaf32(&[1.0, 5.0, 2.0, 0.0], &[2, 2]);
+    let o = ferrofx_core::op::call("max.dim", vec![Value::from(&x), Value::Int(1)], vec![]).unwrap();
+    assert_eq!(name(&o[0]), "MaxBackward0");
+    assert!(o[1].grad_fn().is_none() && !o[1].requires_grad());
+}
+
+// ---- 9. setitem-style index_copy_, clamp_min / clamp_max: misuse is an error ----
+
+#[test]
+fn index_copy_through_a_view_and_its_errors() {
+    // b = x * 1; b[1].index_copy_(0, torch.tensor([3, 0]), w); b.sum().backward()
+    //   b.grad_fn -> CopySlices; x.grad -> [[1,1,1,1],[0,1,1,0],[1,1,1,1]]; w.grad -> [1., 1.]
+    let x = leaf32(&[0.0; 12], &[3, 4]);
+    let w = leaf32(&[5.0, 6.0], &[2]);
+    let b = x.mul(1.0).unwrap();
+    let i = Tensor::from_vec(vec![3i64, 0], &[2]).unwrap();
+    b.select(0, 1).unwrap().index_copy_(0, &i, &w).unwrap();
+    assert_eq!(name(&b), "CopySlices");
+    assert_eq!(vals(&b)[4..8], [6.0, 0.0, 0.0, 5.0]);
+    sum(&b).backward(None, false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+    assert_eq!(vals(&w.grad().unwrap()), vec![1.0, 1.0]);
+    // PyTorch 2.15's errors for x = torch.zeros(3, 2), s = torch.ones(2, 2):
+    let x = t32(&[0.0; 6], &[3, 2]);
+    let s = t32(&[1.0; 4], &[2, 2]);
+    let ix = |v: &[i64], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape).unwrap();
+    let cases: Vec<(Tensor, Tensor, &str)> = vec![
+        (ix(&[0, 1], &[1, 2]), s.clone(), "index_copy_(): Index should have dimension 1 or 0 (got 2)"),
+        (t32(&[0.0, 1.0], &[2]), s.clone(), "index_copy_(): Expected a long tensor for index, but got Float"),
+        (ix(&[0, 5], &[2]), s.clone(), "index_copy_(): index 5 is out of bounds for dimension 0 with size 3"),
+        (ix(&[-1, 0], &[2]), s.clone(), "index_copy_(): index -1 is out of bounds for dimension 0 with size 3"),
+        (ix(&[0, 1, 2], &[3]), s.clone(), "index_copy_(): Number of indices (3) should be equal to source.size(dim) (2)"),
+        (ix(&[0, 1], &[2]), t32(&[1.0; 6], &[2, 3]), "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: 2 at dimension 0 and source slice shape: 3 at dimension 0."),
+        (ix(&[0, 1], &[2]), t64(&[1.0; 4], &[2, 2]), "index_copy_(): self and source expected to have the same dtype, but got (self) Float and (source) Double"),
+        (ix(&[0, 1], &[2]), t32(&[1.0; 2], &[2]), "index_copy_(): When source and destination are not scalars, their dimensionality must match. Source dimensionality (1), destination dimensionality (2)"),
+    ];
+    for (i, src, want) in cases {
+        let e = err_of(x.index_copy(0, &i, &src));
+        assert!(e.contains(want), "{e}\nwant: {want}");
+        let e = err_of(x.clone_tensor().unwrap().index_copy_(0, &i, &src));
+        assert!(e.contains(want), "{e}\nwant: {want}");
+    }
+    assert!(err_of(x.index_copy(2, &ix(&[0, 1], &[2]), &s)).contains("index_copy"));
+}
+
+#[test]
+fn clamp_min_and_clamp_max_are_ops_with_pytorch_names() {
+    // torch.clamp_min(x, 1.0).grad_fn -> ClampMinBackward0; with a tensor -> ClampMinBackward1;
+    // x.clone().clamp_max_(t).grad_fn -> ClampMaxBackward1 (numbers: goldens clamp_*_ties)
+    let x = leaf32(&[0.5, 1.0, 2.0], &[3]);
+    let t = leaf32(&[1.0, 1.0, 1.0], &[3]);
+    assert_eq!(name(&x.clamp_min(1.0).unwrap()), "ClampMinBackward0");
+    assert_eq!(name(&x.clamp_min(&t).unwrap()), "ClampMinBackward1");
+    assert_eq!(name(&x.clamp_max(1.0).unwrap()), "ClampMaxBackward0");
+    let y = x.clone_tensor().unwrap();
+    y.clamp_max_(&t).unwrap();
+    assert_eq!(name(&y), "ClampMaxBackward1");
+    // clamp_min(x, t): x.grad -> [0., 0.5, 1.], t.grad -> [1., 0.5, 0.] (a tie is split)
+    sum(&x.clamp_min(&t).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(vals(&x.grad().unwrap()), vec![0.0, 0.5, 1.0]);
+    assert_eq!(vals(&t.grad().unwrap()), vec![1.0, 0.5, 0.0]);
+    // A missing bound is an error naming the op; a leaf cannot be clamped in place.
+    assert!(err_of(x.clamp_min(Value::None)).contains("clamp_min"));
+    assert!(err_of(x.clamp_max_(0.0))
+        .contains("a leaf Variable that requires grad is being used in an in-place operation."));
+    assert!(err_of(x.clamp_min(&t32(&[1.0, 2.0], &[2]))).contains("clamp_min"));
+}

@@ -92,23 +92,30 @@ pub(crate) fn capture() -> CreationInfo {
     CreationInfo { location, backtrace: bt }
 }
 
-pub(crate) fn decorate(e: Error, node: &dyn Node) -> Error {
+/// PyTorch's `AnomalyMetadata::print_stack` note (a warning there, part of the error here):
+/// where the forward call that created `node` was made.
+pub(crate) fn forward_trace_note(node: &dyn Node) -> String {
     match node.creation_info() {
-        Some(c) => Error::new(
-            e.kind(),
-            e.op().to_string(),
-            format!(
-                "{}\nError detected in {}. The forward call that created it was at {}\nTraceback of forward call:\n{}",
-                e.message(),
-                node.name(),
-                c.location,
-                c.backtrace
-            ),
+        Some(c) => format!(
+            "Error detected in {}. Traceback of forward call that caused the error:\n  {}\n{}",
+            node.name(),
+            c.location,
+            c.backtrace
         ),
-        None => e,
+        None => format!(
+            "Error detected in {}. No forward pass information available. Enable detect anomaly during forward pass for more information.",
+            node.name()
+        ),
     }
 }
 
+/// An error raised while `node` ran in anomaly mode, with the forward trace note appended.
+pub(crate) fn decorate(e: Error, node: &dyn Node) -> Error {
+    Error::new(e.kind(), e.op().to_string(), format!("{}\n{}", e.message(), forward_trace_note(node)))
+}
+
+/// PyTorch's anomaly check of a node's results: "Function 'MulBackward0' returned nan values in
+/// its 0th output." (followed by the forward trace note).
 pub(crate) fn check_nan(node: &dyn Node, outs: &[Option<Tensor>]) -> Result<()> {
     for (i, g) in outs.iter().enumerate() {
         let Some(g) = g else { continue };
@@ -116,10 +123,13 @@ pub(crate) fn check_nan(node: &dyn Node, outs: &[Option<Tensor>]) -> Result<()> 
             continue;
         }
         if g.to_vec_f64()?.iter().any(|v| v.is_nan()) {
-            let loc = node.creation_info().map(|c| c.location.clone()).unwrap_or_else(|| "<unknown location>".into());
             return Err(Error::autograd(
                 node.name().to_string(),
-                format!("Function '{}' returned nan values in its {i}th output. The forward call that created it was at {loc}", node.name()),
+                format!(
+                    "Function '{}' returned nan values in its {i}th output.\n{}",
+                    node.name(),
+                    forward_trace_note(node)
+                ),
             ));
         }
     }

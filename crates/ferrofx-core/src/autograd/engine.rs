@@ -162,6 +162,29 @@ fn can_steal(g: &Tensor) -> bool {
     }
 }
 
+/// Runs the tensor hooks of the tensors `node` produced (PyTorch's `call_tensor_pre_hooks`):
+/// a non-leaf's hooks and `retain_grad` on its `grad_fn`, a leaf's on its `AccumulateGrad`.
+fn call_tensor_pre_hooks(node: &dyn Node, inputs: &mut GradBuffer, create_graph: bool) -> Result<()> {
+    let leaf;
+    let list = match node.as_accumulate_grad() {
+        Some(acc) => {
+            leaf = acc.variable().autograd_meta().lock().leaf_hooks.clone();
+            leaf.as_ref()
+        }
+        None => node.base().tensor_pre_hooks.get(),
+    };
+    if let Some(h) = list {
+        if !h.is_empty() {
+            for (nr, slot) in inputs.iter_mut().enumerate() {
+                if let Some(g) = slot.take() {
+                    *slot = Some(h.run(nr as u32, g, create_graph)?);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_grad_shape(node: &dyn Node, k: usize, g: &Tensor, next: &dyn Node, input_nr: u32) -> Result<Option<Tensor>> {
     check_grad_meta(&|| node.name().to_string(), k, g, next, input_nr)
 }
@@ -289,21 +312,18 @@ pub(crate) fn run_backward(
 
     // Captures for autograd.grad: mark targets, then find which nodes lead to one.
     let mut captured: Vec<Option<Tensor>> = Vec::new();
-    let mut capture_found: Vec<bool> = Vec::new();
     if let Some(inputs) = capture {
         captured = vec![None; inputs.len()];
-        capture_found = vec![false; inputs.len()];
         for (ci, t) in inputs.iter().enumerate() {
             let e = gradient_edge(t);
             let Some(f) = &e.function else {
                 return Err(Error::autograd(
                     "grad",
-                    format!("One of the differentiated Tensors (index {ci}) does not require grad"),
+                    format!("One of the differentiated Tensors does not require grad (input {ci}: make it require grad, or leave it out of the inputs)"),
                 ));
             };
             if let Some(j) = index.get(key(f)) {
                 states[j].captures.push((e.input_nr, ci));
-                capture_found[ci] = true;
             }
         }
         // Post-order (children first) with an explicit stack, then propagate "needed".
@@ -376,22 +396,34 @@ pub(crate) fn run_backward(
     while let Some(Ready { idx, .. }) = heap.pop() {
         let node = &nodes[idx];
         let mut inputs = std::mem::take(&mut states[idx].buffer);
-        if let Some(h) = node.base().pre_hooks.get() {
-            if !h.is_empty() {
-                for (nr, slot) in inputs.iter_mut().enumerate() {
-                    if let Some(g) = slot.take() {
-                        *slot = Some(h.run(nr as u32, g, create_graph)?);
-                    }
-                }
+        let needed = states[idx].needed;
+        // PyTorch's evaluate_function: in `grad()`, a node that will run captures its inputs
+        // before its tensor pre-hooks (they run in call_function); one that will not run
+        // calls them first, so a hook on a captured input changes the returned gradient.
+        if needed {
+            for &(nr, ci) in states[idx].captures.iter() {
+                captured[ci] = inputs.get(nr as usize).cloned().flatten();
             }
         }
-        for &(nr, ci) in states[idx].captures.iter() {
-            captured[ci] = inputs.get(nr as usize).cloned().flatten();
-        }
-        if !states[idx].needed {
+        call_tensor_pre_hooks(&**node, &mut inputs, create_graph)?;
+        if !needed {
+            for &(nr, ci) in states[idx].captures.iter() {
+                captured[ci] = inputs.get(nr as usize).cloned().flatten();
+            }
             continue;
         }
-        let outputs = call_node(node, inputs, create_graph, keep_graph)?;
+        let node_hooks = node.base().node_hooks.get();
+        if let Some(h) = node_hooks {
+            if h.has_pre() {
+                h.run_pre(&node.name(), &mut inputs)?;
+            }
+        }
+        let post = node_hooks.filter(|h| h.has_post());
+        let grad_outputs = post.map(|_| inputs.to_vec());
+        let mut outputs = call_node(node, inputs, create_graph, keep_graph)?;
+        if let (Some(h), Some(go)) = (post, grad_outputs) {
+            outputs = h.run_post(&node.name(), outputs, &go)?;
+        }
         if !keep_graph {
             node.release_variables();
         }
@@ -435,8 +467,9 @@ pub(crate) fn run_backward(
     }
 
     if capture.is_some() && !allow_unused {
-        for (ci, found) in capture_found.iter().enumerate() {
-            if !found {
+        // PyTorch checks the result: an input reached only by `None` gradients is unused too.
+        for (ci, g) in captured.iter().enumerate() {
+            if g.is_none() {
                 return Err(Error::autograd(
                     "grad",
                     format!("The differentiated Tensor at index {ci} appears to not have been used in the graph. Set allow_unused=True if this is the desired behavior."),

@@ -37,7 +37,8 @@ pub(crate) struct MetaInner {
     pub(crate) post_accumulate_hooks: Option<Arc<HookList>>,
     /// For views: the root base, how the view was created, and the version at which its
     /// `grad_fn` was set (see `view.rs`).
-    pub(crate) view: Option<Box<super::view::ViewInfo>>,
+    /// Inline (no allocation per view op; views are tracked even without grad).
+    pub(crate) view: Option<super::view::ViewInfo>,
 }
 
 impl AutogradMeta {

@@ -46,7 +46,7 @@ pub use dot::to_dot;
 pub use function::{apply_function, Function, FunctionCtx, ONCE_DIFFERENTIABLE_MSG};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
-pub use hooks::{HookFn, HookHandle};
+pub use hooks::{HookFn, HookHandle, NodePostHookFn, NodePreHookFn};
 pub use node::{
     next_sequence_nr, same_node, AccumulateGrad, ApplyContext, CreationInfo, Edge, GraphRoot, InputMetadata, Node,
     NodeBase, NodeRef, WeakNodeRef,

@@ -6,7 +6,7 @@
 //! inputs the gradient feeds (`input_nr`); an invalid edge (no function) stands for a forward
 //! input that does not require grad, and the engine skips it.
 
-use super::hooks::HookList;
+use super::hooks::{HookList, NodeHooks};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::layout::Shape;
@@ -142,7 +142,10 @@ pub struct NodeBase {
     pub(crate) topological_nr: u64,
     pub(crate) next_edges: SmallVec<[Edge; 2]>,
     pub(crate) input_metadata: SmallVec<[InputMetadata; 1]>,
-    pub(crate) pre_hooks: OnceLock<Arc<HookList>>,
+    /// Tensor hooks of the tensors this node produced (with `retain_grad`), by `output_nr`.
+    pub(crate) tensor_pre_hooks: OnceLock<Arc<HookList>>,
+    /// Node pre- and post-hooks (`register_prehook` / `register_hook` on the node).
+    pub(crate) node_hooks: OnceLock<Arc<NodeHooks>>,
     pub(crate) creation: Option<Box<CreationInfo>>,
 }
 
@@ -162,10 +165,18 @@ impl NodeBase {
         }
         let creation =
             if super::anomaly::is_anomaly_enabled() { Some(Box::new(super::anomaly::capture())) } else { None };
-        NodeBase { sequence_nr, topological_nr: topo, next_edges, input_metadata, pre_hooks: OnceLock::new(), creation }
+        NodeBase {
+            sequence_nr,
+            topological_nr: topo,
+            next_edges,
+            input_metadata,
+            tensor_pre_hooks: OnceLock::new(),
+            node_hooks: OnceLock::new(),
+            creation,
+        }
     }
     pub(crate) fn hooks(&self) -> &Arc<HookList> {
-        self.pre_hooks.get_or_init(|| Arc::new(HookList::default()))
+        self.tensor_pre_hooks.get_or_init(|| Arc::new(HookList::default()))
     }
 }
 
@@ -310,11 +321,9 @@ impl Node for AccumulateGrad {
         Cow::Borrowed("AccumulateGrad")
     }
     fn apply(&self, grads: GradBuffer, ctx: &ApplyContext<'_>) -> Result<Vec<Option<Tensor>>> {
-        let Some(mut g) = grads.into_iter().next().flatten() else { return Ok(Vec::new()) };
-        let hooks = self.variable.autograd_meta().lock().leaf_hooks.clone();
-        if let Some(h) = hooks {
-            g = h.run(0, g, false)?;
-        }
+        // The leaf's tensor hooks already ran in the engine (they are this node's tensor
+        // pre-hooks, which also run in `autograd::grad()`).
+        let Some(g) = grads.into_iter().next().flatten() else { return Ok(Vec::new()) };
         super::engine::accumulate_into_grad(&self.variable, g, ctx.create_graph)?;
         let post = self.variable.autograd_meta().lock().post_accumulate_hooks.clone();
         if let Some(h) = post {

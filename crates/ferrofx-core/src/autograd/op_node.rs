@@ -196,15 +196,28 @@ fn original_copy(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Makes `t` output `output_nr` of `node` (a non-leaf requiring grad).
+/// Makes `t` output `output_nr` of `node` (a non-leaf requiring grad). A `retain_grad` hook of
+/// `t` follows it onto the new node (PyTorch moves `retains_grad` hooks when an in-place op
+/// rebases the history: `.grad` is then the gradient of the new version); its other hooks stay
+/// with the old node.
 pub(crate) fn set_history(t: &Tensor, node: NodeRef, output_nr: u32) {
     let meta = t.autograd_meta();
-    let old = {
+    let (old, retained) = {
         let mut m = meta.lock();
         m.output_nr = output_nr;
-        m.grad_fn.replace(node)
+        let retained = if m.retains_grad { Some(node.clone()) } else { None };
+        (m.grad_fn.replace(node), retained)
     };
     meta.set_requires_grad_flag(true);
+    if let Some(new) = retained {
+        if let Some(h) = old.as_ref().and_then(|o| o.base().tensor_pre_hooks.get()) {
+            h.remove_retain_grad_for(t);
+        }
+        let h = new.base().hooks();
+        if !h.has_retain_grad_for(t) {
+            let _ = h.add(output_nr, super::hooks::HookKind::RetainGrad(Arc::downgrade(&t.0)));
+        }
+    }
     if let Some(old) = old {
         super::node::drop_node(old);
     }
@@ -321,7 +334,7 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         }
     }
 
-    let outs = {
+    let mut outs = {
         let _g = set_grad_enabled(false);
         crate::op::run_kernel(op, args)?
     };
@@ -374,7 +387,7 @@ pub(crate) fn dispatch_with_grad(op: &'static OpDef, args: &[Value]) -> Result<O
         }
     }
     if op.category == Category::View {
-        super::view::track_views(op, args, &outs);
+        super::view::track_views(op, args, &mut outs);
     }
     Ok(outs)
 }
@@ -387,11 +400,12 @@ fn exact_name(op: &str) -> Option<&'static str> {
         "contiguous" | "clone" => "CloneBackward0",
         "to" | "type_as" | "double" | "float" | "half" => "ToCopyBackward0",
         "t" => "TBackward0",
-        "matmul" | "mm" => "MmBackward0",
+        "mm" => "MmBackward0",
         "bmm" => "BmmBackward0",
         "mv" => "MvBackward0",
         "dot" => "DotBackward0",
-        "max_pool1d" => "MaxPool1DWithIndicesBackward0",
+        // F.max_pool1d / avg_pool1d are a squeeze of the 2-d pool in PyTorch.
+        "max_pool1d" | "avg_pool1d" => "SqueezeBackward1",
         "max_pool2d" => "MaxPool2DWithIndicesBackward0",
         "max_pool3d" => "MaxPool3DWithIndicesBackward0",
         "conv1d" | "conv2d" | "conv3d" | "conv_transpose1d" | "conv_transpose2d" | "convolution" => {
@@ -400,8 +414,13 @@ fn exact_name(op: &str) -> Option<&'static str> {
         "layer_norm" => "NativeLayerNormBackward0",
         "batch_norm" => "NativeBatchNormBackward0",
         "group_norm" => "NativeGroupNormBackward0",
-        "dropout" => "NativeDropoutBackward0",
-        "linear" => "AddmmBackward0",
+        // F.dropout in training: `input * mask * scale` (PyTorch 2.15 records a MulBackward0).
+        "dropout" => "MulBackward0",
+        "native_dropout" => "NativeDropoutBackward0",
+        "selu" => "EluBackward0",
+        "softsign" => "DivBackward0",
+        "norm" => "LinalgVectorNormBackward0",
+        "sum_to_size" => "SumBackward1",
         "cross_entropy" => "NllLossBackward0",
         "abs" => "AbsBackward0",
         "where" => "WhereBackward0",
@@ -412,12 +431,13 @@ fn exact_name(op: &str) -> Option<&'static str> {
         "copy" => "CopyBackwards",
         "max.dim" => "MaxBackward0",
         "min.dim" => "MinBackward0",
-        "chunk" | "split_with_sizes" => "SplitBackward0",
+        "chunk" => "SplitBackward0",
         _ => return None,
     })
 }
 
-/// `add` → `AddBackward0`, `max_pool2d` → `MaxPool2DBackward0`, `add_` → `AddBackward0`.
+/// `add` → `AddBackward0`, `max_pool2d` → `MaxPool2DBackward0`, `log1p` → `Log1PBackward0`,
+/// `add_` → `AddBackward0`.
 pub fn camel_backward_name(op: &str) -> String {
     let base = op.trim_end_matches('_');
     let mut s = String::with_capacity(base.len() + 9);
@@ -428,8 +448,9 @@ pub fn camel_backward_name(op: &str) -> String {
             if first {
                 s.extend(c.to_uppercase());
                 first = false;
-            } else if prev_digit && c == 'd' {
-                s.push('D');
+            } else if prev_digit && c.is_ascii_lowercase() {
+                // PyTorch capitalises a letter after a digit: MaxPool2D, Log1P.
+                s.push(c.to_ascii_uppercase());
             } else {
                 s.push(c);
             }
@@ -454,20 +475,28 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
                 matches!(metas.get(1), Some(MetaSlot::One(_))) || matches!(metas.get(2), Some(MetaSlot::One(_)));
             return Cow::Borrowed(if tensor_bounds { "ClampBackward0" } else { "ClampBackward1" });
         }
+        "clamp_min" | "clamp_max" => {
+            let tensor_bound = matches!(metas.get(1), Some(MetaSlot::One(_)));
+            return Cow::Borrowed(match (base, tensor_bound) {
+                ("clamp_min", false) => "ClampMinBackward0",
+                ("clamp_min", true) => "ClampMinBackward1",
+                (_, false) => "ClampMaxBackward0",
+                (_, true) => "ClampMaxBackward1",
+            });
+        }
         "max" => return Cow::Borrowed("MaxBackward1"),
         "min" => return Cow::Borrowed("MinBackward1"),
         "fill" => {
             let tensor_value = matches!(metas.get(1), Some(MetaSlot::One(_)));
             return Cow::Borrowed(if tensor_value { "FillBackward3" } else { "FillBackward2" });
         }
-        "sum" | "mean" | "nansum" => {
+        "sum" | "mean" | "nansum" | "prod" => {
             let n = if arg_is_none(1) { 0 } else { 1 };
-            let camel = if base == "sum" {
-                "Sum"
-            } else if base == "mean" {
-                "Mean"
-            } else {
-                "Nansum"
+            let camel = match base {
+                "sum" => "Sum",
+                "mean" => "Mean",
+                "prod" => "Prod",
+                _ => "Nansum",
             };
             return Cow::Owned(format!("{camel}Backward{n}"));
         }
@@ -487,6 +516,7 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
                 _ => "PowBackward2",
             });
         }
+        // PyTorch's matmul/linear decompose by rank: the node seen is the last op they run.
         "matmul" => {
             let nd = |i: usize| match metas.get(i) {
                 Some(MetaSlot::One(m)) => m.shape.len(),
@@ -495,8 +525,9 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
             return Cow::Borrowed(match (nd(0), nd(1)) {
                 (1, 1) => "DotBackward0",
                 (2, 1) => "MvBackward0",
+                (1, 2) => "SqueezeBackward4",
                 (2, 2) => "MmBackward0",
-                _ => "BmmBackward0",
+                _ => "UnsafeViewBackward0",
             });
         }
         "linear" => {
@@ -505,7 +536,49 @@ fn backward_name(op: &'static OpDef, metas: &[MetaSlot], args: &[SavedArg]) -> C
                 Some(MetaSlot::One(m)) => m.shape.len(),
                 _ => 2,
             };
-            return Cow::Borrowed(if has_bias && nd == 2 { "AddmmBackward0" } else { "MmBackward0" });
+            return Cow::Borrowed(match (nd, has_bias) {
+                (2, true) => "AddmmBackward0",
+                (2, false) => "MmBackward0",
+                (1, false) => "SqueezeBackward4",
+                _ => "UnsafeViewBackward0",
+            });
+        }
+        "rsub" | "scatter" | "masked_fill" => {
+            // The overload with a number (`1 - x`, `scatter(dim, index, 1.5)`) is Backward1;
+            // masked_fill is the other way round (a tensor value is MaskedFillBackward1).
+            let i = if base == "masked_fill" {
+                2
+            } else if base == "scatter" {
+                3
+            } else {
+                1
+            };
+            let tensor = matches!(metas.get(i), Some(MetaSlot::One(_)));
+            return Cow::Borrowed(match (base, tensor) {
+                ("rsub", true) => "RsubBackward0",
+                ("rsub", false) => "RsubBackward1",
+                ("scatter", true) => "ScatterBackward0",
+                ("scatter", false) => "ScatterBackward1",
+                (_, true) => "MaskedFillBackward1",
+                (_, false) => "MaskedFillBackward0",
+            });
+        }
+        "pad" => {
+            let mode = match args.get(2) {
+                Some(SavedArg::Value(Value::Str(m))) => m.as_str(),
+                _ => "constant",
+            };
+            let k = match args.get(1) {
+                Some(SavedArg::Value(Value::Ints(p))) => p.len() / 2,
+                _ => 1,
+            };
+            return match mode {
+                "reflect" => Cow::Owned(format!("ReflectionPad{k}DBackward0")),
+                "replicate" => Cow::Owned(format!("ReplicationPad{k}DBackward0")),
+                // PyTorch builds circular padding from slices copied into a new tensor.
+                "circular" => Cow::Borrowed("CopySlices"),
+                _ => Cow::Borrowed("ConstantPadNdBackward0"),
+            };
         }
         _ => {}
     }

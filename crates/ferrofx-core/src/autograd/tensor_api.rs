@@ -51,8 +51,18 @@ impl Tensor {
         self.autograd_meta().lock().grad.clone()
     }
 
-    /// Replaces `.grad` (`None` clears it). The gradient must have this tensor's shape and
-    /// dtype (PyTorch's messages; ferrofx tensors all live on the CPU, so devices always match).
+    /// Replaces `.grad` (`None` clears it). The gradient must have this tensor's dtype and
+    /// shape (PyTorch 2.15's messages; ferrofx tensors all live on the CPU, so the device
+    /// check PyTorch also makes always passes).
+    ///
+    /// ```
+    /// use ferrofx_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap().requires_grad_(true).unwrap();
+    /// let e = x.set_grad(Some(Tensor::from_vec(vec![0.0f64; 2], &[2]).unwrap())).unwrap_err();
+    /// assert!(e.to_string().contains("attempting to assign a gradient with dtype 'double' to a tensor with grad_dtype 'Float'"));
+    /// let e = x.set_grad(Some(Tensor::from_vec(vec![0.0f32; 3], &[3]).unwrap())).unwrap_err();
+    /// assert!(e.to_string().contains("attempting to assign a gradient of size '[3]' to a tensor of size '[2]'"));
+    /// ```
     pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
         if let Some(g) = &grad {
             if g.dtype() != self.dtype() {
@@ -69,7 +79,7 @@ impl Tensor {
                 return Err(Error::shape(
                     "set_grad",
                     format!(
-                        "assigned grad has data of a different size: got {:?}, expected {:?}",
+                        "attempting to assign a gradient of size '{:?}' to a tensor of size '{:?}'. Please ensure that the gradient and the tensor are the same size",
                         g.shape(),
                         self.shape()
                     ),

@@ -57,9 +57,11 @@ pub(crate) fn view_of(t: &Tensor) -> Option<(Tensor, Creation)> {
 }
 
 /// Records the outputs of a view op that share storage with its input as views of the input's
-/// root base. Called by dispatch for every eager view op (with or without grad).
+/// root base. Called by dispatch for every eager view op (with or without grad), so it is kept
+/// cheap: the view record is stored inline in the output's autograd meta (no allocation), and
+/// a fresh output nobody else holds is written without taking its lock.
 #[inline]
-pub(crate) fn track_views(op: &'static OpDef, args: &[Value], outs: &Outputs) {
+pub(crate) fn track_views(op: &'static OpDef, args: &[Value], outs: &mut Outputs) {
     if op.category != Category::View {
         return;
     }
@@ -68,7 +70,7 @@ pub(crate) fn track_views(op: &'static OpDef, args: &[Value], outs: &Outputs) {
     }
 }
 
-fn track_views_of(op: &'static OpDef, inp: &Tensor, outs: &Outputs) {
+fn track_views_of(op: &'static OpDef, inp: &Tensor, outs: &mut Outputs) {
     if inp.is_symbolic() {
         return;
     }
@@ -78,7 +80,7 @@ fn track_views_of(op: &'static OpDef, inp: &Tensor, outs: &Outputs) {
     };
     let grad_mode = super::is_grad_enabled();
     let multi = outs.len() > 1;
-    for (j, o) in outs.iter().enumerate() {
+    for (j, o) in outs.iter_mut().enumerate() {
         if o.same(inp) || !o.shares_storage(inp) {
             continue;
         }
@@ -89,8 +91,12 @@ fn track_views_of(op: &'static OpDef, inp: &Tensor, outs: &Outputs) {
         } else {
             Creation::Default
         };
-        let mut m = o.autograd_meta().lock();
-        m.view = Some(Box::new(ViewInfo { base: base.clone(), creation, attr_version: o.version() }));
+        let info = ViewInfo { base: base.clone(), creation, attr_version: o.version() };
+        match Arc::get_mut(&mut o.0) {
+            // A fresh output (the common case): no other handle, no lock needed.
+            Some(imp) => imp.autograd.inner_mut().view = Some(info),
+            None => o.autograd_meta().lock().view = Some(info),
+        }
     }
 }
 
@@ -120,7 +126,7 @@ pub(crate) fn check_inplace(op: &str, t: &Tensor) -> Result<Option<Tensor>> {
             Creation::MultipleViews { op: vop, nr } => {
                 // PyTorch names the node's function: `chunk` and `split_with_sizes` are `Split`.
                 let name = match vop {
-                    "chunk" | "split_with_sizes" => "SplitBackward0".to_string(),
+                    "chunk" => "SplitBackward0".to_string(),
                     _ => super::op_node::camel_backward_name(vop),
                 };
                 let short = name.split("Backward").next().unwrap_or(&name).to_string();

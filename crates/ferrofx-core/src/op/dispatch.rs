@@ -44,10 +44,10 @@ pub fn dispatch(op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Ou
     if crate::autograd::needs_grad(op, args) {
         return crate::autograd::dispatch_with_grad(op, args);
     }
-    let out = run_kernel(op, args)?;
+    let mut out = run_kernel(op, args)?;
     if op.category == crate::op::Category::View {
         // Views remember their base whatever the grad mode (autograd's view tracking).
-        crate::autograd::track_views(op, args, &out);
+        crate::autograd::track_views(op, args, &mut out);
     }
     Ok(out)
 }

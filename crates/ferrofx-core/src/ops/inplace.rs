@@ -73,7 +73,7 @@ fn self_meta(t: &Tensor) -> MetaOutputs {
 }
 
 /// Meta of an in-place form of `base`: the base's output must fit the destination.
-fn inplace_meta(op: &str, base: &OpDef, args: &[Value]) -> Result<MetaOutputs> {
+pub(crate) fn inplace_meta(op: &str, base: &OpDef, args: &[Value]) -> Result<MetaOutputs> {
     let dst = tensor(op, args, 0)?;
     check_no_overlap(op, dst)?;
     let out = (base.meta)(args).map_err(|e| rename(e, base, op))?;
@@ -92,7 +92,7 @@ fn rename(e: Error, base: &OpDef, op: &str) -> Error {
 
 /// Kernel of the in-place form of a unary (or any single-output) op: run the base op, then copy
 /// the result into the destination.
-fn inplace_generic(op: &str, base: &OpDef, args: &[Value]) -> Result<Tensor> {
+pub(crate) fn inplace_generic(op: &str, base: &OpDef, args: &[Value]) -> Result<Tensor> {
     let dst = tensor(op, args, 0)?;
     check_no_overlap(op, dst)?;
     let out = (base.kernel)(args).map_err(|e| rename(e, base, op))?;

@@ -2,6 +2,7 @@
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
 pub mod binary;
+pub mod clamp_bound;
 pub mod compare;
 pub mod conv;
 pub mod creation;
@@ -9,6 +10,7 @@ pub mod display;
 pub mod embedding;
 pub mod fused;
 pub mod index;
+pub mod index_copy;
 pub mod inplace;
 pub mod join;
 pub mod kernel;
@@ -52,6 +54,8 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         binary::OPS,
         compare::OPS,
         inplace::OPS,
+        clamp_bound::OPS,
+        index_copy::OPS,
         crate::autograd::formulas::OPS,
     ]
     .into_iter()

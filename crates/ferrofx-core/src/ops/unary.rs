@@ -771,12 +771,5 @@ impl Tensor {
     pub fn clamp(&self, min: impl Into<Value>, max: impl Into<Value>) -> Result<Tensor> {
         call1(&CLAMP, CallKind::Method, &[self.into(), min.into(), max.into()])
     }
-    /// `clamp_min(min)` = `clamp(min, None)`.
-    pub fn clamp_min(&self, min: impl Into<Value>) -> Result<Tensor> {
-        call1(&CLAMP, CallKind::Method, &[self.into(), min.into(), Value::None])
-    }
-    /// `clamp_max(max)` = `clamp(None, max)`.
-    pub fn clamp_max(&self, max: impl Into<Value>) -> Result<Tensor> {
-        call1(&CLAMP, CallKind::Method, &[self.into(), Value::None, max.into()])
-    }
+    // `clamp_min` / `clamp_max` are ops of their own (`ops/clamp_bound.rs`).
 }

@@ -106,6 +106,8 @@ table! {
     "hardtanh" => hardtanh_bw, IN0;
     "relu6" => hardtanh_bw, IN0;
     "clamp" => clamp_bw, Saves::inputs(0b111);
+    "clamp_min" => clamp_min_bw, IN01;
+    "clamp_max" => clamp_max_bw, IN01;
     "where" => where_bw, Saves::inputs(1);
 }
 
@@ -503,58 +505,139 @@ fn hardtanh_bw(ctx: &BackwardCtx<'_>) -> Grads {
         p::mul(g, &inside)
     })
 }
-/// PyTorch 2.15's conventions: with number bounds (ClampBackward1) the gradient passes where
-/// `min < x < max` (zero at the bounds, as hardtanh); with tensor bounds (ClampBackward0) it
-/// passes where `min <= x <= max`, `min` gets it where `x < min` and `min < max`, `max` where
-/// `x > max` or `max < min` (a crossed pair clamps to `max`).
+/// PyTorch 2.15's conventions (goldens `clamp_at_bounds`, `clamp_tensor_bounds`,
+/// `clamp_*_ties` from `scripts/goldens/gen_grads.py`):
+///
+/// * number bounds (ClampBackward1): the gradient passes where `min < x < max` (zero at the
+///   bounds and where `x` is NaN), as hardtanh;
+/// * one tensor bound (ClampBackward0 with `max=None`, same as `clamp_min`/`clamp_max` with a
+///   tensor): [`clamp_one_tensor_bw`];
+/// * two bounds, one a tensor (ClampBackward0): `x` gets it where `!(x < min) && !(x > max)`
+///   (so NaN in `x` or in the bound it is compared with passes), `min` where `x < min` and
+///   `min <= max`, `max` where `min > max` (a crossed pair clamps to `max`) or `x > max` and
+///   `min <= max`; when `min < max` and `x` equals one of them the gradient is split in half
+///   between `x` and that bound.
 fn clamp_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let g = g0(ctx)?;
     let x = ctx.input(0)?;
     let (lo, hi) = (ctx.arg(1).clone(), ctx.arg(2).clone());
     let (has_lo, has_hi) = (!matches!(lo, Value::None), !matches!(hi, Value::None));
     let tensor_bounds = ctx.is_tensor_arg(1) || ctx.is_tensor_arg(2);
-    // a < b for two bounds, whichever of them is a tensor.
-    let lt = |a: &Value, b: &Value| -> Result<Tensor> {
+    if tensor_bounds && has_lo != has_hi {
+        let (i, upper) = if has_lo { (1, false) } else { (2, true) };
+        let (gx, gb) = clamp_one_tensor_bw(ctx, i, upper)?;
+        return Ok(if upper { vec![gx, None, gb] } else { vec![gx, gb, None] });
+    }
+    if !tensor_bounds {
+        let mut inside: Option<Tensor> = None;
+        if has_lo {
+            inside = Some(p::gt_(x, lo.clone())?);
+        }
+        if has_hi {
+            let m = p::lt_(x, hi.clone())?;
+            inside = Some(match inside {
+                Some(a) => p::logical_and(&a, &m)?,
+                None => m,
+            });
+        }
+        let gi = match &inside {
+            Some(m) => fit(ctx, 0, p::mul(g, m))?,
+            None => fit(ctx, 0, Ok(g.clone()))?,
+        };
+        return Ok(vec![gi, None, None]);
+    }
+    // Two bounds, at least one a tensor. a < b / a <= b for two bounds, whichever is a tensor.
+    let cmp = |a: &Value, b: &Value, strict: bool| -> Result<Tensor> {
         match (a, b) {
-            (Value::Tensor(a), b) => p::lt_(a, b.clone()),
-            (a, Value::Tensor(b)) => p::gt_(b, a.clone()),
+            (Value::Tensor(a), b) => {
+                if strict {
+                    p::lt_(a, b.clone())
+                } else {
+                    p::le_(a, b.clone())
+                }
+            }
+            (a, Value::Tensor(b)) => {
+                if strict {
+                    p::gt_(b, a.clone())
+                } else {
+                    p::ge_(b, a.clone())
+                }
+            }
             _ => Err(crate::error::Error::autograd("clamp", "bounds compared without a tensor")),
         }
     };
-    let mut inside: Option<Tensor> = None;
-    let and = |a: Option<Tensor>, b: Tensor| -> Result<Tensor> {
-        match a {
-            Some(a) => p::logical_and(&a, &b),
-            None => Ok(b),
-        }
+    let lo_lt_hi = cmp(&lo, &hi, true)?;
+    let lo_le_hi = cmp(&lo, &hi, false)?;
+    let at_lo = p::logical_and(&p::eq(x, lo.clone())?, &lo_lt_hi)?;
+    let at_hi = p::logical_and(&p::eq(x, hi.clone())?, &lo_lt_hi)?;
+    let below = p::lt_(x, lo.clone())?;
+    let above = p::gt_(x, hi.clone())?;
+    let half = scale(g, 0.5)?;
+    let split = |tie: &Tensor, mask: &Tensor| -> Result<Tensor> {
+        p::where_(tie, Value::Tensor(half.clone()), Value::Tensor(p::mul(g, mask)?))
     };
-    if has_lo {
-        let m = if tensor_bounds { p::ge_(x, lo.clone())? } else { p::gt_(x, lo.clone())? };
-        inside = Some(and(inside, m)?);
-    }
-    if has_hi {
-        let m = if tensor_bounds { p::le_(x, hi.clone())? } else { p::lt_(x, hi.clone())? };
-        inside = Some(and(inside, m)?);
-    }
-    let gi = match &inside {
-        Some(m) => fit(ctx, 0, p::mul(g, m))?,
-        None => fit(ctx, 0, Ok(g.clone()))?,
+    let gx = if ctx.needs_grad(0) {
+        let inside = p::logical_and(&p::logical_not(&below)?, &p::logical_not(&above)?)?;
+        fit(ctx, 0, split(&p::logical_or(&at_lo, &at_hi)?, &inside))?
+    } else {
+        None
     };
     let gmin = if ctx.is_tensor_arg(1) && ctx.needs_grad(1) {
-        let below = p::lt_(x, lo.clone())?;
-        let below = if has_hi { p::logical_and(&below, &lt(&lo, &hi)?)? } else { below };
-        fit(ctx, 1, p::mul(g, &below))?
+        fit(ctx, 1, split(&at_lo, &p::logical_and(&below, &lo_le_hi)?))?
     } else {
         None
     };
     let gmax = if ctx.is_tensor_arg(2) && ctx.needs_grad(2) {
-        let above = p::gt_(x, hi.clone())?;
-        let above = if has_lo { p::logical_or(&above, &lt(&hi, &lo)?)? } else { above };
-        fit(ctx, 2, p::mul(g, &above))?
+        // `max < min` (a NaN bound is not crossed).
+        let crossed = cmp(&hi, &lo, true)?;
+        let m = p::logical_or(&crossed, &p::logical_and(&above, &lo_le_hi)?)?;
+        fit(ctx, 2, split(&at_hi, &m))?
     } else {
         None
     };
-    Ok(vec![gi, gmin, gmax])
+    Ok(vec![gx, gmin, gmax])
+}
+
+/// Gradients of `clamp` with one tensor bound (argument `i`; `upper` for a `max` bound), as
+/// PyTorch 2.15's ClampMinBackward1 / ClampMaxBackward1 / ClampBackward0: where `x` equals the
+/// bound, half to each; elsewhere `x` gets it unless it is past the bound, the bound gets it
+/// unless `x` is strictly inside (so a NaN on either side gives the gradient to both).
+fn clamp_one_tensor_bw(ctx: &BackwardCtx<'_>, i: usize, upper: bool) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let g = g0(ctx)?;
+    let x = ctx.input(0)?;
+    let b = ctx.input(i)?;
+    let tie = p::eq(x, b)?;
+    let half = scale(g, 0.5)?;
+    let part = |past: Tensor| -> Result<Tensor> {
+        let keep = p::logical_not(&past)?;
+        p::where_(&tie, Value::Tensor(half.clone()), Value::Tensor(p::mul(g, &keep)?))
+    };
+    let gx =
+        if ctx.needs_grad(0) { fit(ctx, 0, part(if upper { p::gt_(x, b)? } else { p::lt_(x, b)? }))? } else { None };
+    let gb =
+        if ctx.needs_grad(i) { fit(ctx, i, part(if upper { p::lt_(x, b)? } else { p::gt_(x, b)? }))? } else { None };
+    Ok((gx, gb))
+}
+
+/// `clamp_min(x, min)`: ClampMinBackward0 (number: the gradient passes where `x > min`, zero at
+/// the bound and for NaN) or ClampMinBackward1 (tensor: [`clamp_one_tensor_bw`]).
+fn clamp_min_bw(ctx: &BackwardCtx<'_>) -> Grads {
+    clamp_bound_bw(ctx, false)
+}
+/// `clamp_max(x, max)`: ClampMaxBackward0 (`x < max`) / ClampMaxBackward1.
+fn clamp_max_bw(ctx: &BackwardCtx<'_>) -> Grads {
+    clamp_bound_bw(ctx, true)
+}
+fn clamp_bound_bw(ctx: &BackwardCtx<'_>, upper: bool) -> Grads {
+    if ctx.is_tensor_arg(1) {
+        let (gx, gb) = clamp_one_tensor_bw(ctx, 1, upper)?;
+        return Ok(vec![gx, gb]);
+    }
+    let g = g0(ctx)?;
+    let x = ctx.input(0)?;
+    let b = ctx.arg(1).clone();
+    let inside = if upper { p::lt_(x, b)? } else { p::gt_(x, b)? };
+    Ok(vec![fit(ctx, 0, p::mul(g, &inside))?, None])
 }
 fn where_bw(ctx: &BackwardCtx<'_>) -> Grads {
     let g = g0(ctx)?;

@@ -136,6 +136,30 @@ pub fn scatter_add_backward(ctx: &BackwardCtx<'_>) -> Grads {
     Ok(vec![Some(g.clone()), None, None, gs])
 }
 
+/// `index_copy(input, dim, index, source)` (IndexCopyBackward0): `input` gets the gradient with
+/// the slices at `index` zeroed (an `index_copy` of zeros, differentiable), `source` the
+/// gradient's slices at `index`.
+pub fn index_copy_backward(ctx: &BackwardCtx<'_>) -> Grads {
+    let op = ctx.op().name;
+    let dim = int(op, ctx.args(), 1)?;
+    let idx = ctx.input(2)?;
+    let g = g0(ctx)?;
+    let sm = ctx.input_meta(3)?;
+    let gi = if ctx.needs_grad(0) {
+        let z = zeros(&sm.shape, g.dtype())?;
+        Some(g.index_copy(dim, idx, &z)?)
+    } else {
+        None
+    };
+    let gs = if ctx.needs_grad(3) {
+        let s = if g.ndim() == 0 { g.clone() } else { g.index_select(dim, idx)? };
+        Some(if s.shape() != &sm.shape[..] { s.reshape(&shape_i64(&sm.shape))? } else { s })
+    } else {
+        None
+    };
+    Ok(vec![gi, None, None, gs])
+}
+
 /// `index_select(input, dim, index)`: `index_select_backward`.
 pub fn index_select_backward_formula(ctx: &BackwardCtx<'_>) -> Grads {
     let m = ctx.input_meta(0)?;
