@@ -34,6 +34,7 @@ fn main() {
         total.ran += r.ran;
         total.run_errors += r.run_errors;
         total.panics.extend(r.panics);
+        total.messages.extend(r.messages);
         round += 1;
     }
     let rss = std::fs::read_to_string("/proc/self/status")
@@ -54,8 +55,9 @@ fn main() {
     );
     if !total.panics.is_empty() {
         let _ = std::fs::create_dir_all("fuzz-crashes");
-        for (i, p) in total.panics.iter().enumerate() {
+        for (i, (p, m)) in total.panics.iter().zip(&total.messages).enumerate() {
             let _ = std::fs::write(format!("fuzz-crashes/crash-{i}.onnx"), p);
+            eprintln!("crash-{i}.onnx: {m}");
         }
         std::process::exit(1);
     }

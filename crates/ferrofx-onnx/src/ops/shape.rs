@@ -185,6 +185,10 @@ fn slice(n: &Node<'_>) -> Result<Vec<Tensor>> {
         if step == 0 {
             return Err(n.err("a step of 0 is invalid"));
         }
+        if d == 0 {
+            // any slice of an empty axis is empty
+            continue;
+        }
         let norm = |s: i64| if s < 0 { s.saturating_add(d) } else { s };
         let (mut s, mut e) = (norm(starts[i]), norm(ends[i]));
         if step > 0 {

@@ -14,7 +14,13 @@ fn seed_models_import_and_run() {
 fn mutated_models_never_panic() {
     let seeds = mutate::seeds();
     let r = mutate::run(0x0E_2026, 3000, None, &seeds);
-    assert!(r.panics.is_empty(), "{} of {} mutated models panicked the importer", r.panics.len(), r.iterations);
+    assert!(
+        r.panics.is_empty(),
+        "{} of {} mutated models panicked the importer: {:?}",
+        r.panics.len(),
+        r.iterations,
+        r.messages
+    );
     assert_eq!(r.iterations, 3000);
     // the mutations must exercise both outcomes, or the run proves nothing
     assert!(r.rejected > 300, "{r:?}");

@@ -475,6 +475,8 @@ pub struct Report {
     pub run_errors: u64,
     /// Inputs that panicked.
     pub panics: Vec<Vec<u8>>,
+    /// Their panic messages.
+    pub messages: Vec<String>,
 }
 
 /// Runs `iterations` mutated inputs (or until `deadline`) from `seeds`, starting from `seed`.
@@ -500,7 +502,15 @@ pub fn run(seed: u64, iterations: u64, deadline: Option<Instant>, seeds: &[Vec<u
                 r.accepted += 1;
                 r.ran += 1
             }
-            Err(_) => r.panics.push(input),
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                r.messages.push(msg);
+                r.panics.push(input);
+            }
         }
     }
     std::panic::set_hook(prev);
