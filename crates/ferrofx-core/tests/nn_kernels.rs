@@ -812,8 +812,24 @@ fn conv3d_and_3d_pools_match_direct_references() {
     assert_eq!(y.shape(), &[4, 2, 3, 2]);
     let e = err(max_pool3d(&tx, &[2], &[], &[0], &[1], true));
     assert!(e.contains("ceil_mode=True is not supported"), "{e}");
-    let e = err(conv3d(&tx, &Tensor::from_vec(vec![0.0f64; 6 * 3 * 8], &[6, 3, 2, 2, 2]).unwrap(), None, &[1], &[0], &[1], 1));
+    let e = err(conv3d(
+        &tx,
+        &Tensor::from_vec(vec![0.0f64; 6 * 3 * 8], &[6, 3, 2, 2, 2]).unwrap(),
+        None,
+        &[1],
+        &[0],
+        &[1],
+        1,
+    ));
     assert!(e.contains("to have 3 channels, but got 4 channels"), "{e}");
-    let e = err(conv3d(&tx.select(0, 0).unwrap().select(0, 0).unwrap(), &Tensor::from_vec(vec![0.0f64; 8], &[1, 1, 2, 2, 2]).unwrap(), None, &[1], &[0], &[1], 1));
+    let e = err(conv3d(
+        &tx.select(0, 0).unwrap().select(0, 0).unwrap(),
+        &Tensor::from_vec(vec![0.0f64; 8], &[1, 1, 2, 2, 2]).unwrap(),
+        None,
+        &[1],
+        &[0],
+        &[1],
+        1,
+    ));
     assert!(e.contains("Expected 4D (unbatched) or 5D (batched) input to conv3d"), "{e}");
 }

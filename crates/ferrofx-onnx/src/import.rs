@@ -315,7 +315,9 @@ pub(crate) fn eval_graph(
     }
     for node in &graph.node {
         let op_type = node.op_type.as_deref().unwrap_or("");
-        if crate::ops::sequence::is_sequence_op(op_type) && matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx") {
+        if crate::ops::sequence::is_sequence_op(op_type)
+            && matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx")
+        {
             eval_sequence_node(node, env, seqs, opset, dir)?;
             continue;
         }

@@ -40,10 +40,7 @@ fn batched(op: &str, x: &Tensor) -> Result<(Tensor, bool)> {
         4 => Ok((x.unsqueeze(0)?, true)),
         _ => Err(Error::shape(
             op,
-            format!(
-                "Expected 4D (unbatched) or 5D (batched) input to {op}, but got input of size: {:?}",
-                x.shape()
-            ),
+            format!("Expected 4D (unbatched) or 5D (batched) input to {op}, but got input of size: {:?}", x.shape()),
         )),
     }
 }
@@ -93,7 +90,10 @@ fn unfold_depth(y: &Tensor, n: i64, od: i64) -> Result<Tensor> {
 
 fn check_positive(op: &str, name: &str, v: &[i64; 3], allow_zero: bool) -> Result<()> {
     if v.iter().any(|&x| x < 0 || (!allow_zero && x == 0)) {
-        return Err(Error::argument(op, format!("{op}: {name} must be {}, got {v:?}", if allow_zero { "non-negative" } else { "positive" })));
+        return Err(Error::argument(
+            op,
+            format!("{op}: {name} must be {}, got {v:?}", if allow_zero { "non-negative" } else { "positive" }),
+        ));
     }
     Ok(())
 }
@@ -224,7 +224,9 @@ fn check_common(op: &str, k: &[i64; 3], s: &[i64; 3], p: &[i64; 3], d: &[i64; 3]
     if p.iter().zip(k).any(|(&p, &k)| p * 2 > k) {
         return Err(Error::argument(
             op,
-            format!("{op}: pad should be at most half of effective kernel size, but got pad={p:?} and kernel_size={k:?}"),
+            format!(
+                "{op}: pad should be at most half of effective kernel size, but got pad={p:?} and kernel_size={k:?}"
+            ),
         ));
     }
     Ok(())

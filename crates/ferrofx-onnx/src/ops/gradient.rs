@@ -73,7 +73,9 @@ fn meta_slot(v: &Value) -> MetaSlot {
 /// Evaluates a `Gradient` node: `env` holds the graph's values by name.
 pub(crate) fn gradient(n: &Node<'_>, env: &HashMap<String, Tensor>) -> Result<Vec<Tensor>> {
     let strings = |name: &str| -> Vec<String> {
-        n.attr(name).map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()).unwrap_or_default()
+        n.attr(name)
+            .map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+            .unwrap_or_default()
     };
     let xs = strings("xs");
     let y_name = n.s("y").ok_or_else(|| n.err("the `y` attribute is required"))?;

@@ -10,8 +10,8 @@
 //! [`resize`], [`einsum`], [`sequence`] (lists of tensors, unrolled at import).
 
 pub(crate) mod einsum;
-pub(crate) mod gradient;
 pub(crate) mod elementwise;
+pub(crate) mod gradient;
 pub(crate) mod nn;
 pub(crate) mod quant;
 pub(crate) mod reduce;

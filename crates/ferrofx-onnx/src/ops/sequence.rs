@@ -119,7 +119,9 @@ pub(crate) fn eval(n: &Node<'_>, seqs: &[Option<Vec<Tensor>>]) -> Result<SeqOut>
             let rank = s[0].ndim() + usize::from(new_axis);
             let axis = n.axis(n.attr("axis").and_then(|a| a.i).ok_or_else(|| n.err("`axis` is required"))?, rank)?;
             let op = if new_axis { "stack" } else { "cat" };
-            Ok(SeqOut::Tensor(call(op, vec![Value::Tensors(s.clone()), Value::Int(axis as i64)]).map_err(|e| n.err(e))?))
+            Ok(SeqOut::Tensor(
+                call(op, vec![Value::Tensors(s.clone()), Value::Int(axis as i64)]).map_err(|e| n.err(e))?,
+            ))
         }
         other => Err(n.err(format!("`{other}` is not a sequence op"))),
     }
@@ -151,9 +153,9 @@ fn split_to_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
                 out
             } else {
                 if vals.iter().any(|&s| s < 0) || vals.iter().sum::<i64>() != len {
-                    return Err(n.err(format!(
-                        "`split` {vals:?} must be non-negative sizes summing to the axis length {len}"
-                    )));
+                    return Err(
+                        n.err(format!("`split` {vals:?} must be non-negative sizes summing to the axis length {len}"))
+                    );
                 }
                 vals
             }
@@ -162,7 +164,10 @@ fn split_to_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let mut start = 0;
     let mut out = Vec::with_capacity(sizes.len());
     for s in sizes {
-        out.push(call("slice", vec![v(x), Value::Int(axis as i64), Value::Int(start), Value::Int(start + s), Value::Int(1)])?);
+        out.push(call(
+            "slice",
+            vec![v(x), Value::Int(axis as i64), Value::Int(start), Value::Int(start + s), Value::Int(1)],
+        )?);
         start += s;
     }
     Ok(out)

@@ -37,8 +37,8 @@ fn dynamic_batch_export_runs_at_two_batch_sizes() {
         .append(ferrofx_nn::Flatten::new(1, -1))
         .append(ferrofx_nn::Linear::new(3 * 4 * 4, 5, true).unwrap());
     let gm = ferrofx_fx::trace_with_inputs(&net, &[Value::Tensor(input(&[2, 2, 6, 6], 1))]).unwrap();
-    let onnx = export(&gm, &[input(&[2, 2, 6, 6], 1)], &ExportOptions { dynamic_batch: true, ..Default::default() })
-        .unwrap();
+    let onnx =
+        export(&gm, &[input(&[2, 2, 6, 6], 1)], &ExportOptions { dynamic_batch: true, ..Default::default() }).unwrap();
     let file = ModelFile::from_bytes(&onnx.encode_to_vec()).unwrap();
     let model = OnnxModel::new(file.clone(), ImportOptions::default()).unwrap();
     assert_eq!(model.inputs()[0].shape, vec![None, Some(2), Some(6), Some(6)]);
@@ -80,11 +80,20 @@ fn control_model(op: &str) -> ModelFile {
                 "branch",
                 &["cond"],
                 &["y"],
-                vec![attr_graph("then_branch", branch("then", "Neg")), attr_graph("else_branch", branch("else", "Abs"))],
+                vec![
+                    attr_graph("then_branch", branch("then", "Neg")),
+                    attr_graph("else_branch", branch("else", "Abs")),
+                ],
             )
         }
         "Loop" => node("Loop", "loop", &["", "", "x"], &["y"], vec![attr_graph("body", branch("body", "Neg"))]),
-        _ => node("Scan", "scan", &["x"], &["y"], vec![attr_graph("body", branch("body", "Neg")), attr_int("num_scan_inputs", 1)]),
+        _ => node(
+            "Scan",
+            "scan",
+            &["x"],
+            &["y"],
+            vec![attr_graph("body", branch("body", "Neg")), attr_int("num_scan_inputs", 1)],
+        ),
     };
     let g = GraphProto {
         name: Some("g".into()),

@@ -68,7 +68,12 @@ fn i64_init(name: &str, vals: &[i64]) -> TensorProto {
     }
 }
 
-fn graph(nodes: Vec<ferrofx_onnx::proto::NodeProto>, inits: Vec<TensorProto>, x: &[Option<i64>], y: &str) -> GraphProto {
+fn graph(
+    nodes: Vec<ferrofx_onnx::proto::NodeProto>,
+    inits: Vec<TensorProto>,
+    x: &[Option<i64>],
+    y: &str,
+) -> GraphProto {
     GraphProto {
         name: Some("g".into()),
         node: nodes,
@@ -89,7 +94,13 @@ pub fn seeds() -> Vec<Vec<u8>> {
             node("Conv", "conv", &["x", "w", "b"], &["c"], vec![attr_ints("pads", &[1, 1, 1, 1])]),
             node("BatchNormalization", "bn", &["c", "s", "bb", "m", "v"], &["n"], vec![]),
             node("Relu", "relu", &["n"], &["r"], vec![]),
-            node("MaxPool", "mp", &["r"], &["mp"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("strides", &[2, 2])]),
+            node(
+                "MaxPool",
+                "mp",
+                &["r"],
+                &["mp"],
+                vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("strides", &[2, 2])],
+            ),
             node("GlobalAveragePool", "gap", &["mp"], &["p"], vec![]),
             node("Flatten", "flat", &["p"], &["f"], vec![]),
             node("Gemm", "fc", &["f", "fw", "fb"], &["y"], vec![attr_int("transB", 1)]),
@@ -124,7 +135,12 @@ pub fn seeds() -> Vec<Vec<u8>> {
             node("ReduceMean", "rm", &["c", "ax1"], &["y"], vec![attr_int("keepdims", 0)]),
         ],
         vec![
-            TensorProto { name: Some("zero".into()), data_type: Some(INT64), int64_data: vec![0], ..Default::default() },
+            TensorProto {
+                name: Some("zero".into()),
+                data_type: Some(INT64),
+                int64_data: vec![0],
+                ..Default::default()
+            },
             i64_init("ax0", &[0]),
             i64_init("rest", &[4, 6]),
             f32_init("wm", &[6, 5]),
@@ -140,7 +156,13 @@ pub fn seeds() -> Vec<Vec<u8>> {
             node("Slice", "sl", &["x", "st", "en", "axs", "steps"], &["s"], vec![]),
             node("Pad", "pad", &["s", "pads"], &["p"], vec![attr_str("mode", "reflect")]),
             node("Resize", "rz", &["p", "", "scales"], &["r"], vec![attr_str("mode", "nearest")]),
-            node("AveragePool", "ap", &["r"], &["a"], vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("pads", &[1, 1, 1, 1])]),
+            node(
+                "AveragePool",
+                "ap",
+                &["r"],
+                &["a"],
+                vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("pads", &[1, 1, 1, 1])],
+            ),
             node("Split", "sp", &["a", "split"], &["a0", "a1"], vec![attr_int("axis", 1)]),
             node("Mul", "mul", &["a0", "a1"], &["m"], vec![]),
             node("Concat", "cc", &["m", "a0"], &["y"], vec![attr_int("axis", 1)]),
@@ -183,7 +205,13 @@ pub fn seeds() -> Vec<Vec<u8>> {
             node("SequenceAt", "at", &["seq", "one"], &["t0"], vec![]),
             node("SequenceLength", "len", &["seq"], &["n"], vec![]),
             node("Greater", "gt", &["n", "one"], &["cond"], vec![]),
-            node("If", "if", &["cond"], &["i"], vec![attr_graph("then_branch", then_g), attr_graph("else_branch", else_g)]),
+            node(
+                "If",
+                "if",
+                &["cond"],
+                &["i"],
+                vec![attr_graph("then_branch", then_g), attr_graph("else_branch", else_g)],
+            ),
             node("ConstantOfShape", "cos", &["shp"], &["k"], vec![]),
             node("Cast", "cast", &["k"], &["kf"], vec![attr_int("to", FLOAT as i64)]),
             node("Expand", "ex", &["kf", "shp"], &["ke"], vec![]),
@@ -342,9 +370,8 @@ fn mutate_proto(rng: &mut Rng, m: &mut ModelProto) {
                     if let Some(shape) = tt.shape.as_mut() {
                         if !shape.dim.is_empty() {
                             let d = rng.below(shape.dim.len());
-                            shape.dim[d].value = Some(
-                                ferrofx_onnx::proto::tensor_shape_proto::dimension::Value::DimValue(huge(rng)),
-                            );
+                            shape.dim[d].value =
+                                Some(ferrofx_onnx::proto::tensor_shape_proto::dimension::Value::DimValue(huge(rng)));
                         }
                     }
                     if rng.below(4) == 0 {
