@@ -9,6 +9,7 @@
 
 use crate::cases::{Case, Runner};
 use ferrofx_core::{Error, Result, Value};
+use ferrofx_nn::Module;
 use ferrofx_onnx::{import, ImportOptions};
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -369,5 +369,8 @@ fn captured_constants_never_take_a_module_tensor_name() {
     assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![11.5, 22.5]);
     let targets: Vec<String> =
         gm.graph().iter().filter(|n| n.op() == Opcode::GetAttr).map(|n| n.target().to_string()).collect();
-    assert!(targets.contains(&"_tensor_constant0".to_string()) && targets.contains(&"_tensor_constant1".to_string()), "{targets:?}");
+    assert!(
+        targets.contains(&"_tensor_constant0".to_string()) && targets.contains(&"_tensor_constant1".to_string()),
+        "{targets:?}"
+    );
 }

@@ -14,7 +14,7 @@
 use super::{call, v, Node};
 use ferrofx_core::autograd::{BackwardCtx, MetaSlot};
 use ferrofx_core::op::{OpDef, Outputs};
-use ferrofx_core::{Error, Result, Tensor, Value};
+use ferrofx_core::{Result, Tensor, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -165,6 +165,5 @@ fn backward<'e>(
                 None => call("zeros_like", vec![v(t)]),
             }
         })
-        .collect::<Result<Vec<_>>>()
-        .map_err(|e: Error| e)
+        .collect()
 }

@@ -127,13 +127,26 @@ pub(crate) fn eval(n: &Node<'_>, seqs: &[Option<Vec<Tensor>>]) -> Result<SeqOut>
     }
 }
 
+/// The most elements a sequence made by `SplitToSequence` may have (each is a node of the
+/// imported graph).
+const MAX_PIECES: i64 = 1 << 16;
+
 fn split_to_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let axis = n.axis(n.i("axis", 0), x.ndim())?;
     let len = x.shape()[axis] as i64;
+    let too_many = |pieces: i64| -> Result<()> {
+        if pieces > MAX_PIECES {
+            return Err(n.err(format!(
+                "splitting axis {axis} of length {len} makes {pieces} tensors; at most {MAX_PIECES} are supported"
+            )));
+        }
+        Ok(())
+    };
     let sizes: Vec<i64> = match n.opt(1) {
         None => {
             // size-1 pieces; keepdims=0 drops the axis
+            too_many(len)?;
             if n.i("keepdims", 1) == 0 {
                 return (0..len).map(|i| call("select", vec![v(x), Value::Int(axis as i64), Value::Int(i)])).collect();
             }
@@ -146,13 +159,15 @@ fn split_to_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
                 if step <= 0 {
                     return Err(n.err(format!("`split` must be positive, got {step}")));
                 }
+                too_many(len / step + 1)?;
                 let mut out = vec![step; (len / step) as usize];
                 if len % step != 0 {
                     out.push(len % step);
                 }
                 out
             } else {
-                if vals.iter().any(|&s| s < 0) || vals.iter().sum::<i64>() != len {
+                too_many(vals.len() as i64)?;
+                if vals.iter().any(|&s| s < 0) || vals.iter().fold(0i64, |a, &s| a.saturating_add(s)) != len {
                     return Err(
                         n.err(format!("`split` {vals:?} must be non-negative sizes summing to the axis length {len}"))
                     );

@@ -202,7 +202,9 @@ fn slice(n: &Node<'_>) -> Result<Vec<Tensor>> {
         } else {
             s = s.clamp(0, d - 1);
             e = e.clamp(-1, d - 1);
-            let mut idx = Vec::new();
+            let count = ((s - e + (-step) - 1) / (-step)).max(0) as usize;
+            ferrofx_core::memory::check_alloc("onnx Slice", &[count], ferrofx_core::DType::I64)?;
+            let mut idx = Vec::with_capacity(count);
             let mut k = s;
             while k > e && k >= 0 {
                 idx.push(k);
