@@ -689,6 +689,10 @@ fn conv1d_kernel_wider_than_the_input_is_padding_only_where_it_misses() {
     close(&y2.to_vec::<f64>().unwrap(), &want2, 1e-12);
 }
 
+/// One window of [`naive_3d`]: (image, output channel, (tap index, input value or `None` for
+/// padding) per channel-tap) -> the output value.
+type Window<'a> = &'a mut dyn FnMut(usize, usize, &[(usize, Option<f64>)]) -> f64;
+
 /// Direct 3-D convolution / pooling over `[n, c, d, h, w]` for the volumetric ops.
 #[allow(clippy::too_many_arguments)]
 fn naive_3d(
@@ -699,7 +703,7 @@ fn naive_3d(
     p: [usize; 3],
     dil: [usize; 3],
     out_c: usize,
-    per_window: &mut dyn FnMut(usize, usize, &[(usize, Option<f64>)]) -> f64,
+    per_window: Window<'_>,
 ) -> (Vec<f64>, [usize; 3]) {
     let o = |i: usize| (([d, h, w][i] + 2 * p[i]) - dil[i] * (k[i] - 1) - 1) / s[i] + 1;
     let (od, oh, ow) = (o(0), o(1), o(2));
