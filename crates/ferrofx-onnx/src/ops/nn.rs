@@ -106,6 +106,9 @@ fn conv_transpose(n: &Node<'_>) -> Result<Vec<Tensor>> {
     if !(1..=2).contains(&k) {
         return Err(n.err(format!("only 1-D and 2-D transposed convolutions are supported (input {:?})", x.shape())));
     }
+    if w.ndim() != k + 2 {
+        return Err(n.err(format!("the weight {:?} must have rank {} for input {:?}", w.shape(), k + 2, x.shape())));
+    }
     // 1-D runs as 2-D with a unit height.
     let (x2, w2) = if k == 1 {
         let xs: Vec<i64> = [x.shape()[0], x.shape()[1], 1, x.shape()[2]].iter().map(|&d| d as i64).collect();
