@@ -14,6 +14,7 @@ mod cases;
 mod cases_compile;
 mod cases_minilm;
 mod cases_models;
+mod cases_onnx;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
@@ -42,7 +43,7 @@ struct Args {
     /// Only cases whose id contains this string.
     #[arg(long)]
     filter: Option<String>,
-    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm.
+    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm, onnx.
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
     /// Shorter timing budget (noisier).
@@ -177,12 +178,13 @@ fn main() {
         .chain(cases_models::all())
         .chain(cases_compile::all())
         .chain(cases_minilm::all())
+        .chain(cases_onnx::all())
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
         eprintln!(
-            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm)"
+            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx)"
         );
         std::process::exit(2);
     }
@@ -270,6 +272,7 @@ fn main() {
         ));
     }
     md.push_str(&cases_compile::summary(&ours));
+    md.push_str(&cases_onnx::summary());
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);

@@ -53,6 +53,8 @@ enum Command {
     Compile(commands::compile::CompileArgs),
     /// Import an ONNX model as a traced-module file.
     Import(commands::onnx::ImportArgs),
+    /// Export a traced-module file as an ONNX model.
+    Export(commands::onnx::ExportArgs),
     /// Sentence embeddings (all-MiniLM-L6-v2 from its model folder), or their similarity table.
     Embed(embed::EmbedArgs),
 }
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
         Some(Command::Convert(args)) => commands::convert::run(&args),
         Some(Command::Compile(args)) => commands::compile::run(&args),
         Some(Command::Import(args)) => commands::onnx::run_import(&args),
+        Some(Command::Export(args)) => commands::onnx::run_export(&args),
         Some(Command::Embed(args)) => embed::run(&args),
     };
     match r {

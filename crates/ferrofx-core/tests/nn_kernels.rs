@@ -652,3 +652,188 @@ fn winograd_forward_and_gradients_match_the_exact_path() {
         wt.mul_(0.5).unwrap();
     }
 }
+
+#[test]
+fn conv1d_kernel_wider_than_the_input_is_padding_only_where_it_misses() {
+    // PyTorch's test_Conv1d_pad2size1: length 1, kernel 5, padding 2 (a kernel tap whose
+    // columns all fall in the padding used to slice past the input row)
+    let x = rnd(4, 3);
+    let w = rnd(4 * 4 * 5, 4);
+    let y = conv::conv1d(
+        &Tensor::from_vec(x.clone(), &[1, 4, 1]).unwrap(),
+        &Tensor::from_vec(w.clone(), &[4, 4, 5]).unwrap(),
+        None,
+        &[1],
+        2,
+        &[1],
+        1,
+    )
+    .unwrap();
+    assert_eq!(y.shape(), &[1, 4, 1]);
+    // only the centre tap meets the input
+    let want: Vec<f64> = (0..4).map(|o| (0..4).map(|c| x[c] * w[(o * 4 + c) * 5 + 2]).sum()).collect();
+    close(&y.to_vec::<f64>().unwrap(), &want, 1e-12);
+    // the same through conv2d with a 1 x 5 kernel and strided columns
+    let (want2, oh, ow) = naive_conv2d(&x, &w, (1, 4, 1, 1), (4, 1, 5), (1, 2), (0, 2), (1, 1), 1);
+    let y2 = conv::conv2d(
+        &Tensor::from_vec(x, &[1, 4, 1, 1]).unwrap(),
+        &Tensor::from_vec(w, &[4, 4, 1, 5]).unwrap(),
+        None,
+        &[1, 2],
+        &[0, 2][..],
+        &[1, 1],
+        1,
+    )
+    .unwrap();
+    assert_eq!(y2.shape(), &[1, 4, oh, ow]);
+    close(&y2.to_vec::<f64>().unwrap(), &want2, 1e-12);
+}
+
+/// One window of [`naive_3d`]: (image, output channel, (tap index, input value or `None` for
+/// padding) per channel-tap) -> the output value.
+type Window<'a> = &'a mut dyn FnMut(usize, usize, &[(usize, Option<f64>)]) -> f64;
+
+/// Direct 3-D convolution / pooling over `[n, c, d, h, w]` for the volumetric ops.
+#[allow(clippy::too_many_arguments)]
+fn naive_3d(
+    x: &[f64],
+    (n, c, d, h, w): (usize, usize, usize, usize, usize),
+    k: [usize; 3],
+    s: [usize; 3],
+    p: [usize; 3],
+    dil: [usize; 3],
+    out_c: usize,
+    per_window: Window<'_>,
+) -> (Vec<f64>, [usize; 3]) {
+    let o = |i: usize| (([d, h, w][i] + 2 * p[i]) - dil[i] * (k[i] - 1) - 1) / s[i] + 1;
+    let (od, oh, ow) = (o(0), o(1), o(2));
+    let mut out = vec![0.0; n * out_c * od * oh * ow];
+    let mut idx = 0;
+    for ni in 0..n {
+        for oc in 0..out_c {
+            for z in 0..od {
+                for y in 0..oh {
+                    for xx in 0..ow {
+                        // (tap index, input value or None for padding) per channel-tap
+                        let mut taps = Vec::new();
+                        for ci in 0..c {
+                            for a in 0..k[0] {
+                                for b in 0..k[1] {
+                                    for e in 0..k[2] {
+                                        let iz = (z * s[0] + a * dil[0]) as isize - p[0] as isize;
+                                        let iy = (y * s[1] + b * dil[1]) as isize - p[1] as isize;
+                                        let ix = (xx * s[2] + e * dil[2]) as isize - p[2] as isize;
+                                        let inside = iz >= 0
+                                            && iy >= 0
+                                            && ix >= 0
+                                            && (iz as usize) < d
+                                            && (iy as usize) < h
+                                            && (ix as usize) < w;
+                                        let v = inside.then(|| {
+                                            x[(((ni * c + ci) * d + iz as usize) * h + iy as usize) * w + ix as usize]
+                                        });
+                                        taps.push((((ci * k[0] + a) * k[1] + b) * k[2] + e, v));
+                                    }
+                                }
+                            }
+                        }
+                        out[idx] = per_window(ni, oc, &taps);
+                        idx += 1;
+                    }
+                }
+            }
+        }
+    }
+    (out, [od, oh, ow])
+}
+
+#[test]
+fn conv3d_and_3d_pools_match_direct_references() {
+    use ferrofx_core::ops::volumetric::{avg_pool3d, conv3d, max_pool3d};
+    let dims = (2, 4, 5, 6, 5);
+    let x = rnd(2 * 4 * 5 * 6 * 5, 7);
+    let tx = Tensor::from_vec(x.clone(), &[2, 4, 5, 6, 5]).unwrap();
+    // convolution: stride, padding, dilation, groups, bias
+    for (i, &(k, s, p, dil, g)) in [
+        ([3, 3, 3], [1, 1, 1], [0, 0, 0], [1, 1, 1], 1),
+        ([2, 3, 2], [2, 1, 2], [1, 1, 0], [1, 1, 1], 2),
+        ([2, 2, 2], [2, 2, 2], [0, 1, 1], [2, 2, 1], 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let out_c = 6;
+        let cg = 4 / g;
+        let w = rnd(out_c * cg * k[0] * k[1] * k[2], 30 + i as u64);
+        let b = rnd(out_c, 40 + i as u64);
+        let per_group = k[0] * k[1] * k[2];
+        let (want, o) = naive_3d(&x, dims, k, s, p, dil, out_c, &mut |_, oc, taps| {
+            let gi = oc / (out_c / g);
+            let mut acc = b[oc];
+            for &(t, v) in taps {
+                let ci = t / per_group;
+                if ci / cg == gi {
+                    if let Some(v) = v {
+                        acc += v * w[(oc * cg + ci % cg) * per_group + t % per_group];
+                    }
+                }
+            }
+            acc
+        });
+        let tw = Tensor::from_vec(w.clone(), &[out_c, cg, k[0], k[1], k[2]]).unwrap();
+        let tb = Tensor::from_vec(b.clone(), &[out_c]).unwrap();
+        let ints = |v: [usize; 3]| v.map(|x| x as i64);
+        let y = conv3d(&tx, &tw, Some(&tb), &ints(s), &ints(p), &ints(dil), g as i64).unwrap();
+        assert_eq!(y.shape(), &[2, out_c, o[0], o[1], o[2]], "conv case {i}");
+        close(&y.to_vec::<f64>().unwrap(), &want, 1e-12);
+    }
+    // pooling
+    for (i, &(k, s, p, dil)) in
+        [([2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1]), ([3, 2, 3], [1, 2, 2], [1, 1, 1], [1, 1, 1])].iter().enumerate()
+    {
+        let ints = |v: [usize; 3]| v.map(|x| x as i64);
+        let (want, o) = naive_3d(&x, dims, k, s, p, dil, 4, &mut |_, oc, taps| {
+            let per_c = k[0] * k[1] * k[2];
+            taps[oc * per_c..(oc + 1) * per_c].iter().filter_map(|t| t.1).fold(f64::NEG_INFINITY, f64::max)
+        });
+        let y = max_pool3d(&tx, &ints(k), &ints(s), &ints(p), &ints(dil), false).unwrap();
+        assert_eq!(y.shape(), &[2, 4, o[0], o[1], o[2]], "max pool case {i}");
+        close(&y.to_vec::<f64>().unwrap(), &want, 1e-12);
+        for include in [true, false] {
+            let (want, _) = naive_3d(&x, dims, k, s, p, [1; 3], 4, &mut |_, oc, taps| {
+                let per_c = k[0] * k[1] * k[2];
+                let t = &taps[oc * per_c..(oc + 1) * per_c];
+                let sum: f64 = t.iter().filter_map(|t| t.1).sum();
+                let count = if include { per_c } else { t.iter().filter(|t| t.1.is_some()).count() };
+                sum / count as f64
+            });
+            let y = avg_pool3d(&tx, &ints(k), &ints(s), &ints(p), false, include).unwrap();
+            close(&y.to_vec::<f64>().unwrap(), &want, 1e-12);
+        }
+    }
+    // unbatched input, and the errors
+    let y = max_pool3d(&tx.select(0, 1).unwrap(), &[2], &[], &[0], &[1], false).unwrap();
+    assert_eq!(y.shape(), &[4, 2, 3, 2]);
+    let e = err(max_pool3d(&tx, &[2], &[], &[0], &[1], true));
+    assert!(e.contains("ceil_mode=True is not supported"), "{e}");
+    let e = err(conv3d(
+        &tx,
+        &Tensor::from_vec(vec![0.0f64; 6 * 3 * 8], &[6, 3, 2, 2, 2]).unwrap(),
+        None,
+        &[1],
+        &[0],
+        &[1],
+        1,
+    ));
+    assert!(e.contains("to have 3 channels, but got 4 channels"), "{e}");
+    let e = err(conv3d(
+        &tx.select(0, 0).unwrap().select(0, 0).unwrap(),
+        &Tensor::from_vec(vec![0.0f64; 8], &[1, 1, 2, 2, 2]).unwrap(),
+        None,
+        &[1],
+        &[0],
+        &[1],
+        1,
+    ));
+    assert!(e.contains("Expected 4D (unbatched) or 5D (batched) input to conv3d"), "{e}");
+}

@@ -462,9 +462,17 @@ impl State {
         if let Some(path) = known {
             return Ok(Argument::Node(self.attr_node(path, t, TensorKind::Buffer, true)?));
         }
-        let k = self.constants.get();
-        self.constants.set(k + 1);
-        Ok(Argument::Node(self.attr_node(format!("_tensor_constant{k}"), t, TensorKind::Buffer, true)?))
+        // the next `_tensor_constantN` that no tensor of the module is called (a module
+        // imported from a file can have one: its constant would silently replace it)
+        let path = loop {
+            let k = self.constants.get();
+            self.constants.set(k + 1);
+            let path = format!("_tensor_constant{k}");
+            if !self.names.contains(&path) && !self.attrs.borrow().contains_key(&path) {
+                break path;
+            }
+        };
+        Ok(Argument::Node(self.attr_node(path, t, TensorKind::Buffer, true)?))
     }
 
     fn to_arg(&self, v: &Value) -> Result<Argument> {

@@ -344,3 +344,33 @@ fn user_modules_can_be_leaves_when_they_can_copy_themselves() {
     let msg = err.to_string();
     assert!(msg.contains("module 'opaque' (Opaque)") && msg.contains("Module::clone_module"), "{msg}");
 }
+
+/// A module whose own parameter is called `_tensor_constant0` (as in a model imported from a
+/// file ferrofx exported) and which also uses a captured constant: the constant gets another
+/// name instead of silently replacing the parameter.
+#[derive(Module)]
+#[allow(non_snake_case)]
+struct ConstantNamedParam {
+    _tensor_constant0: Tensor,
+}
+
+impl Module for ConstantNamedParam {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        let c = Tensor::from_vec(vec![10.0f32, 20.0], &[2])?;
+        (x + &self._tensor_constant0)? + &c
+    }
+}
+
+#[test]
+fn captured_constants_never_take_a_module_tensor_name() {
+    let m = ConstantNamedParam { _tensor_constant0: Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap() };
+    let x = Tensor::from_vec(vec![0.5f32, 0.5], &[2]).unwrap();
+    let gm = trace_with_inputs(&m, &[(&x).into()]).unwrap();
+    assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![11.5, 22.5]);
+    let targets: Vec<String> =
+        gm.graph().iter().filter(|n| n.op() == Opcode::GetAttr).map(|n| n.target().to_string()).collect();
+    assert!(
+        targets.contains(&"_tensor_constant0".to_string()) && targets.contains(&"_tensor_constant1".to_string()),
+        "{targets:?}"
+    );
+}

@@ -17,10 +17,16 @@ use ferrofx_fx::{GraphModule, Tracer};
 use std::collections::HashMap;
 use std::path::Path;
 
+/// The oldest opset [`export`] writes.
+pub const MIN_EXPORT_OPSET: i64 = 18;
+/// The newest opset [`export`] writes (the ops it emits did not change meaning from 18 to it).
+pub const MAX_EXPORT_OPSET: i64 = 21;
+
 /// Options of [`export`].
 #[derive(Clone, Debug)]
 pub struct ExportOptions {
-    /// The default-domain opset written (18 by default).
+    /// The default-domain opset written (18 by default; [`MIN_EXPORT_OPSET`] to
+    /// [`MAX_EXPORT_OPSET`]).
     pub opset: i64,
     /// Make dim 0 of every input and output symbolic (`batch`).
     pub dynamic_batch: bool,
@@ -41,8 +47,15 @@ impl Default for ExportOptions {
 /// # Ok(()) }
 /// ```
 pub fn export(gm: &GraphModule, inputs: &[Tensor], options: &ExportOptions) -> Result<ModelProto> {
-    if options.opset != 18 {
-        return Err(Error::argument("onnx export", format!("opset {} is not supported (only 18)", options.opset)));
+    if !(MIN_EXPORT_OPSET..=MAX_EXPORT_OPSET).contains(&options.opset) {
+        return Err(Error::argument(
+            "onnx export",
+            format!(
+                "opset {} is not supported: ferrofx writes opsets {MIN_EXPORT_OPSET} to {MAX_EXPORT_OPSET} (opset 18 \
+                 moved the reduction axes to an input; the ops written mean the same in 18 to {MAX_EXPORT_OPSET})",
+                options.opset
+            ),
+        ));
     }
     let examples: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
     let names: Vec<String> =

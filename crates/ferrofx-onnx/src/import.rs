@@ -16,7 +16,8 @@ use crate::model::ModelFile;
 use crate::ops::{converter, supported_ops, Node};
 use crate::proto::{type_proto, GraphProto, NodeProto, ValueInfoProto};
 use crate::tensor_proto::{checked_shape, dtype_from_onnx, tensor_from_proto, ExternalDataDir};
-use ferrofx_core::{DType, Error, Result, Tensor, Value};
+use ferrofx_core::trace::Symbolic;
+use ferrofx_core::{DType, Error, Result, Tensor, TensorMeta, Value};
 use ferrofx_fx::{GraphModule, Tracer};
 use ferrofx_nn::{Module, ModuleStructure, TensorKind};
 use indexmap::IndexMap;
@@ -111,14 +112,12 @@ pub fn import_model(file: &ModelFile, options: &ImportOptions) -> Result<Importe
         };
         let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
         checked_shape(&dims, &format!("input `{}`", spec.name), 1 << 30)?;
-        let t = ferrofx_core::op::call(
-            "zeros",
-            vec![Value::Ints(dims)],
-            vec![("dtype".to_string(), Value::DType(spec.dtype))],
-        )?
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::schema("zeros", "no output"))?;
+        // The tracer reads only the example's shape and dtype: a metadata-only tensor, so a
+        // file declaring a huge input allocates nothing at import.
+        let t = Tensor::symbolic(Symbolic {
+            meta: Some(TensorMeta::contiguous(&shape, spec.dtype)),
+            proxy: std::sync::Arc::new(()),
+        });
         examples.push(Value::Tensor(t));
         inputs.push((spec.clone(), shape));
         names.push(sanitize(&spec.name));
@@ -271,10 +270,21 @@ impl OnnxProgram {
             }
             env.insert(spec.name.clone(), t.clone());
         }
-        eval_graph(&self.graph, &mut env, self.opset, &self.dir, 0)?;
+        let mut seqs = HashMap::new();
+        if self.graph.node.iter().any(|n| n.op_type.as_deref() == Some(crate::ops::gradient::OP)) {
+            crate::ops::gradient::with_tape(|| eval_graph(&self.graph, &mut env, &mut seqs, self.opset, &self.dir, 0))?;
+        } else {
+            eval_graph(&self.graph, &mut env, &mut seqs, self.opset, &self.dir, 0)?;
+        }
         self.outputs
             .iter()
             .map(|o| {
+                if seqs.contains_key(o) {
+                    return Err(Error::argument(
+                        "onnx",
+                        format!("graph output `{o}` is a sequence; only tensor outputs are supported"),
+                    ));
+                }
                 env.get(o)
                     .cloned()
                     .map(Value::Tensor)
@@ -288,6 +298,7 @@ impl OnnxProgram {
 pub(crate) fn eval_graph(
     graph: &GraphProto,
     env: &mut HashMap<String, Tensor>,
+    seqs: &mut HashMap<String, Vec<Tensor>>,
     opset: i64,
     dir: &ExternalDataDir,
     depth: usize,
@@ -303,7 +314,14 @@ pub(crate) fn eval_graph(
         }
     }
     for node in &graph.node {
-        let outs = eval_node(node, env, opset, dir, depth)?;
+        let op_type = node.op_type.as_deref().unwrap_or("");
+        if crate::ops::sequence::is_sequence_op(op_type)
+            && matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx")
+        {
+            eval_sequence_node(node, env, seqs, opset, dir)?;
+            continue;
+        }
+        let outs = eval_node(node, env, seqs, opset, dir, depth)?;
         for (name, t) in node.output.iter().zip(outs) {
             if !name.is_empty() {
                 env.insert(name.clone(), t);
@@ -317,15 +335,71 @@ fn node_label(node: &NodeProto) -> String {
     format!("node `{}` ({})", node.name.as_deref().unwrap_or(""), node.op_type.as_deref().unwrap_or(""))
 }
 
+/// Evaluates a sequence op: its inputs may be sequences (`seqs`) or tensors (`env`).
+fn eval_sequence_node(
+    node: &NodeProto,
+    env: &mut HashMap<String, Tensor>,
+    seqs: &mut HashMap<String, Vec<Tensor>>,
+    opset: i64,
+    dir: &ExternalDataDir,
+) -> Result<()> {
+    let mut inputs = Vec::with_capacity(node.input.len());
+    let mut seq_inputs = Vec::with_capacity(node.input.len());
+    for name in &node.input {
+        if name.is_empty() {
+            inputs.push(None);
+            seq_inputs.push(None);
+        } else if let Some(s) = seqs.get(name) {
+            inputs.push(None);
+            seq_inputs.push(Some(s.clone()));
+        } else {
+            inputs.push(Some(lookup(node, env, name)?.clone()));
+            seq_inputs.push(None);
+        }
+    }
+    let n = Node { proto: node, opset, inputs, dir };
+    let out = crate::ops::sequence::eval(&n, &seq_inputs)?;
+    if let Some(name) = node.output.first().filter(|o| !o.is_empty()) {
+        match out {
+            crate::ops::sequence::SeqOut::Tensor(t) => {
+                seqs.remove(name);
+                env.insert(name.clone(), t);
+            }
+            crate::ops::sequence::SeqOut::Sequence(s) => {
+                env.remove(name);
+                seqs.insert(name.clone(), s);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn lookup<'e>(node: &NodeProto, env: &'e HashMap<String, Tensor>, name: &str) -> Result<&'e Tensor> {
+    env.get(name).ok_or_else(|| {
+        Error::argument(
+            "onnx",
+            format!(
+                "{}: input `{name}` is not defined before the node (nodes must be in topological order)",
+                node_label(node)
+            ),
+        )
+    })
+}
+
 fn eval_node(
     node: &NodeProto,
     env: &mut HashMap<String, Tensor>,
+    seqs: &mut HashMap<String, Vec<Tensor>>,
     opset: i64,
     dir: &ExternalDataDir,
     depth: usize,
 ) -> Result<Vec<Tensor>> {
     let op_type = node.op_type.as_deref().unwrap_or("");
     let domain = node.domain.as_deref().unwrap_or("");
+    if domain == crate::ops::gradient::DOMAIN && op_type == crate::ops::gradient::OP {
+        let n = Node { proto: node, opset, inputs: vec![], dir };
+        return crate::ops::gradient::gradient(&n, env);
+    }
     if !matches!(domain, "" | "ai.onnx") {
         return Err(Error::argument(
             "onnx",
@@ -336,21 +410,17 @@ fn eval_node(
     for name in &node.input {
         if name.is_empty() {
             inputs.push(None);
+        } else if seqs.contains_key(name) {
+            return Err(Error::argument(
+                "onnx",
+                format!("{}: input `{name}` is a sequence, but the op takes tensors", node_label(node)),
+            ));
         } else {
-            let t = env.get(name).ok_or_else(|| {
-                Error::argument(
-                    "onnx",
-                    format!(
-                        "{}: input `{name}` is not defined before the node (nodes must be in topological order)",
-                        node_label(node)
-                    ),
-                )
-            })?;
-            inputs.push(Some(t.clone()));
+            inputs.push(Some(lookup(node, env, name)?.clone()));
         }
     }
     if op_type == "If" {
-        return eval_if(node, &inputs, env, opset, dir, depth);
+        return eval_if(node, &inputs, env, seqs, opset, dir, depth);
     }
     let Some(convert) = converter(op_type) else {
         return Err(unsupported(node, opset));
@@ -373,6 +443,7 @@ fn eval_if(
     node: &NodeProto,
     inputs: &[Option<Tensor>],
     env: &mut HashMap<String, Tensor>,
+    seqs: &mut HashMap<String, Vec<Tensor>>,
     opset: i64,
     dir: &ExternalDataDir,
     depth: usize,
@@ -399,7 +470,8 @@ fn eval_if(
         .and_then(|a| a.g.as_ref())
         .ok_or_else(|| Error::argument("onnx", format!("{}: missing `{branch}`", node_label(node))))?;
     let mut sub = env.clone();
-    eval_graph(g, &mut sub, opset, dir, depth + 1)?;
+    let mut sub_seqs = seqs.clone();
+    eval_graph(g, &mut sub, &mut sub_seqs, opset, dir, depth + 1)?;
     g.output
         .iter()
         .map(|o| {
@@ -417,9 +489,7 @@ fn unsupported(node: &NodeProto, opset: i64) -> Error {
     let op_type = node.op_type.as_deref().unwrap_or("");
     let why = match op_type {
         "Loop" | "Scan" => " (loops are not supported: export the model with the loop unrolled)",
-        "SequenceConstruct" | "SequenceAt" | "SequenceInsert" | "SplitToSequence" | "ConcatFromSequence" => {
-            " (sequence types are not supported)"
-        }
+        "SequenceMap" => " (SequenceMap runs a subgraph per element, which is not supported)",
         _ => "",
     };
     let nearest = supported_ops()

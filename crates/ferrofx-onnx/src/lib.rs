@@ -4,12 +4,15 @@
 //! - [`import()`] reads a `.onnx` file (prost-decoded `ModelProto`, with size, path and depth
 //!   checks: a model file is user input) and returns an ordinary GraphModule whose nodes are
 //!   registry op calls; see [`import`](mod@import) for how.
+//! - [`OnnxModel`] runs a model with dynamic dimensions at any size, specialising at the first
+//!   run of each input shape.
 //! - [`supported_ops`] lists the ONNX ops the importer converts (default domain).
 //!
 //! See `docs/onnx.md` for the op table and the backend-suite results.
 #![warn(missing_docs)]
 
 pub mod builder;
+pub mod dynamic;
 pub mod export;
 pub mod import;
 pub mod model;
@@ -17,6 +20,7 @@ mod ops;
 pub mod proto;
 pub mod tensor_proto;
 
+pub use dynamic::OnnxModel;
 pub use export::{export, ExportOptions};
 pub use import::{import, import_model, ImportOptions, Imported, InputSpec, OnnxProgram};
 pub use model::ModelFile;

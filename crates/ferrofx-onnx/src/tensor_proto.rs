@@ -264,3 +264,15 @@ pub fn tensor_to_proto(t: &Tensor, name: &str) -> Result<TensorProto> {
         ..Default::default()
     })
 }
+
+/// Reads a serialised `TensorProto` file (the `input_0.pb` / `output_0.pb` files of ONNX's
+/// test data); external data is refused.
+pub fn load_tensor(path: impl AsRef<std::path::Path>) -> Result<Tensor> {
+    use prost::Message;
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io("onnx", format!("{}: {e}", path.display())))?;
+    let t = TensorProto::decode(bytes.as_slice()).map_err(|e| {
+        Error::io("onnx", format!("{}: not a serialised TensorProto (protobuf decoding failed: {e})", path.display()))
+    })?;
+    tensor_from_proto(&t, &ExternalDataDir(None)).map_err(|e| e.with_context(&path.display().to_string()))
+}

@@ -8,8 +8,12 @@ use ferrofx_fx::{Argument, GraphModule, Opcode, TensorMetadata};
 use ferrofx_nn::Module;
 use std::path::Path;
 
-/// Loads a traced-module file; the error says what is wrong with the file and what to do.
+/// Loads a traced-module file (or imports an `.onnx` model); the error says what is wrong with
+/// the file and what to do.
 pub fn load_module(path: &Path) -> CliResult<GraphModule> {
+    if super::onnx::is_onnx(path) {
+        return super::onnx::load_onnx(path);
+    }
     GraphModule::load(path).map_err(|e| {
         let file = path.display().to_string();
         let reason = e.message().strip_prefix(&format!("{file}: ")).unwrap_or(e.message()).to_string();

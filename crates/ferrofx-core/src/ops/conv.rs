@@ -706,7 +706,10 @@ fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
             }
             let srow = &src[ih as usize * g.w..(ih as usize + 1) * g.w];
             drow[..lo].fill(zero);
-            if g.sw == 1 {
+            if lo == hi {
+                // no column of this kernel tap lands in the input (a kernel wider than the
+                // input plus padding): the whole row is padding
+            } else if g.sw == 1 {
                 let s0 = (lo as isize + off) as usize;
                 drow[lo..hi].copy_from_slice(&srow[s0..s0 + (hi - lo)]);
             } else {

@@ -28,6 +28,7 @@ pub mod softmax;
 pub mod sort;
 pub mod unary;
 pub mod view;
+pub mod volumetric;
 
 use crate::op::OpDef;
 

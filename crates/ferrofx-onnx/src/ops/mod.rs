@@ -7,14 +7,16 @@
 //! computed on concrete tensors and so folded away.
 //!
 //! One file per family: [`elementwise`], [`shape`], [`reduce`], [`nn`], [`quant`], [`signal`],
-//! [`resize`], [`einsum`].
+//! [`resize`], [`einsum`], [`sequence`] (lists of tensors, unrolled at import).
 
 pub(crate) mod einsum;
 pub(crate) mod elementwise;
+pub(crate) mod gradient;
 pub(crate) mod nn;
 pub(crate) mod quant;
 pub(crate) mod reduce;
 pub(crate) mod resize;
+pub(crate) mod sequence;
 pub(crate) mod shape;
 pub(crate) mod signal;
 
@@ -133,17 +135,30 @@ impl<'a> Node<'a> {
 
 /// Calls registry op `name` with positional arguments, returning its first output.
 pub(crate) fn call(name: &str, args: Vec<Value>) -> Result<Tensor> {
-    first(name, op::call(name, args, vec![])?)
+    first(name, call_op(name, args, vec![])?)
 }
 
 /// Calls registry op `name` with positional and keyword arguments, returning its first output.
 pub(crate) fn callk(name: &str, args: Vec<Value>, kwargs: Vec<(&str, Value)>) -> Result<Tensor> {
-    first(name, op::call(name, args, kwargs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())?)
+    first(name, call_op(name, args, kwargs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())?)
 }
 
 /// Calls registry op `name`, returning all its outputs.
 pub(crate) fn call_all(name: &str, args: Vec<Value>) -> Result<Vec<Tensor>> {
-    Ok(op::call(name, args, vec![])?.into_iter().collect())
+    Ok(call_op(name, args, vec![])?.into_iter().collect())
+}
+
+/// Every converter's registry call: `op::call`, recorded on the [`gradient`] tape while a
+/// graph with a `Gradient` node is evaluated.
+fn call_op(name: &str, args: Vec<Value>, kwargs: Vec<(String, Value)>) -> Result<op::Outputs> {
+    if !gradient::recording() {
+        return op::call(name, args, kwargs);
+    }
+    let def = op::require(name)?;
+    let bound = op::bind(def.name, def.schema, args, kwargs)?;
+    let out = op::dispatch(def, op::CallKind::Function, &bound)?;
+    gradient::record(def, bound, &out);
+    Ok(out)
 }
 
 fn first(name: &str, out: op::Outputs) -> Result<Tensor> {
@@ -185,6 +200,8 @@ pub(crate) fn converter(op_type: &str) -> Option<Convert> {
 /// Every supported ONNX op type (default domain), sorted.
 pub fn supported_ops() -> Vec<&'static str> {
     let mut all: Vec<&'static str> = TABLES.iter().flat_map(|t| t.iter().map(|(n, _)| *n)).collect();
+    all.extend(sequence::OPS);
+    all.push(gradient::OP);
     all.sort_unstable();
     all
 }

@@ -1,4 +1,4 @@
-//! Neural-network ONNX ops: `Conv` (1-D/2-D, `auto_pad`, asymmetric pads), `ConvTranspose`,
+//! Neural-network ONNX ops: `Conv` (1-D/2-D/3-D, `auto_pad`, asymmetric pads), `ConvTranspose`,
 //! pooling, normalisations, `MatMul`, `Gemm` (transA/transB/alpha/beta), `Dropout`, `LRN`.
 
 use super::elementwise::cast;
@@ -57,9 +57,9 @@ pub(crate) fn conv_op(n: &Node<'_>) -> Result<Tensor> {
     let (x, w) = (n.x(0)?, n.x(1)?);
     let b = n.opt(2);
     let k = x.ndim().saturating_sub(2);
-    if !(1..=2).contains(&k) || w.ndim() != k + 2 {
+    if !(1..=3).contains(&k) || w.ndim() != k + 2 {
         return Err(n.err(format!(
-            "only 1-D and 2-D convolutions are supported (input {:?}, weight {:?})",
+            "only 1-D, 2-D and 3-D convolutions are supported (input {:?}, weight {:?})",
             x.shape(),
             w.shape()
         )));
@@ -70,7 +70,7 @@ pub(crate) fn conv_op(n: &Node<'_>) -> Result<Tensor> {
     let pads = spatial_pads(n, &x.shape()[2..], &kernel, &strides, &dilations)?;
     let groups = n.i("group", 1);
     // 1-D convolutions always pad first (the conv1d kernel's padded path is avoided).
-    let symmetric = k == 2 && pads.iter().all(|&(a, b)| a == b && a >= 0);
+    let symmetric = k >= 2 && pads.iter().all(|&(a, b)| a == b && a >= 0);
     let (x, padding) = if symmetric {
         (x.clone(), pads.iter().map(|p| p.0).collect::<Vec<_>>())
     } else {
@@ -78,6 +78,10 @@ pub(crate) fn conv_op(n: &Node<'_>) -> Result<Tensor> {
         full.extend(pads.iter().copied());
         (pad_dims(x, &full, "constant", 0.0)?, vec![0; k])
     };
+    if k == 3 {
+        return ferrofx_core::ops::volumetric::conv3d(&x, w, b, &strides, &padding, &dilations, groups)
+            .map_err(|e| n.err(e));
+    }
     let op = if k == 1 { "conv1d" } else { "conv2d" };
     let y = call(
         op,
@@ -101,6 +105,9 @@ fn conv_transpose(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let k = x.ndim().saturating_sub(2);
     if !(1..=2).contains(&k) {
         return Err(n.err(format!("only 1-D and 2-D transposed convolutions are supported (input {:?})", x.shape())));
+    }
+    if w.ndim() != k + 2 {
+        return Err(n.err(format!("the weight {:?} must have rank {} for input {:?}", w.shape(), k + 2, x.shape())));
     }
     // 1-D runs as 2-D with a unit height.
     let (x2, w2) = if k == 1 {
@@ -211,8 +218,8 @@ fn average_pool(n: &Node<'_>) -> Result<Vec<Tensor>> {
 fn pool(n: &Node<'_>, max: bool) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let k = x.ndim().saturating_sub(2);
-    if !(1..=2).contains(&k) {
-        return Err(n.err(format!("only 1-D and 2-D pooling is supported (input {:?})", x.shape())));
+    if !(1..=3).contains(&k) {
+        return Err(n.err(format!("only 1-D, 2-D and 3-D pooling is supported (input {:?})", x.shape())));
     }
     let kernel = n.ints("kernel_shape").ok_or_else(|| n.err("`kernel_shape` is required"))?;
     if kernel.len() != k {
@@ -231,6 +238,11 @@ fn pool(n: &Node<'_>, max: bool) -> Result<Vec<Tensor>> {
             full.extend(pads.iter().copied());
             (pad_dims(x, &full, "constant", f64::NEG_INFINITY)?, vec![0; k])
         };
+        if k == 3 {
+            let y = ferrofx_core::ops::volumetric::max_pool3d(&xx, &kernel, &strides, &padding, &dilations, ceil)
+                .map_err(|e| n.err(e))?;
+            return Ok(vec![y]);
+        }
         let op = if k == 1 { "max_pool1d" } else { "max_pool2d" };
         let y = call(
             op,
@@ -252,6 +264,9 @@ fn pool(n: &Node<'_>, max: bool) -> Result<Vec<Tensor>> {
     let include = n.i("count_include_pad", 0) != 0;
     let op = if k == 1 { "avg_pool1d" } else { "avg_pool2d" };
     let run = |t: &Tensor, padding: Vec<i64>, include: bool| {
+        if k == 3 {
+            return ferrofx_core::ops::volumetric::avg_pool3d(t, &kernel, &strides, &padding, ceil, include);
+        }
         call(
             op,
             vec![
@@ -500,8 +515,8 @@ fn lp_pool(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let p = n.i("p", 2);
     let k = x.ndim().saturating_sub(2);
-    if !(1..=2).contains(&k) {
-        return Err(n.err(format!("only 1-D and 2-D pooling is supported (input {:?})", x.shape())));
+    if !(1..=3).contains(&k) {
+        return Err(n.err(format!("only 1-D, 2-D and 3-D pooling is supported (input {:?})", x.shape())));
     }
     let kernel = n.ints("kernel_shape").ok_or_else(|| n.err("`kernel_shape` is required"))?;
     let strides = ints_or(n, "strides", k, 1);

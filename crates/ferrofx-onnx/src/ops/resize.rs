@@ -81,7 +81,8 @@ fn cubic_weight(a: f64, d: f64) -> f64 {
 
 /// Taps (index, weight) per output position of one axis.
 fn taps(p: &Plan<'_>, len_in: usize, len_out: usize, scale: f64) -> Vec<Vec<(i64, f64)>> {
-    let last = len_in as i64 - 1;
+    // an empty input axis has no index to read: the gather reports it
+    let last = (len_in as i64 - 1).max(0);
     (0..len_out)
         .map(|o| {
             let x = original(p, o, len_in, len_out, scale);

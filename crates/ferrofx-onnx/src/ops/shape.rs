@@ -185,6 +185,10 @@ fn slice(n: &Node<'_>) -> Result<Vec<Tensor>> {
         if step == 0 {
             return Err(n.err("a step of 0 is invalid"));
         }
+        if d == 0 {
+            // any slice of an empty axis is empty
+            continue;
+        }
         let norm = |s: i64| if s < 0 { s.saturating_add(d) } else { s };
         let (mut s, mut e) = (norm(starts[i]), norm(ends[i]));
         if step > 0 {
@@ -198,7 +202,9 @@ fn slice(n: &Node<'_>) -> Result<Vec<Tensor>> {
         } else {
             s = s.clamp(0, d - 1);
             e = e.clamp(-1, d - 1);
-            let mut idx = Vec::new();
+            let count = ((s - e + (-step) - 1) / (-step)).max(0) as usize;
+            ferrofx_core::memory::check_alloc("onnx Slice", &[count], ferrofx_core::DType::I64)?;
+            let mut idx = Vec::with_capacity(count);
             let mut k = s;
             while k > e && k >= 0 {
                 idx.push(k);

@@ -60,7 +60,7 @@ fn unsupported_reason(model: &ModelFile, supported: &[&str]) -> Option<String> {
     let g = model.model.graph.as_ref()?;
     for n in &g.node {
         let op = n.op_type.as_deref().unwrap_or("");
-        if !matches!(n.domain.as_deref().unwrap_or(""), "" | "ai.onnx") {
+        if !matches!(n.domain.as_deref().unwrap_or(""), "" | "ai.onnx" | "ai.onnx.preview.training") {
             return Some(format!("domain {}", n.domain.as_deref().unwrap_or("")));
         }
         if !supported.contains(&op) && op != "If" {
@@ -281,10 +281,10 @@ fn onnx_backend_suite() {
         node_supported,
         100.0 * node.pass as f64 / node_supported.max(1) as f64
     );
-    // Issue 23's targets are 95% / 150 / 95%. The shipped suites are at 79% (3-D conv/pool,
-    // which the registry lacks, and sequence/training cases): this floor guards what is reached
-    // against regressions; raise it as ops land.
-    assert!(shipped.pass * 100 >= 79 * shipped_total, "fewer than 79% of the shipped suites pass (target 95%)");
+    // Issue 23's targets: 95% of the shipped suites (134/140 reached: the misses are the six
+    // string-tensor `StringNormalizer` cases of `simple`), 150 ops, 95% of the node cases.
+    assert!(shipped.pass >= 134, "only {}/{shipped_total} shipped cases pass (134 did)", shipped.pass);
+    assert!(shipped.pass * 100 >= 95 * shipped_total, "fewer than 95% of the shipped suites pass");
     assert!(supported.len() >= 150, "only {} ONNX ops supported (target 150)", supported.len());
     assert!(node.pass * 100 >= 95 * node_supported, "fewer than 95% of the node cases of supported ops pass");
 }

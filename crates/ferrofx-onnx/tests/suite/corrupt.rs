@@ -287,12 +287,12 @@ fn corrupted_files_are_clear_errors() {
         &["node `rs`", "Reshape", "must be known when the model is imported"],
     );
     case(
-        "3-D convolution",
+        "4-D convolution",
         import_bytes(&with_graph(|g| {
-            g.input[0] = value_info("x", FLOAT, &[Some(1), Some(3), Some(8), Some(8), Some(8)], "");
-            g.initializer[0].dims = vec![4, 3, 3, 3, 1];
+            g.input[0] = value_info("x", FLOAT, &[Some(1), Some(3), Some(8), Some(8), Some(8), Some(8)], "");
+            g.initializer[0].dims = vec![4, 3, 3, 3, 1, 1];
         })),
-        &["node `conv`", "only 1-D and 2-D convolutions"],
+        &["node `conv`", "only 1-D, 2-D and 3-D convolutions"],
     );
     case(
         "Gemm with mismatched weights",
