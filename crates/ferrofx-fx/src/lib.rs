@@ -31,12 +31,14 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod assert_ops;
 pub mod core_api;
 pub mod getitem;
 pub mod graph;
 pub mod graph_module;
 pub mod interpreter;
 pub mod memory_budget;
+pub mod module_container;
 pub mod passes;
 mod plan;
 pub mod rust_source;
@@ -45,6 +47,7 @@ pub mod shape_prop;
 pub mod traced;
 pub mod tracer;
 pub mod transformer;
+pub mod wrap;
 mod values;
 
 pub use graph::*;
@@ -54,4 +57,5 @@ pub use memory_budget::{default_max_memory, PeakMemory};
 pub use rust_source::RustSource;
 pub use shape_prop::ShapeProp;
 pub use tracer::{symbolic_trace, trace_with_inputs, Tracer};
+pub use wrap::{wrap, Wrapped};
 pub use transformer::Transformer;
