@@ -118,9 +118,27 @@ pub fn register() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         for d in [
-            def("_assert", ASSERT_SCHEMA, no_outputs, assert_kernel, "Fails with the message unless the condition holds (FX's torch._assert)."),
-            def("_assert_is_none", IS_NONE_SCHEMA, no_outputs, assert_is_none_kernel, "Fails with the message unless the value is None (FX's _assert_is_none)."),
-            def("eq_scalar", EQ_SCHEMA, eq_meta, eq_kernel, "`self == other` on two plain values, as a bool tensor (FX's operator.eq)."),
+            def(
+                "_assert",
+                ASSERT_SCHEMA,
+                no_outputs,
+                assert_kernel,
+                "Fails with the message unless the condition holds (FX's torch._assert).",
+            ),
+            def(
+                "_assert_is_none",
+                IS_NONE_SCHEMA,
+                no_outputs,
+                assert_is_none_kernel,
+                "Fails with the message unless the value is None (FX's _assert_is_none).",
+            ),
+            def(
+                "eq_scalar",
+                EQ_SCHEMA,
+                eq_meta,
+                eq_kernel,
+                "`self == other` on two plain values, as a bool tensor (FX's operator.eq).",
+            ),
         ] {
             if op::lookup(d.name).is_none() {
                 // a concurrent registration of the same name is the only failure: keep theirs

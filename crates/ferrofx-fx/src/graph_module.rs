@@ -315,7 +315,9 @@ impl GraphModule {
     pub fn get_submodule(&self, path: &str) -> Result<&dyn Module> {
         match self.resolve(path) {
             Ok(Resolved::Module(m)) => Ok(m),
-            Ok(Resolved::Tensor { .. }) => Err(attr_err("get_submodule", format!("`{}` is not an nn.Module", last_atom(path)))),
+            Ok(Resolved::Tensor { .. }) => {
+                Err(attr_err("get_submodule", format!("`{}` is not an nn.Module", last_atom(path))))
+            }
             Err(u) => Err(attr_err("get_submodule", u.message())),
         }
     }
@@ -324,14 +326,24 @@ impl GraphModule {
     /// a leaf module's); a buffer, a constant or a module there is an error ("`x` is not an
     /// nn.Parameter"), as is a missing name ("M has no attribute `x`").
     pub fn get_parameter(&self, path: &str) -> Result<Tensor> {
-        self.get_tensor_of_kind(path, "get_parameter", |kind, constant| kind == TensorKind::Parameter && !constant, "an nn.Parameter")
+        self.get_tensor_of_kind(
+            path,
+            "get_parameter",
+            |kind, constant| kind == TensorKind::Parameter && !constant,
+            "an nn.Parameter",
+        )
     }
 
     /// FX's `get_buffer`: the buffer at the dotted `path`; a parameter, a traced constant
     /// (`_tensor_constant0` is a plain attribute in FX) or a module there is an error ("`x` is
     /// not a buffer").
     pub fn get_buffer(&self, path: &str) -> Result<Tensor> {
-        self.get_tensor_of_kind(path, "get_buffer", |kind, constant| kind == TensorKind::Buffer && !constant, "a buffer")
+        self.get_tensor_of_kind(
+            path,
+            "get_buffer",
+            |kind, constant| kind == TensorKind::Buffer && !constant,
+            "a buffer",
+        )
     }
 
     /// FX's `fetch_attr` for tensors: the tensor at the dotted `path`, whatever its kind
@@ -397,7 +409,8 @@ impl GraphModule {
             self.namespace_changed();
             return deleted;
         }
-        let under = |p: &str| p == path || (p.len() > path.len() && p.starts_with(path) && p.as_bytes()[path.len()] == b'.');
+        let under =
+            |p: &str| p == path || (p.len() > path.len() && p.starts_with(path) && p.as_bytes()[path.len()] == b'.');
         self.modules.retain(|p, _| !under(p));
         self.attrs.retain(|p, _| !under(p));
         self.kept_containers.retain(|p| !under(p));
@@ -435,8 +448,9 @@ impl GraphModule {
                 called.push(t.to_string());
             }
         }
-        let under_called =
-            |p: &str| called.iter().any(|c| p.len() > c.len() && p.starts_with(c.as_str()) && p.as_bytes()[c.len()] == b'.');
+        let under_called = |p: &str| {
+            called.iter().any(|c| p.len() > c.len() && p.starts_with(c.as_str()) && p.as_bytes()[c.len()] == b'.')
+        };
         let mut unused: Vec<String> = self
             .containers()
             .keys()
@@ -859,7 +873,8 @@ impl Module for GraphModule {
         for (p, m) in &self.modules {
             modules.insert(p.clone(), m.clone_module()?);
         }
-        let mut gm = GraphModule::from_parts(graph, modules, self.attrs.clone(), &self.type_name, self.training).ok()?;
+        let mut gm =
+            GraphModule::from_parts(graph, modules, self.attrs.clone(), &self.type_name, self.training).ok()?;
         gm.kept_containers = self.kept_containers.clone();
         gm.impure_modules = self.impure_modules.clone();
         Some(Box::new(gm))

@@ -47,8 +47,8 @@ pub mod shape_prop;
 pub mod traced;
 pub mod tracer;
 pub mod transformer;
-pub mod wrap;
 mod values;
+pub mod wrap;
 
 pub use graph::*;
 pub use graph_module::GraphModule;
@@ -57,5 +57,5 @@ pub use memory_budget::{default_max_memory, PeakMemory};
 pub use rust_source::RustSource;
 pub use shape_prop::ShapeProp;
 pub use tracer::{symbolic_trace, trace_with_inputs, Tracer};
-pub use wrap::{wrap, Wrapped};
 pub use transformer::Transformer;
+pub use wrap::{wrap, Wrapped};

@@ -119,7 +119,9 @@ impl Plan {
                             let problem = gm.target_problem(name, Opcode::GetAttr, path);
                             Error::argument(
                                 "recompile",
-                                problem.unwrap_or_else(|| format!("node '{name}': get_attr target '{path}' does not exist")),
+                                problem.unwrap_or_else(|| {
+                                    format!("node '{name}': get_attr target '{path}' does not exist")
+                                }),
                             )
                         })?,
                     };

@@ -477,7 +477,8 @@ impl State {
             Value::Float(x) => format!("{x:?}"),
             _ => String::new(),
         };
-        let message = Argument::Str(format!("{name} has been specialized to have value {py} but got another value").into());
+        let message =
+            Argument::Str(format!("{name} has been specialized to have value {py} but got another value").into());
         let mut g = self.graph.borrow_mut();
         let ph = g.placeholder_with_default(&format!("{name}_1"), default.clone()).map_err(trace_err)?;
         match v {

@@ -464,6 +464,12 @@ struct Inner {
     buf: Tensor,
 }
 
+impl Module for Inner {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        &self.b.call(x)? + &self.buf
+    }
+}
+
 #[derive(Module)]
 #[module(name = "M")]
 struct Nested {
@@ -511,7 +517,8 @@ fn nested_namespaces_get_submodule_parameter_and_buffer() {
     assert_eq!(gm.get_submodule("a").unwrap().type_name(), "Module");
     assert_eq!(gm.get_submodule("a.b").unwrap().type_name(), "Linear");
     assert_eq!(gm.get_submodule("").unwrap().type_name(), "GraphModule");
-    let a = gm.get_submodule("a").unwrap().as_any().downcast_ref::<ferrofx_fx::ModuleContainer>().unwrap();
+    let a =
+        gm.get_submodule("a").unwrap().as_any().downcast_ref::<ferrofx_fx::graph_module::ModuleContainer>().unwrap();
     assert_eq!(a.children(), ["b", "buf"]);
     // FX's AttributeError texts, each case run on 2.15:
     assert!(err(gm.get_parameter("a.buf")).contains("`buf` is not an nn.Parameter"));
@@ -573,14 +580,30 @@ fn add_delete_and_delete_all_unused_submodules_as_fx() {
 fn lint_checks_targets_against_the_owning_graph_module() {
     // FX 2.15, a node inserted before the output of the traced M, then graph.lint():
     let cases = [
-        (Opcode::CallModule, "nonexist", Some("Node nonexist target nonexist references nonexistent attribute nonexist of ")),
+        (
+            Opcode::CallModule,
+            "nonexist",
+            Some("Node nonexist target nonexist references nonexistent attribute nonexist of "),
+        ),
         (Opcode::CallModule, "a.buf", Some("Node a_buf_1 target a.buf buf of a does not reference an nn.Module")),
-        (Opcode::CallModule, "a.b.weight", Some("Node a_b_weight target a.b.weight weight of a.b does not reference an nn.Module")),
-        (Opcode::CallModule, "a.nope.q", Some("Node a_nope_q target a.nope.q references nonexistent attribute nope of a")),
+        (
+            Opcode::CallModule,
+            "a.b.weight",
+            Some("Node a_b_weight target a.b.weight weight of a.b does not reference an nn.Module"),
+        ),
+        (
+            Opcode::CallModule,
+            "a.nope.q",
+            Some("Node a_nope_q target a.nope.q references nonexistent attribute nope of a"),
+        ),
         (Opcode::GetAttr, "a.nope", Some("Node a_nope target a.nope references nonexistent attribute nope of a")),
         (Opcode::GetAttr, "a.b.weight", None),
         // FX accepts a get_attr of a module; a ferrofx get_attr reads a tensor (documented)
-        (Opcode::GetAttr, "a.b", Some("Node a_b_1 target a.b b of a does not reference an nn.Parameter, buffer or tensor constant")),
+        (
+            Opcode::GetAttr,
+            "a.b",
+            Some("Node a_b_1 target a.b b of a does not reference an nn.Parameter, buffer or tensor constant"),
+        ),
     ];
     for (op, target, want) in cases {
         let mut gm = symbolic_trace(&nested()).unwrap();
@@ -746,10 +769,19 @@ fn wrapped_functions_are_call_function_leaves_that_save_and_load() {
     let f = ferrofx_fx::wrap("parity_square_plus_one", SQUARE_SCHEMA, square_plus_one_meta, square_plus_one).unwrap();
     // wrapping again is idempotent; another function under the name is refused
     assert_eq!(
-        ferrofx_fx::wrap("parity_square_plus_one", SQUARE_SCHEMA, square_plus_one_meta, square_plus_one).unwrap().op().name,
+        ferrofx_fx::wrap("parity_square_plus_one", SQUARE_SCHEMA, square_plus_one_meta, square_plus_one)
+            .unwrap()
+            .op()
+            .name,
         f.op().name
     );
-    assert!(ferrofx_fx::wrap("parity_square_plus_one", SQUARE_SCHEMA, square_plus_one_meta, |_| Ok(Default::default())).is_err());
+    assert!(ferrofx_fx::wrap(
+        "parity_square_plus_one",
+        SQUARE_SCHEMA,
+        square_plus_one_meta,
+        |_| Ok(Default::default())
+    )
+    .is_err());
     assert!(ferrofx_fx::wrap("relu", SQUARE_SCHEMA, square_plus_one_meta, square_plus_one).is_err());
     let m = UsesWrapped { fc: Linear::new(2, 2, true).unwrap() };
     let gm = symbolic_trace(&m).unwrap();
@@ -771,12 +803,11 @@ fn wrapped_functions_are_call_function_leaves_that_save_and_load() {
     let x = g.placeholder("x").unwrap();
     let r = g.call_function(Target::function("my_python_fn"), vec![x.into()]).unwrap();
     g.output(r.into()).unwrap();
-    let gm = ferrofx_fx::GraphModule::from_parts(g, Default::default(), Default::default(), "M", false);
-    let e = match gm {
-        Err(e) => e.to_string(),
-        Ok(gm) => err(gm.to_bytes()),
-    };
-    assert!(e.contains("my_python_fn") && e.contains("register"), "{e}");
+    let e = ferrofx_fx::serialize::graph_to_doc(&g).unwrap_err().to_string();
+    assert!(e.contains("my_python_fn") && e.contains("register it as a custom op"), "{e}");
+    // nor can a GraphModule run it
+    let e = err(ferrofx_fx::GraphModule::from_parts(g, Default::default(), Default::default(), "M", false));
+    assert!(e.contains("my_python_fn") && e.contains("not a registry op"), "{e}");
 }
 
 #[test]
@@ -784,9 +815,8 @@ fn trace_method_traces_another_method() {
     use ferrofx_fx::Tracer;
     // FX: Tracer with traced_func_name = "encode" traces encode instead of forward
     let m = nested();
-    let gm = Tracer::new()
-        .trace_method(&m, 1, |v| Ok(vec![m.a.b.call(v[0].as_tensor().unwrap())?.tanh()?.into()]))
-        .unwrap();
+    let gm =
+        Tracer::new().trace_method(&m, 1, |v| Ok(vec![m.a.b.call(v[0].as_tensor().unwrap())?.tanh()?.into()])).unwrap();
     assert_eq!(targets(gm.graph(), Opcode::CallModule), ["a.b"]);
     assert_eq!(targets(gm.graph(), Opcode::CallMethod), ["tanh"]);
 }
@@ -808,7 +838,8 @@ impl Module for Outer {
 #[test]
 fn graph_modules_are_traced_through_or_kept_as_leaves() {
     use ferrofx_fx::{GraphModule, Tracer};
-    let inner = symbolic_trace(&Sequential::new().append(Linear::new(2, 2, true).unwrap()).append(ReLU::new())).unwrap();
+    let inner =
+        symbolic_trace(&Sequential::new().append(Linear::new(2, 2, true).unwrap()).append(ReLU::new())).unwrap();
     let m = Outer { sub: inner, fc: Linear::new(2, 2, true).unwrap() };
     let x = Tensor::from_vec(vec![0.5f32, -1.0], &[1, 2]).unwrap();
     let want = m.forward(&x).unwrap().to_vec::<f32>().unwrap();
@@ -945,9 +976,15 @@ fn dead_code_elimination_keeps_impure_nodes() {
     let x = gm.graph().first().unwrap();
     let out = gm.graph().output_node().unwrap();
     gm.graph_mut().update_arg(out, 0, x.into()).unwrap();
+    // FX: expect_dce_changes=False: the flagged module and everything it uses stay
     gm.set_module_impure("c", true).unwrap();
-    assert!(gm.eliminate_dead_code().unwrap(), "the rest of the dead chain goes");
+    assert!(!gm.eliminate_dead_code().unwrap());
     assert!(gm.graph().contains(c));
+    // unflagged, the whole dead chain goes
+    gm.set_module_impure("c", false).unwrap();
+    assert!(gm.eliminate_dead_code().unwrap());
+    assert!(!gm.graph().contains(c));
+    assert_eq!(gm.graph().len(), 2);
     assert!(err(gm.set_module_impure("nope", true)).contains("has no attribute `nope`"));
 }
 
@@ -1015,12 +1052,12 @@ fn interpreter_runs_every_node_with_initial_env_boxed_run_and_gc() {
     let mut r = Recorder { gm: &gm, seen: vec![] };
     assert_eq!(one(r.run(&[x.clone().into()]).unwrap()), [2.0]);
     assert_eq!(r.seen, [("x".into(), 0), ("relu".into(), 1), ("add".into(), 1), ("output".into(), 1)]);
-    // FX: initial_env={relu: tensor([0.])} skips x and relu: run_node sees add and output only
+    // FX: initial_env={relu: tensor([0.])} skips relu: run_node sees x, add and output
     let relu = gm.graph().iter().find(|n| n.name() == "relu").unwrap().id();
     let mut r = Recorder { gm: &gm, seen: vec![] };
     let env = Env::with_values([(relu, NodeValue::One(Tensor::from_vec(vec![0.0f32], &[1]).unwrap().into()))]);
     assert_eq!(one(r.run_with_env(&[x.clone().into()], env).unwrap()), [1.0]);
-    assert_eq!(r.seen.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["x", "add", "output"][1..]);
+    assert_eq!(r.seen.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["x", "add", "output"]);
     // FX: boxed_run([x]) returns tensor([2.]) and clears the list
     let mut args = vec![Value::from(x.clone())];
     assert_eq!(one(ferrofx_fx::DefaultInterpreter(&gm).boxed_run(&mut args).unwrap()), [2.0]);
@@ -1034,7 +1071,10 @@ fn interpreter_runs_every_node_with_initial_env_boxed_run_and_gc() {
     let a = g2.placeholder("a").unwrap();
     let n = f(&mut g2, "neg", vec![a.into()]);
     g2.output(n.into()).unwrap();
-    assert_eq!(one(ferrofx_fx::DefaultInterpreter(&gm).run_graph(&g2, vec![x.clone().into()], Env::new()).unwrap()), [-1.0]);
+    assert_eq!(
+        one(ferrofx_fx::DefaultInterpreter(&gm).run_graph(&g2, vec![x.clone().into()], Env::new()).unwrap()),
+        [-1.0]
+    );
 }
 
 // ----- Transformer -----
@@ -1101,6 +1141,7 @@ fn insert_arg_and_find_nodes_errors_as_fx() {
     // None for call_function op"); a string target for call_function finds []; placeholder x
     // finds [x]; call_module c finds [c]; get_attr with a callable target finds []
     let g = gm.graph();
+    let x = g.first().unwrap();
     let e = g.find_nodes(Opcode::CallFunction, None, true).unwrap_err().to_string();
     assert!(e.contains("target must not be None for call_function op"), "{e}");
     assert!(g.find_nodes(Opcode::CallFunction, Some(&Target::Str("relu".into())), true).unwrap().is_empty());

@@ -50,8 +50,8 @@ fn run_node_override_sees_every_node() {
         names,
         // FX: run_node sees every node, the placeholder and the output included
         [
-            "x", "conv1", "bn1", "relu", "conv2", "bn2", "relu_1", "pool", "flatten", "fc1", "relu_2", "dropout", "fc2",
-            "output"
+            "x", "conv1", "bn1", "relu", "conv2", "bn2", "relu_1", "pool", "flatten", "fc1", "relu_2", "dropout",
+            "fc2", "output"
         ]
     );
 }

@@ -117,7 +117,6 @@ impl FindNodesTable {
             self.walk(b, out);
         }
     }
-
 }
 
 impl Graph {
