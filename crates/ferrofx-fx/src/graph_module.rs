@@ -16,7 +16,7 @@
 //! surfaces as the forward's `Err`). Call `recompile()` yourself to see errors early.
 
 use crate::graph::{Graph, Opcode};
-pub use crate::module_container::ModuleContainer;
+use crate::module_container::ModuleContainer;
 use crate::plan::Plan;
 use crate::serialize::{
     graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes, write_module_file,

@@ -116,12 +116,14 @@ impl Plan {
                     let t = match gm.attrs.get(path) {
                         Some(e) => e.tensor.clone(),
                         None => gm.get_attr(path).map_err(|_| {
+                            let what = format!("node '{name}': get_attr target '{path}' does not exist");
                             let problem = gm.target_problem(name, Opcode::GetAttr, path);
                             Error::argument(
                                 "recompile",
-                                problem.unwrap_or_else(|| {
-                                    format!("node '{name}': get_attr target '{path}' does not exist")
-                                }),
+                                match problem {
+                                    Some(p) => format!("{p} ({what})"),
+                                    None => what,
+                                },
                             )
                         })?,
                     };
@@ -163,11 +165,13 @@ impl Plan {
                 Opcode::CallModule => {
                     let path = n.target().name().to_string();
                     if !gm.modules.contains_key(&path) {
-                        let problem = gm.target_problem(name, Opcode::CallModule, &path).unwrap_or_else(|| {
-                            format!(
-                                "Node {name} target {path} is not a module this GraphModule can call (an intermediate container has no forward)"
-                            )
-                        });
+                        let what = format!(
+                            "node '{name}': call_module target '{path}' is not a submodule of this GraphModule"
+                        );
+                        let problem = match gm.target_problem(name, Opcode::CallModule, &path) {
+                            Some(p) => format!("{p} ({what})"),
+                            None => format!("{what}: an intermediate container has no forward"),
+                        };
                         return Err(Error::argument("recompile", problem));
                     }
                     let args = n.args().to_vec();
