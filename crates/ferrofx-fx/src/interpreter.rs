@@ -246,7 +246,7 @@ pub trait Interpreter<'m> {
         Self: Sized,
     {
         let graph = self.module().graph();
-        self.run_graph(graph, inputs.iter().cloned().collect(), initial_env)
+        self.run_graph(graph, inputs.to_vec(), initial_env)
     }
 
     /// FX's `boxed_run`: takes the inputs out of `inputs` (left empty) so each is freed as

@@ -75,6 +75,10 @@ const MULTI_OUTPUT: &[&str] = &[
 /// graph. An error ends the trace.
 pub type CreateNodeHook = dyn Fn(&mut Graph, NodeId) -> Result<()>;
 
+/// The function traced instead of `forward` ([`Tracer::trace_method`]): symbolic inputs to
+/// outputs.
+type TracedMethod<'a> = dyn Fn(&[Value]) -> Result<Vec<Value>> + 'a;
+
 /// A configurable tracer (FX's `Tracer`).
 pub struct Tracer {
     leaf: Rc<LeafPredicate>,
@@ -221,12 +225,7 @@ impl Tracer {
         self.run(module, Inputs::Symbolic(num_inputs), Some(&method))
     }
 
-    fn run(
-        &self,
-        module: &dyn Module,
-        inputs: Inputs<'_>,
-        method: Option<&dyn Fn(&[Value]) -> Result<Vec<Value>>>,
-    ) -> Result<GraphModule> {
+    fn run(&self, module: &dyn Module, inputs: Inputs<'_>, method: Option<&TracedMethod<'_>>) -> Result<GraphModule> {
         let mut state = State::new(module, self.leaf.clone());
         state.submodule = self.submodule.clone();
         state.create_node = self.create_node.clone();

@@ -517,8 +517,7 @@ fn nested_namespaces_get_submodule_parameter_and_buffer() {
     assert_eq!(gm.get_submodule("a").unwrap().type_name(), "Module");
     assert_eq!(gm.get_submodule("a.b").unwrap().type_name(), "Linear");
     assert_eq!(gm.get_submodule("").unwrap().type_name(), "GraphModule");
-    let a =
-        gm.get_submodule("a").unwrap().as_any().downcast_ref::<ferrofx_fx::graph_module::ModuleContainer>().unwrap();
+    let a = gm.get_submodule("a").unwrap().as_any().downcast_ref::<ferrofx_fx::ModuleContainer>().unwrap();
     assert_eq!(a.children(), ["b", "buf"]);
     // FX's AttributeError texts, each case run on 2.15:
     assert!(err(gm.get_parameter("a.buf")).contains("`buf` is not an nn.Parameter"));
@@ -1151,4 +1150,27 @@ fn insert_arg_and_find_nodes_errors_as_fx() {
     assert!(g.find_nodes(Opcode::GetAttr, Some(&Target::named("relu")), true).unwrap().is_empty());
     // an unknown opcode is refused where FX's string op finds nothing: Opcode is an enum
     assert!("bogus".parse::<Opcode>().is_err());
+}
+
+#[test]
+fn module_level_replacement_removes_the_modules_it_no_longer_calls() {
+    // FX: replace_pattern(gm, pattern calling self.1 (the ReLU), replacement torch.relu) on
+    // symbolic_trace(Sequential(Linear, ReLU)) leaves %_0 = call_module[target=0] ;
+    // %relu = torch.relu(%_0), and _replace_attributes' delete_all_unused_submodules drops `1`
+    let seq = Sequential::new().append(Linear::new(2, 2, true).unwrap()).append(ReLU::new());
+    let mut gm = symbolic_trace(&seq).unwrap();
+    let mut p = Graph::new();
+    let x = p.placeholder("x").unwrap();
+    let m = p.call_module("1", vec![x.into()]).unwrap();
+    p.output(m.into()).unwrap();
+    let rep =
+        ferrofx_fx::GraphModule::from_parts(unary("relu"), Default::default(), Default::default(), "R", false).unwrap();
+    let x = Tensor::from_vec(vec![0.5f32, -1.0], &[1, 2]).unwrap();
+    let want = seq.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let done = replace_pattern_in_module(&mut gm, &p, &rep, &[], false).unwrap();
+    assert_eq!(done.len(), 1);
+    assert_eq!(targets(gm.graph(), Opcode::CallModule), ["0"]);
+    assert_eq!(gm.leaf_modules().keys().collect::<Vec<_>>(), ["0"]);
+    assert!(err(gm.get_submodule("1")).contains("has no attribute `1`"));
+    assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
 }
