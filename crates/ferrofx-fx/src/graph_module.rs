@@ -305,6 +305,7 @@ impl GraphModule {
     /// ```
     /// use ferrofx_fx::symbolic_trace;
     /// use ferrofx_nn::zoo::ResNet;
+    /// use ferrofx_nn::ModuleStructure;
     /// let m = ResNet::build(false, [1, 1, 1, 1], [8, 16, 32, 64], 10).unwrap();
     /// let gm = symbolic_trace(&m).unwrap();
     /// assert_eq!(gm.get_submodule("layer1.0.conv1").unwrap().type_name(), "Conv2d");
