@@ -153,7 +153,7 @@ fn w_replace_add(g: &mut Graph, ops: &Ops) -> Option<Graph> {
 }
 
 fn w_dce(g: &mut Graph, _ops: &Ops) -> Option<Graph> {
-    assert!(g.eliminate_dead_code(None));
+    assert!(g.eliminate_dead_code(None).unwrap());
     None
 }
 

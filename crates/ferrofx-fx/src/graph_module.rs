@@ -16,6 +16,7 @@
 //! surfaces as the forward's `Err`). Call `recompile()` yourself to see errors early.
 
 use crate::graph::{Graph, Opcode};
+use crate::module_container::ModuleContainer;
 use crate::plan::Plan;
 use crate::serialize::{
     graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes, write_module_file,
@@ -28,7 +29,7 @@ use indexmap::IndexMap;
 use std::any::Any;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// A tensor a `get_attr` node reads.
 #[derive(Clone)]
@@ -50,6 +51,103 @@ pub struct GraphModule {
     training: bool,
     plan: RwLock<Option<Arc<Plan>>>,
     pub(crate) budget: std::sync::Mutex<crate::memory_budget::BudgetState>,
+    /// The intermediate containers, derived from the paths on first use.
+    containers: OnceLock<IndexMap<String, ModuleContainer>>,
+    /// Containers that outlive their children (the parent of a deleted module, as in FX).
+    kept_containers: Vec<String>,
+    /// Modules flagged as having side effects (FX's `_is_impure`).
+    impure_modules: std::collections::HashSet<String>,
+}
+
+/// What a dotted path of a GraphModule names.
+pub(crate) enum Resolved<'a> {
+    /// A module: leaf, nested traced module, a module inside one, or a container.
+    Module(&'a dyn Module),
+    /// A tensor of that kind (`constant`: a traced constant, a plain attribute in FX).
+    Tensor {
+        /// Parameter or buffer.
+        kind: TensorKind,
+        /// A traced constant.
+        constant: bool,
+    },
+}
+
+/// Where resolving a dotted path stopped: the atom, the path before it, the type of the
+/// module that lacks it, and whether the atom names a tensor where a module was needed.
+#[derive(Debug)]
+pub(crate) struct Unresolved {
+    pub(crate) atom: String,
+    pub(crate) seen: String,
+    pub(crate) parent_type: String,
+    pub(crate) not_module: bool,
+}
+
+impl Unresolved {
+    /// FX's `AttributeError` text.
+    pub(crate) fn message(&self) -> String {
+        if self.not_module {
+            format!("`{}` is not an nn.Module", self.atom)
+        } else {
+            format!("{} has no attribute `{}`", self.parent_type, self.atom)
+        }
+    }
+}
+
+fn attr_err(op: &str, message: String) -> Error {
+    Error::argument(op, message)
+}
+
+fn last_atom(path: &str) -> &str {
+    path.rsplit('.').next().unwrap_or(path)
+}
+
+/// Resolves `rest` inside `m` (found at `prefix`): nested GraphModules resolve on their own,
+/// other modules through their children and tensors.
+fn resolve_in<'a>(m: &'a dyn Module, prefix: &str, rest: &str) -> std::result::Result<Resolved<'a>, Unresolved> {
+    let prefixed = |mut u: Unresolved| {
+        u.seen = if u.seen.is_empty() { prefix.to_string() } else { format!("{prefix}.{}", u.seen) };
+        u
+    };
+    if let Some(sub) = m.as_any().downcast_ref::<GraphModule>() {
+        return sub.resolve(rest).map_err(prefixed);
+    }
+    if let Ok(sub) = m.get_submodule(rest) {
+        return Ok(Resolved::Module(sub));
+    }
+    let (head, name) = match rest.rfind('.') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => ("", rest),
+    };
+    let owner = match m.get_submodule(head) {
+        Ok(o) => o,
+        Err(_) => {
+            // the first atom of `head` that is no child of `m`
+            let atom = head.split('.').next().unwrap_or(head);
+            let mut is_tensor = false;
+            m.visit_tensors(&mut |n, _, _| is_tensor |= n == atom);
+            return Err(Unresolved {
+                atom: atom.to_string(),
+                seen: prefix.to_string(),
+                parent_type: m.type_name().to_string(),
+                not_module: is_tensor,
+            });
+        }
+    };
+    let mut found = None;
+    owner.visit_tensors(&mut |n, kind, _| {
+        if n == name {
+            found = Some(kind);
+        }
+    });
+    match found {
+        Some(kind) => Ok(Resolved::Tensor { kind, constant: false }),
+        None => Err(Unresolved {
+            atom: name.to_string(),
+            seen: if head.is_empty() { prefix.to_string() } else { format!("{prefix}.{head}") },
+            parent_type: owner.type_name().to_string(),
+            not_module: false,
+        }),
+    }
 }
 
 impl GraphModule {
@@ -69,6 +167,9 @@ impl GraphModule {
             training,
             plan: RwLock::new(None),
             budget: Default::default(),
+            containers: OnceLock::new(),
+            kept_containers: Vec::new(),
+            impure_modules: Default::default(),
         };
         gm.recompile()?;
         Ok(gm)
@@ -102,7 +203,8 @@ impl GraphModule {
         &self.attrs
     }
 
-    /// FX's `get_submodule` for the modules this GraphModule owns.
+    /// The submodule at `path` among the modules this GraphModule holds directly (its leaf
+    /// modules and nested traced modules, by qualified path); what the plan calls.
     pub fn get_submodule_owned(&self, path: &str) -> Result<&dyn Module> {
         self.modules.get(path).map(|m| m.as_ref()).ok_or_else(|| {
             Error::argument(
@@ -112,70 +214,261 @@ impl GraphModule {
         })
     }
 
-    /// FX's `get_parameter`: a `get_attr` tensor or a leaf module's tensor by qualified path.
-    pub fn get_parameter(&self, path: &str) -> Result<Tensor> {
-        if let Some(e) = self.attrs.get(path) {
-            return Ok(e.tensor.clone());
-        }
-        self.get_tensor(path)
+    /// The intermediate containers of the namespace, by path (derived from the module and
+    /// attribute paths on first use, and rebuilt after an edit).
+    fn containers(&self) -> &IndexMap<String, ModuleContainer> {
+        self.containers.get_or_init(|| {
+            let inside_module = |p: &str| {
+                self.modules.contains_key(p) || p.match_indices('.').any(|(i, _)| self.modules.contains_key(&p[..i]))
+            };
+            let mut paths: IndexMap<String, Vec<String>> = IndexMap::new();
+            let all = self.modules.keys().chain(self.attrs.keys()).chain(self.kept_containers.iter());
+            for key in all.clone() {
+                for (i, _) in key.match_indices('.') {
+                    let prefix = &key[..i];
+                    if !paths.contains_key(prefix) && !inside_module(prefix) && !self.attrs.contains_key(prefix) {
+                        paths.insert(prefix.to_string(), vec![]);
+                    }
+                }
+            }
+            for kept in &self.kept_containers {
+                if !paths.contains_key(kept) && !inside_module(kept) && !self.attrs.contains_key(kept) {
+                    paths.insert(kept.clone(), vec![]);
+                }
+            }
+            let containers: Vec<String> = paths.keys().cloned().collect();
+            for key in all.chain(containers.iter()) {
+                if let Some(i) = key.rfind('.') {
+                    if let Some(children) = paths.get_mut(&key[..i]) {
+                        let child = key[i + 1..].to_string();
+                        if !children.contains(&child) {
+                            children.push(child);
+                        }
+                    }
+                }
+            }
+            paths.into_iter().map(|(p, c)| (p.clone(), ModuleContainer::new(p, c))).collect()
+        })
     }
 
-    /// FX's `add_submodule`: adds (or replaces) a leaf module at `path`.
-    pub fn add_submodule(&mut self, path: &str, module: Box<dyn Module>) -> Result<()> {
+    /// Forgets the derived containers and the plan after a change of the namespace.
+    fn namespace_changed(&mut self) {
+        self.containers = OnceLock::new();
+        self.invalidate();
+    }
+
+    /// What the dotted `path` names: a module (leaf, nested traced module or container) or a
+    /// tensor, walking into leaf modules and nested GraphModules as FX's `getattr` chain does.
+    pub(crate) fn resolve(&self, path: &str) -> std::result::Result<Resolved<'_>, Unresolved> {
+        if path.is_empty() {
+            return Ok(Resolved::Module(self));
+        }
+        if let Some(m) = self.modules.get(path) {
+            return Ok(Resolved::Module(m.as_ref()));
+        }
+        if let Some(e) = self.attrs.get(path) {
+            return Ok(Resolved::Tensor { kind: e.kind, constant: e.constant });
+        }
+        if let Some(c) = self.containers().get(path) {
+            return Ok(Resolved::Module(c));
+        }
+        // walk the atoms: the longest module prefix owns the rest
+        let mut parent_type = self.type_name.clone();
+        let mut start = 0;
+        loop {
+            let end = path[start..].find('.').map(|i| start + i).unwrap_or(path.len());
+            let prefix = &path[..end];
+            let atom = &path[start..end];
+            let seen = if start == 0 { String::new() } else { path[..start - 1].to_string() };
+            if end == path.len() {
+                return Err(Unresolved { atom: atom.into(), seen, parent_type, not_module: false });
+            }
+            let rest = &path[end + 1..];
+            if let Some(m) = self.modules.get(prefix) {
+                return resolve_in(m.as_ref(), prefix, rest);
+            }
+            if self.attrs.contains_key(prefix) {
+                return Err(Unresolved { atom: atom.into(), seen, parent_type, not_module: true });
+            }
+            if !self.containers().contains_key(prefix) {
+                return Err(Unresolved { atom: atom.into(), seen, parent_type, not_module: false });
+            }
+            parent_type = "Module".into();
+            start = end + 1;
+        }
+    }
+
+    /// FX's `get_submodule`: the module at the dotted `path`: a leaf module, a nested traced
+    /// module, a module inside one, or an intermediate container ([`ModuleContainer`], FX's
+    /// plain `nn.Module()`); `""` is the GraphModule itself. Errors use FX's wording.
+    ///
+    /// ```
+    /// use ferrofx_fx::symbolic_trace;
+    /// use ferrofx_nn::zoo::ResNet;
+    /// use ferrofx_nn::ModuleStructure;
+    /// let m = ResNet::build(false, [1, 1, 1, 1], [8, 16, 32, 64], 10).unwrap();
+    /// let gm = symbolic_trace(&m).unwrap();
+    /// assert_eq!(gm.get_submodule("layer1.0.conv1").unwrap().type_name(), "Conv2d");
+    /// assert_eq!(gm.get_submodule("layer1").unwrap().type_name(), "Module"); // a container
+    /// let e = gm.get_submodule("layer1.0.conv1.weight").unwrap_err();
+    /// assert!(e.to_string().contains("`weight` is not an nn.Module"));
+    /// ```
+    pub fn get_submodule(&self, path: &str) -> Result<&dyn Module> {
+        match self.resolve(path) {
+            Ok(Resolved::Module(m)) => Ok(m),
+            Ok(Resolved::Tensor { .. }) => {
+                Err(attr_err("get_submodule", format!("`{}` is not an nn.Module", last_atom(path))))
+            }
+            Err(u) => Err(attr_err("get_submodule", u.message())),
+        }
+    }
+
+    /// FX's `get_parameter`: the parameter at the dotted `path` (a tensor `get_attr` reads, or
+    /// a leaf module's); a buffer, a constant or a module there is an error ("`x` is not an
+    /// nn.Parameter"), as is a missing name ("M has no attribute `x`").
+    pub fn get_parameter(&self, path: &str) -> Result<Tensor> {
+        self.get_tensor_of_kind(
+            path,
+            "get_parameter",
+            |kind, constant| kind == TensorKind::Parameter && !constant,
+            "an nn.Parameter",
+        )
+    }
+
+    /// FX's `get_buffer`: the buffer at the dotted `path`; a parameter, a traced constant
+    /// (`_tensor_constant0` is a plain attribute in FX) or a module there is an error ("`x` is
+    /// not a buffer").
+    pub fn get_buffer(&self, path: &str) -> Result<Tensor> {
+        self.get_tensor_of_kind(
+            path,
+            "get_buffer",
+            |kind, constant| kind == TensorKind::Buffer && !constant,
+            "a buffer",
+        )
+    }
+
+    /// FX's `fetch_attr` for tensors: the tensor at the dotted `path`, whatever its kind
+    /// (parameter, buffer, traced constant): what a `get_attr` node reads.
+    pub fn get_attr(&self, path: &str) -> Result<Tensor> {
+        self.get_tensor_of_kind(path, "get_attr", |_, _| true, "a tensor")
+    }
+
+    fn get_tensor_of_kind(
+        &self,
+        path: &str,
+        op: &str,
+        accept: impl Fn(TensorKind, bool) -> bool,
+        what: &str,
+    ) -> Result<Tensor> {
+        match self.resolve(path) {
+            Ok(Resolved::Tensor { kind, constant }) if accept(kind, constant) => {
+                if let Some(e) = self.attrs.get(path) {
+                    return Ok(e.tensor.clone());
+                }
+                self.get_tensor(path)
+            }
+            Ok(_) => Err(attr_err(op, format!("`{}` is not {what}", last_atom(path)))),
+            Err(u) => Err(attr_err(op, u.message())),
+        }
+    }
+
+    /// FX's `add_submodule`: adds (or replaces) `module` at the dotted `path`, creating the
+    /// intermediate containers. Returns `Ok(false)` and changes nothing when a prefix of the
+    /// path is a tensor (FX: "`x` is not an nn.Module", `False`); an empty path or atom is an
+    /// error. A path under a leaf module adds a child of that module, as in FX.
+    pub fn add_submodule(&mut self, path: &str, module: Box<dyn Module>) -> Result<bool> {
         if path.is_empty() || path.split('.').any(|p| p.is_empty()) {
             return Err(Error::argument("add_submodule", format!("'{path}' is not a valid module path")));
         }
+        for (i, _) in path.match_indices('.') {
+            if matches!(self.resolve(&path[..i]), Ok(Resolved::Tensor { .. })) {
+                return Ok(false);
+            }
+        }
         self.modules.insert(path.to_string(), module);
-        self.invalidate();
-        Ok(())
+        self.namespace_changed();
+        Ok(true)
     }
 
-    /// FX's `delete_submodule`: removes the module at `path`; `false` if there was none.
+    /// FX's `delete_submodule`: deletes the module (leaf, nested traced module or container) at
+    /// `path` with everything beneath it, modules and tensors; its parent container stays,
+    /// empty. `false` if `path` names no module (a tensor, or nothing), as in FX.
     pub fn delete_submodule(&mut self, path: &str) -> bool {
-        let found = self.modules.shift_remove(path).is_some();
-        self.invalidate();
-        found
+        if path.is_empty() {
+            return false;
+        }
+        let own = self.modules.contains_key(path) || self.containers().contains_key(path);
+        if !own {
+            // a module inside a nested traced module
+            let owner = path.match_indices('.').map(|(i, _)| i).find(|&i| self.modules.contains_key(&path[..i]));
+            let Some(i) = owner else { return false };
+            let Some(sub) = self.modules.get_mut(&path[..i]).and_then(|m| m.as_any_mut().downcast_mut::<GraphModule>())
+            else {
+                return false;
+            };
+            let deleted = sub.delete_submodule(&path[i + 1..]);
+            self.namespace_changed();
+            return deleted;
+        }
+        let under =
+            |p: &str| p == path || (p.len() > path.len() && p.starts_with(path) && p.as_bytes()[path.len()] == b'.');
+        self.modules.retain(|p, _| !under(p));
+        self.attrs.retain(|p, _| !under(p));
+        self.kept_containers.retain(|p| !under(p));
+        self.impure_modules.retain(|p| !under(p));
+        if let Some(i) = path.rfind('.') {
+            let parent = &path[..i];
+            if self.containers().contains_key(parent) && !self.kept_containers.iter().any(|k| k == parent) {
+                self.kept_containers.push(parent.to_string());
+            }
+        }
+        self.namespace_changed();
+        true
     }
 
-    /// FX's `delete_all_unused_submodules`: deletes every submodule no node uses. As in FX, a
-    /// module is used if a `call_module` node calls it or one of its ancestors, or a
-    /// `call_module`/`get_attr` target lies under it; attributes (parameters, buffers,
-    /// constants) are never deleted here (see [`GraphModule::delete_unused_attributes`]).
+    /// FX's `delete_all_unused_submodules`: deletes every module (leaf, nested traced module,
+    /// container) no node uses. As in FX, a module is used if a `call_module` or `get_attr`
+    /// target lies under it (or is it), or it lies under a called module; deleting a module
+    /// deletes the tensors beneath it (no `get_attr` reads them, or it would be used). Tensors
+    /// directly on the GraphModule stay (see [`GraphModule::delete_unused_attributes`]).
     /// Returns how many modules were deleted.
     pub fn delete_all_unused_submodules(&mut self) -> usize {
-        let mut used: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        let mut called: Vec<&str> = vec![];
+        let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut called: Vec<String> = vec![];
         for n in self.graph.iter() {
             if !matches!(n.op(), Opcode::CallModule | Opcode::GetAttr) {
                 continue;
             }
             let t = n.target().name();
-            let t: &str = self.modules.get_key_value(t).map(|(k, _)| k.as_str()).unwrap_or(t);
             // every prefix of the target: `foo`, `foo.bar`, `foo.bar.baz`
-            for (i, c) in t.char_indices() {
-                if c == '.' {
-                    used.insert(&t[..i]);
-                }
+            for (i, _) in t.match_indices('.') {
+                used.insert(t[..i].to_string());
             }
-            used.insert(t);
+            used.insert(t.to_string());
             if n.op() == Opcode::CallModule {
-                called.push(t);
+                called.push(t.to_string());
             }
         }
-        let unused: Vec<String> = self
-            .modules
+        let under_called = |p: &str| {
+            called.iter().any(|c| p.len() > c.len() && p.starts_with(c.as_str()) && p.as_bytes()[c.len()] == b'.')
+        };
+        let mut unused: Vec<String> = self
+            .containers()
             .keys()
-            .filter(|p| {
-                !used.contains(p.as_str())
-                    && !called.iter().any(|c| p.len() > c.len() && p.starts_with(c) && p.as_bytes()[c.len()] == b'.')
-            })
+            .chain(self.modules.keys())
+            .filter(|p| !used.contains(p.as_str()) && !under_called(p))
             .cloned()
             .collect();
+        // parents first: deleting one deletes its subtree
+        unused.sort_by_key(|p| p.matches('.').count());
+        let before = self.modules.len() + self.containers().len();
         for p in &unused {
-            self.modules.shift_remove(p);
+            self.delete_submodule(p);
         }
-        self.invalidate();
-        unused.len()
+        // an unused module's parent is not kept alive by the deletion itself
+        self.kept_containers.retain(|k| used.contains(k));
+        self.namespace_changed();
+        before.saturating_sub(self.modules.len() + self.containers().len())
     }
 
     /// Deletes the attributes no `get_attr` node reads (a ferrofx addition: FX leaves unused
@@ -185,17 +478,103 @@ impl GraphModule {
             self.graph.iter().filter(|n| n.op() == Opcode::GetAttr).map(|n| n.target().name().to_string()).collect();
         let before = self.attrs.len();
         self.attrs.retain(|p, _| used.contains(p));
-        self.invalidate();
+        self.namespace_changed();
         before - self.attrs.len()
+    }
+
+    /// Flags the module at `path` as having side effects (FX's `_is_impure = True` on a module
+    /// class): [`GraphModule::eliminate_dead_code`] keeps its unused calls. The flag belongs to
+    /// this GraphModule's path, as Rust modules carry no such attribute.
+    pub fn set_module_impure(&mut self, path: &str, impure: bool) -> Result<()> {
+        self.get_submodule(path)?;
+        if impure {
+            self.impure_modules.insert(path.to_string());
+        } else {
+            self.impure_modules.remove(path);
+        }
+        Ok(())
+    }
+
+    /// FX's `graph.eliminate_dead_code()` on a GraphModule's graph: lints first, keeps impure
+    /// nodes ([`crate::Node::is_impure`]) and calls of modules flagged with
+    /// [`GraphModule::set_module_impure`]. Returns whether anything was erased.
+    ///
+    /// ```
+    /// use ferrofx_fx::{Graph, GraphModule, Opcode};
+    /// use ferrofx_nn::ReLU;
+    /// let mut g = Graph::new();
+    /// let x = g.placeholder("x").unwrap();
+    /// g.call_module("relu", vec![x.into()]).unwrap();
+    /// g.output(x.into()).unwrap();
+    /// let mut modules = indexmap::IndexMap::new();
+    /// modules.insert("relu".to_string(), Box::new(ReLU::new()) as Box<dyn ferrofx_nn::Module>);
+    /// let mut gm = GraphModule::from_parts(g, modules, Default::default(), "M", false).unwrap();
+    /// gm.set_module_impure("relu", true).unwrap();
+    /// assert!(!gm.eliminate_dead_code().unwrap()); // FX: ReLUImpure with _is_impure is kept
+    /// gm.set_module_impure("relu", false).unwrap();
+    /// assert!(gm.eliminate_dead_code().unwrap());
+    /// ```
+    pub fn eliminate_dead_code(&mut self) -> Result<bool> {
+        let impure_modules = &self.impure_modules;
+        let impure = |n: &crate::graph::Node<'_>| {
+            n.is_impure() || (n.op() == Opcode::CallModule && impure_modules.contains(n.target().name()))
+        };
+        let changed = self
+            .graph
+            .eliminate_dead_code(Some(&impure))
+            .map_err(|e| Error::argument("eliminate_dead_code", e.to_string()))?;
+        self.invalidate();
+        Ok(changed)
+    }
+
+    /// FX's `graph.lint()` on a GraphModule: the graph's own checks, then every `call_module`
+    /// and `get_attr` target against this module, with FX's messages ("Node x target a.b
+    /// references nonexistent attribute b of a", "... b of a does not reference an
+    /// nn.Module"). A `get_attr` must read a tensor here (a plan value), not a module.
+    pub fn lint(&self) -> Result<()> {
+        self.graph.lint().map_err(|e| Error::argument("lint", e.to_string()))?;
+        for n in self.graph.iter() {
+            if matches!(n.op(), Opcode::CallModule | Opcode::GetAttr) {
+                if let Some(message) = self.target_problem(n.name(), n.op(), n.target().name()) {
+                    return Err(Error::argument("lint", message));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What is wrong with a `call_module`/`get_attr` target, in FX's words (`None`: nothing).
+    pub(crate) fn target_problem(&self, node: &str, op: Opcode, target: &str) -> Option<String> {
+        let (atom, seen) = match target.rfind('.') {
+            Some(i) => (&target[i + 1..], &target[..i]),
+            None => (target, ""),
+        };
+        match (self.resolve(target), op) {
+            (Ok(Resolved::Module(_)), Opcode::CallModule) | (Ok(Resolved::Tensor { .. }), Opcode::GetAttr) => None,
+            (Ok(Resolved::Tensor { .. }), _) => {
+                Some(format!("Node {node} target {target} {atom} of {seen} does not reference an nn.Module"))
+            }
+            (Ok(Resolved::Module(_)), _) => Some(format!(
+                "Node {node} target {target} {atom} of {seen} does not reference an nn.Parameter, buffer or tensor constant (a get_attr node reads a tensor in ferrofx)"
+            )),
+            (Err(u), Opcode::CallModule) if u.not_module => Some(format!(
+                "Node {node} target {target} {} of {} does not reference an nn.Module",
+                u.atom, u.seen
+            )),
+            (Err(u), _) => Some(format!(
+                "Node {node} target {target} references nonexistent attribute {} of {}",
+                u.atom, u.seen
+            )),
+        }
     }
 
     /// Adds (or replaces) a tensor read by `get_attr` nodes.
     pub fn register_attribute(&mut self, path: &str, tensor: Tensor, kind: TensorKind) {
         self.attrs.insert(path.to_string(), TensorEntry { tensor, kind, constant: false });
-        self.invalidate();
+        self.namespace_changed();
     }
 
-    fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         if let Ok(mut p) = self.plan.write() {
             *p = None;
         }
@@ -484,8 +863,33 @@ impl Module for GraphModule {
             )),
         }
     }
+    fn get_submodule(&self, path: &str) -> Result<&dyn Module> {
+        GraphModule::get_submodule(self, path)
+    }
+    /// A copy sharing the tensors (its leaves copied with their own `clone_module`), so a
+    /// GraphModule can be a leaf of another trace, as in FX; `None` when a leaf cannot be copied.
+    fn clone_module(&self) -> Option<Box<dyn Module>> {
+        let (graph, _) = self.graph.deep_copy().ok()?;
+        let mut modules: IndexMap<String, Box<dyn Module>> = IndexMap::with_capacity(self.modules.len());
+        for (p, m) in &self.modules {
+            modules.insert(p.clone(), m.clone_module()?);
+        }
+        let mut gm =
+            GraphModule::from_parts(graph, modules, self.attrs.clone(), &self.type_name, self.training).ok()?;
+        gm.kept_containers = self.kept_containers.clone();
+        gm.impure_modules = self.impure_modules.clone();
+        Some(Box::new(gm))
+    }
     fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
         let plan = self.plan()?;
+        let completed;
+        let inputs = match plan.complete_inputs(self, inputs)? {
+            Some(all) => {
+                completed = all;
+                &completed[..]
+            }
+            None => inputs,
+        };
         self.check_budget(&plan, inputs)?;
         plan.run(self, inputs)
     }

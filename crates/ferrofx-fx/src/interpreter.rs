@@ -3,8 +3,13 @@
 //! for every call, so it suits analyses (shape propagation, profiling, debugging), not speed.
 //!
 //! Override a per-opcode hook (`call_function`, `call_module`, ...) to change what a kind of
-//! node does, or [`Interpreter::run_node`] to wrap every node (and call
-//! [`default_run_node`] for the default behaviour, like `super().run_node(n)`).
+//! node does, or [`Interpreter::run_node`] to wrap every node, placeholders and the output
+//! included as in FX (and call [`default_run_node`] for the default behaviour, like
+//! `super().run_node(n)`). As FX's `Interpreter`, a run can start from an `initial_env`
+//! ([`Interpreter::run_with_env`]: nodes already in it are not run), take its inputs by value
+//! and free them early ([`Interpreter::boxed_run`]), run another graph against the same module
+//! ([`Interpreter::run_graph`], FX's `graph=` argument), and frees every value after its last
+//! use (FX's `garbage_collect_values`).
 //!
 //! ```
 //! use ferrofx_fx::{symbolic_trace, GraphModule, Interpreter, NodeValue, Node, Target};
@@ -31,11 +36,12 @@
 //! assert_eq!(out[0].as_tensor().unwrap().to_vec::<f32>().unwrap(), vec![-1.0, 2.0]);
 //! ```
 
-use crate::graph::{Argument, Node, NodeId, Opcode, Target};
+use crate::graph::{Argument, Graph, Node, NodeId, Opcode, Target};
 use crate::graph_module::GraphModule;
 use crate::tracer::is_getitem;
 use ferrofx_core::op::call;
 use ferrofx_core::{Error, Result, Value};
+use std::cell::Cell;
 use std::collections::HashMap;
 
 /// The value of a node: one value, or the outputs of a node with several.
@@ -67,8 +73,75 @@ fn from_outputs(mut out: Vec<Value>) -> NodeValue {
     }
 }
 
-/// The values computed so far, by node.
-pub type Env = HashMap<NodeId, NodeValue>;
+/// The values computed so far, by node (FX's `Interpreter.env`), and the positional inputs the
+/// placeholders take in order (FX's `args_iter`).
+#[derive(Default)]
+pub struct Env {
+    values: HashMap<NodeId, NodeValue>,
+    inputs: Vec<Option<Value>>,
+    next_input: Cell<usize>,
+    released: usize,
+}
+
+impl Env {
+    /// An empty environment.
+    pub fn new() -> Env {
+        Env::default()
+    }
+
+    /// An environment holding `values` (FX's `initial_env`: those nodes are not run).
+    pub fn with_values(values: impl IntoIterator<Item = (NodeId, NodeValue)>) -> Env {
+        Env { values: values.into_iter().collect(), ..Env::default() }
+    }
+
+    /// The value of `node`, if computed and not freed yet.
+    pub fn get(&self, node: NodeId) -> Option<&NodeValue> {
+        self.values.get(&node)
+    }
+
+    /// Whether `node` has a value.
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.values.contains_key(&node)
+    }
+
+    /// Sets the value of `node`.
+    pub fn insert(&mut self, node: NodeId, value: NodeValue) -> Option<NodeValue> {
+        self.values.insert(node, value)
+    }
+
+    /// Frees the value of `node`.
+    pub fn remove(&mut self, node: NodeId) -> Option<NodeValue> {
+        self.values.remove(&node)
+    }
+
+    /// How many values are held (what garbage collection keeps small).
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether no value is held.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The next positional input, consumed by a placeholder (FX's `next(self.args_iter)`);
+    /// `None` when every input was taken.
+    pub fn next_input(&self) -> Option<&Value> {
+        let k = self.next_input.get();
+        let v = self.inputs.get(k)?.as_ref();
+        self.next_input.set(k + 1);
+        v
+    }
+
+    /// Drops the inputs placeholders took (a boxed run holds nothing it no longer needs).
+    fn release_taken_inputs(&mut self) {
+        let taken = self.next_input.get().min(self.inputs.len());
+        for v in &mut self.inputs[self.released.min(taken)..taken] {
+            *v = None;
+        }
+        self.released = taken;
+    }
+}
 
 /// Runs a GraphModule node by node (FX's `Interpreter`); every hook has a default.
 pub trait Interpreter<'m> {
@@ -80,7 +153,13 @@ pub trait Interpreter<'m> {
         match (input, node.args().first()) {
             (Some(v), _) => Ok(NodeValue::One(v.clone())),
             (None, Some(d)) => Ok(NodeValue::One(arg_value(d, &Env::new(), node.name())?)),
-            (None, None) => Err(Error::argument(node.name(), format!("missing input '{}'", node.target().name()))),
+            (None, None) => Err(Error::argument(
+                node.name(),
+                format!(
+                    "Expected positional argument for parameter {}, but one was not passed in!",
+                    node.target().name()
+                ),
+            )),
         }
     }
 
@@ -128,7 +207,7 @@ pub trait Interpreter<'m> {
             return Err(Error::argument(node.name(), "modules take positional values only"));
         }
         let m = self.module().get_submodule_owned(path)?;
-        let g = self.module().graph();
+        let g = node.graph();
         let getitem_user = node.users().any(|u| is_getitem(g, u));
         match (&args[..], getitem_user) {
             ([Value::Tensor(x)], false) => Ok(NodeValue::One(Value::Tensor(m.call(x)?))),
@@ -142,57 +221,80 @@ pub trait Interpreter<'m> {
         Ok(values)
     }
 
-    /// Runs one node (FX's `run_node`); the default is [`default_run_node`].
+    /// Runs one node, whatever its opcode (FX's `run_node`); the default is
+    /// [`default_run_node`]. For the output node it returns the graph's results
+    /// ([`NodeValue::Many`]).
     fn run_node(&mut self, node: Node<'m>, env: &Env) -> Result<NodeValue>
     where
         Self: Sized,
     {
-        default_run_node(self, node, env, None)
+        default_run_node(self, node, env)
     }
 
-    /// Runs the whole graph on positional inputs, dropping each value after its last use.
+    /// Runs the module's graph on positional inputs (FX's `run`).
     fn run(&mut self, inputs: &[Value]) -> Result<Vec<Value>>
     where
         Self: Sized,
     {
-        let gm = self.module();
-        let g = gm.graph();
-        let mut remaining: HashMap<NodeId, usize> = g.iter().map(|n| (n.id(), n.num_users())).collect();
-        let mut env: Env = HashMap::new();
-        let mut next_input = 0usize;
-        for node in g.iter() {
-            let value = match node.op() {
-                Opcode::Placeholder => {
-                    let v = self.placeholder(node, inputs.get(next_input));
-                    next_input += 1;
-                    v?
-                }
-                Opcode::Output => {
-                    let a = node.args().first().cloned().unwrap_or_default();
-                    let vals = match &a {
-                        crate::graph::Argument::Tuple(items) | crate::graph::Argument::List(items) => {
-                            items.iter().map(|i| arg_value(i, &env, node.name())).collect::<Result<Vec<_>>>()?
-                        }
-                        other => match other.as_node().and_then(|n| env.get(&n)) {
-                            Some(NodeValue::Many(vs)) => vs.clone(),
-                            _ => vec![arg_value(other, &env, node.name())?],
-                        },
-                    };
-                    return self.output(node, vals);
-                }
-                _ => self.run_node(node, &env)?,
-            };
+        self.run_with_env(inputs, Env::new())
+    }
+
+    /// FX's `run(*args, initial_env=...)`: the nodes with a value in `initial_env` are not run
+    /// (their value is used; a placeholder there takes no input).
+    fn run_with_env(&mut self, inputs: &[Value], initial_env: Env) -> Result<Vec<Value>>
+    where
+        Self: Sized,
+    {
+        let graph = self.module().graph();
+        self.run_graph(graph, inputs.to_vec(), initial_env)
+    }
+
+    /// FX's `boxed_run`: takes the inputs out of `inputs` (left empty) so each is freed as
+    /// soon as its placeholder and last user ran.
+    fn boxed_run(&mut self, inputs: &mut Vec<Value>) -> Result<Vec<Value>>
+    where
+        Self: Sized,
+    {
+        let graph = self.module().graph();
+        let args = std::mem::take(inputs);
+        self.run_graph(graph, args, Env::new())
+    }
+
+    /// Runs `graph` instead of the module's own (FX's `Interpreter(gm, graph=g)`): its
+    /// `call_module` and `get_attr` nodes resolve against [`Interpreter::module`]. Every node
+    /// goes through [`Interpreter::run_node`]; each value is dropped after its last use.
+    fn run_graph(&mut self, graph: &'m Graph, inputs: Vec<Value>, initial_env: Env) -> Result<Vec<Value>>
+    where
+        Self: Sized,
+    {
+        let mut env = initial_env;
+        env.inputs = inputs.into_iter().map(Some).collect();
+        env.next_input.set(0);
+        env.released = 0;
+        let mut remaining: HashMap<NodeId, usize> = graph.iter().map(|n| (n.id(), n.num_users())).collect();
+        for node in graph.iter() {
+            if env.contains(node.id()) {
+                continue;
+            }
+            let value = self.run_node(node, &env)?;
+            if node.op() == Opcode::Output {
+                return Ok(match value {
+                    NodeValue::Many(vs) => vs,
+                    NodeValue::One(v) => vec![v],
+                });
+            }
             env.insert(node.id(), value);
+            env.release_taken_inputs();
             for input in node.all_input_nodes() {
                 if let Some(r) = remaining.get_mut(&input) {
                     *r = r.saturating_sub(1);
                     if *r == 0 {
-                        env.remove(&input);
+                        env.remove(input);
                     }
                 }
             }
             if node.num_users() == 0 {
-                env.remove(&node.id());
+                env.remove(node.id());
             }
         }
         Err(Error::argument("Interpreter", "the graph has no output node"))
@@ -203,7 +305,7 @@ pub trait Interpreter<'m> {
 /// (what `getitem` takes).
 fn arg_value(a: &Argument, env: &Env, node: &str) -> Result<Value> {
     let value_of = |n: NodeId| -> Result<Value> {
-        match env.get(&n) {
+        match env.get(n) {
             Some(NodeValue::One(v)) => Ok(v.clone()),
             Some(NodeValue::Many(vs)) => {
                 let mut ts = Vec::with_capacity(vs.len());
@@ -300,14 +402,28 @@ pub fn default_call_function(
 }
 
 /// FX's `Interpreter.run_node`: fetches the node's arguments from `env` and calls the hook of
-/// its opcode. `input` is used for placeholders.
-pub fn default_run_node<'m, I: Interpreter<'m>>(
-    interp: &mut I,
-    node: Node<'m>,
-    env: &Env,
-    input: Option<&Value>,
-) -> Result<NodeValue> {
+/// its opcode; a placeholder takes the next positional input ([`Env::next_input`]), the output
+/// node returns the graph's results as [`NodeValue::Many`].
+pub fn default_run_node<'m, I: Interpreter<'m>>(interp: &mut I, node: Node<'m>, env: &Env) -> Result<NodeValue> {
     let name = node.name();
+    match node.op() {
+        Opcode::Placeholder => return interp.placeholder(node, env.next_input()),
+        Opcode::GetAttr => return interp.get_attr(node, node.target().name()),
+        Opcode::Output => {
+            let a = node.args().first().cloned().unwrap_or_default();
+            let vals = match &a {
+                Argument::Tuple(items) | Argument::List(items) => {
+                    items.iter().map(|i| arg_value(i, env, name)).collect::<Result<Vec<_>>>()?
+                }
+                other => match other.as_node().and_then(|n| env.get(n)) {
+                    Some(NodeValue::Many(vs)) => vs.clone(),
+                    _ => vec![arg_value(other, env, name)?],
+                },
+            };
+            return interp.output(node, vals).map(NodeValue::Many);
+        }
+        _ => {}
+    }
     let args = node.args().iter().map(|a| arg_value(a, env, name)).collect::<Result<Vec<_>>>()?;
     let kwargs = node
         .kwargs()
@@ -316,12 +432,9 @@ pub fn default_run_node<'m, I: Interpreter<'m>>(
         .collect::<Result<Vec<_>>>()?;
     let ctx = |e: Error| Error::new(e.kind(), e.op(), format!("{} (while interpreting node '{name}')", e.message()));
     match node.op() {
-        Opcode::Placeholder => interp.placeholder(node, input),
-        Opcode::GetAttr => interp.get_attr(node, node.target().name()),
         Opcode::CallFunction => interp.call_function(node, node.target(), args, kwargs).map_err(ctx),
         Opcode::CallMethod => interp.call_method(node, node.target().name(), args, kwargs).map_err(ctx),
-        Opcode::CallModule => interp.call_module(node, node.target().name(), args, kwargs).map_err(ctx),
-        Opcode::Output => Ok(NodeValue::Many(args)),
+        _ => interp.call_module(node, node.target().name(), args, kwargs).map_err(ctx),
     }
 }
 

@@ -31,12 +31,14 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod assert_ops;
 pub mod core_api;
 pub mod getitem;
 pub mod graph;
 pub mod graph_module;
 pub mod interpreter;
 pub mod memory_budget;
+pub mod module_container;
 pub mod passes;
 mod plan;
 pub mod rust_source;
@@ -46,12 +48,15 @@ pub mod traced;
 pub mod tracer;
 pub mod transformer;
 mod values;
+pub mod wrap;
 
 pub use graph::*;
 pub use graph_module::GraphModule;
 pub use interpreter::{DefaultInterpreter, Env, Interpreter, NodeValue};
 pub use memory_budget::{default_max_memory, PeakMemory};
+pub use module_container::ModuleContainer;
 pub use rust_source::RustSource;
 pub use shape_prop::ShapeProp;
 pub use tracer::{symbolic_trace, trace_with_inputs, Tracer};
 pub use transformer::Transformer;
+pub use wrap::{wrap, Wrapped};

@@ -9,7 +9,6 @@ use crate::graph_module::GraphModule;
 use crate::values::{to_value, Slots};
 use ferrofx_core::op::{bind, dispatch, ArgType, CallKind, OpDef};
 use ferrofx_core::{Error, Result, Tensor, Value};
-use ferrofx_nn::Module;
 use std::fmt::Write;
 use std::sync::OnceLock;
 
@@ -36,7 +35,18 @@ pub(crate) struct Plan {
     /// Slot of each node, indexed by `NodeId::index()` (`u32::MAX`: not in the plan).
     pub(crate) slot_of: Vec<u32>,
     pub(crate) num_inputs: usize,
+    /// Each placeholder's name and default value (FX's `placeholder(default_value=..)`).
+    inputs: Vec<(String, Option<Value>)>,
     code: OnceLock<String>,
+}
+
+/// No node values: for converting literal arguments (placeholder defaults).
+struct NoSlots;
+
+impl Slots for NoSlots {
+    fn get(&self, node: NodeId) -> Result<Value> {
+        Err(Error::argument("placeholder", format!("a placeholder default cannot refer to node {node:?}")))
+    }
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -80,6 +90,7 @@ impl Plan {
         let mut last_use: Vec<u32> = Vec::with_capacity(g.len());
         let mut steps = Vec::with_capacity(g.len());
         let mut num_inputs = 0;
+        let mut inputs = Vec::new();
         for (i, n) in g.iter().enumerate() {
             slot_of[n.id().index() as usize] = i as u32;
             last_use.push(NO_SLOT);
@@ -93,19 +104,29 @@ impl Plan {
             let step = match n.op() {
                 Opcode::Placeholder => {
                     num_inputs += 1;
+                    let default = match n.args().first() {
+                        Some(a) => Some(to_value(a, None, &NoSlots, name)?),
+                        None => None,
+                    };
+                    inputs.push((n.target().name().to_string(), default));
                     Step::Input(num_inputs - 1)
                 }
                 Opcode::GetAttr => {
                     let path = n.target().name();
-                    let t =
-                        gm.attrs.get(path).map(|e| e.tensor.clone()).or_else(|| gm.get_tensor(path).ok()).ok_or_else(
-                            || {
-                                Error::argument(
-                                    "recompile",
-                                    format!("node '{name}': get_attr target '{path}' does not exist"),
-                                )
-                            },
-                        )?;
+                    let t = match gm.attrs.get(path) {
+                        Some(e) => e.tensor.clone(),
+                        None => gm.get_attr(path).map_err(|_| {
+                            let what = format!("node '{name}': get_attr target '{path}' does not exist");
+                            let problem = gm.target_problem(name, Opcode::GetAttr, path);
+                            Error::argument(
+                                "recompile",
+                                match problem {
+                                    Some(p) => format!("{p} ({what})"),
+                                    None => what,
+                                },
+                            )
+                        })?,
+                    };
                     Step::Attr(t)
                 }
                 Opcode::CallFunction | Opcode::CallMethod => {
@@ -144,12 +165,14 @@ impl Plan {
                 Opcode::CallModule => {
                     let path = n.target().name().to_string();
                     if !gm.modules.contains_key(&path) {
-                        return Err(Error::argument(
-                            "recompile",
-                            format!(
-                                "node '{name}': call_module target '{path}' is not a submodule of this GraphModule"
-                            ),
-                        ));
+                        let what = format!(
+                            "node '{name}': call_module target '{path}' is not a submodule of this GraphModule"
+                        );
+                        let problem = match gm.target_problem(name, Opcode::CallModule, &path) {
+                            Some(p) => format!("{p} ({what})"),
+                            None => format!("{what}: an intermediate container has no forward"),
+                        };
+                        return Err(Error::argument("recompile", problem));
                     }
                     let args = n.args().to_vec();
                     // a module whose results are picked by getitem returns several values
@@ -167,7 +190,34 @@ impl Plan {
                 steps[i as usize].frees.push(s as u32);
             }
         }
-        Ok(Plan { steps, slot_of, num_inputs, code: OnceLock::new() })
+        Ok(Plan { steps, slot_of, num_inputs, inputs, code: OnceLock::new() })
+    }
+
+    /// The inputs completed with the placeholders' defaults when some trailing ones are missing
+    /// (`None`: `given` is complete). A missing input without a default is an error in FX's
+    /// words.
+    pub(crate) fn complete_inputs(&self, gm: &GraphModule, given: &[Value]) -> Result<Option<Vec<Value>>> {
+        if given.len() >= self.num_inputs {
+            return Ok(None);
+        }
+        let mut all = given.to_vec();
+        for (name, default) in &self.inputs[given.len()..] {
+            match default {
+                Some(v) => all.push(v.clone()),
+                None => {
+                    return Err(Error::argument(
+                        "GraphModule.forward",
+                        format!(
+                            "{} takes {} inputs, got {}: expected positional argument for parameter {name}, but one was not passed in",
+                            gm.type_name,
+                            self.num_inputs,
+                            given.len()
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(Some(all))
     }
 
     /// The plan as readable source (rendered once, on first request).

@@ -49,17 +49,11 @@ impl<'m> Interpreter<'m> for ShapeProp<'m> {
     fn module(&self) -> &'m GraphModule {
         self.gm
     }
-    fn placeholder(&mut self, node: Node<'m>, input: Option<&Value>) -> Result<NodeValue> {
-        let v = match (input, node.args().first()) {
-            (Some(v), _) => NodeValue::One(v.clone()),
-            _ => default_run_node(self, node, &Env::new(), input)?,
-        };
-        self.record(node.id(), &v);
-        Ok(v)
-    }
     fn run_node(&mut self, node: Node<'m>, env: &Env) -> Result<NodeValue> {
-        let v = default_run_node(self, node, env, None)?;
-        self.record(node.id(), &v);
+        let v = default_run_node(self, node, env)?;
+        if node.op() != crate::graph::Opcode::Output {
+            self.record(node.id(), &v);
+        }
         Ok(v)
     }
 }

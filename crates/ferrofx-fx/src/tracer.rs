@@ -70,12 +70,22 @@ const MULTI_OUTPUT: &[&str] = &[
     "std_mean",
 ];
 
+/// Called for every node the tracer creates, right after its creation and metadata (FX's
+/// `Tracer.create_node` override point): it may edit the node (meta, name, type) through the
+/// graph. An error ends the trace.
+pub type CreateNodeHook = dyn Fn(&mut Graph, NodeId) -> Result<()>;
+
+/// The function traced instead of `forward` ([`Tracer::trace_method`]): symbolic inputs to
+/// outputs.
+type TracedMethod<'a> = dyn Fn(&[Value]) -> Result<Vec<Value>> + 'a;
+
 /// A configurable tracer (FX's `Tracer`).
 pub struct Tracer {
     leaf: Rc<LeafPredicate>,
     input_names: Vec<String>,
     concrete_args: HashMap<usize, Value>,
     submodule: Option<Rc<SubmoduleBuilder>>,
+    create_node: Option<Rc<CreateNodeHook>>,
 }
 
 impl Default for Tracer {
@@ -85,6 +95,7 @@ impl Default for Tracer {
             input_names: vec![],
             concrete_args: HashMap::new(),
             submodule: None,
+            create_node: None,
         }
     }
 }
@@ -119,26 +130,105 @@ impl Tracer {
         self
     }
 
-    /// FX's `concrete_args`: input `index` is fixed to `value` (a flag, a number, a tensor);
-    /// code depending on it is specialised and no placeholder is made for it.
+    /// FX's `concrete_args`: input `index` is fixed to `value` and code depending on it is
+    /// specialised. As in FX, a plain value (bool, int, float, `None`, string, list) still gets
+    /// a placeholder, `{name}_1`, guarded so that calling the traced module with another value
+    /// fails: `eq_scalar` + `_assert` ("flag has been specialized to have value True but got
+    /// another value") for bools and numbers, `_assert_is_none` for `None` (other values are not
+    /// guarded, as FX only warns for them). The placeholder's default is the concrete value (FX
+    /// takes the default from the Python signature, which Rust has not), so the input may be
+    /// left out. A tensor becomes a constant of the graph with no placeholder.
+    ///
+    /// ```
+    /// use ferrofx_fx::Tracer;
+    /// use ferrofx_nn::{functional, Module, Result, Tensor, Value};
+    /// #[derive(ferrofx_nn::Module)]
+    /// struct M {}
+    /// impl Module for M {
+    ///     fn forward(&self, x: &Tensor) -> Result<Tensor> { x.neg() }
+    ///     fn forward_values(&self, v: &[Value]) -> Result<Vec<Value>> {
+    ///         let x = v[0].as_tensor().unwrap();
+    ///         let y = if matches!(v[1], Value::Bool(true)) { functional::relu(x)? } else { x.neg()? };
+    ///         Ok(vec![y.into()])
+    ///     }
+    /// }
+    /// let gm = Tracer::new().input_names(&["x", "flag"]).concrete_arg(1, true).trace(&M {}, 2).unwrap();
+    /// let x = Tensor::from_vec(vec![-1.0f32], &[1]).unwrap();
+    /// assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![0.0]); // default: true
+    /// let e = gm.forward_values(&[x.into(), Value::Bool(false)]).unwrap_err();
+    /// assert!(e.to_string().contains("flag has been specialized to have value True but got another value"));
+    /// ```
     pub fn concrete_arg(mut self, index: usize, value: impl Into<Value>) -> Tracer {
         self.concrete_args.insert(index, value.into());
         self
     }
 
+    /// FX's `create_node` override: `hook` sees every node the tracer creates (after its
+    /// metadata is set) and may edit it through the graph.
+    ///
+    /// ```
+    /// use ferrofx_fx::{symbolic_trace, Tracer};
+    /// use ferrofx_nn::zoo::DigitsCnn;
+    /// let m = DigitsCnn::new().unwrap();
+    /// let gm = Tracer::new()
+    ///     .on_create_node(|g, n| {
+    ///         g.meta_mut(n).map_err(|e| ferrofx_core::Error::trace("tag", e.to_string()))?.insert("tag", 7u32);
+    ///         Ok(())
+    ///     })
+    ///     .trace(&m, 1)
+    ///     .unwrap();
+    /// assert!(gm.graph().iter().all(|n| n.meta().get::<u32>("tag") == Some(&7)));
+    /// ```
+    pub fn on_create_node(mut self, hook: impl Fn(&mut Graph, NodeId) -> Result<()> + 'static) -> Tracer {
+        self.create_node = Some(Rc::new(hook));
+        self
+    }
+
     /// Traces `module` symbolically (no shapes) with `num_inputs` inputs.
     pub fn trace(&self, module: &dyn Module, num_inputs: usize) -> Result<GraphModule> {
-        self.run(module, Inputs::Symbolic(num_inputs))
+        self.run(module, Inputs::Symbolic(num_inputs), None)
     }
 
     /// Traces `module` on example inputs: every node gets its `tensor_meta`.
     pub fn trace_with_inputs(&self, module: &dyn Module, inputs: &[Value]) -> Result<GraphModule> {
-        self.run(module, Inputs::Examples(inputs))
+        self.run(module, Inputs::Examples(inputs), None)
     }
 
-    fn run(&self, module: &dyn Module, inputs: Inputs<'_>) -> Result<GraphModule> {
+    /// Traces `method` instead of `module.forward` (FX's `Tracer.traced_func_name`, the method
+    /// to trace): `method` receives the symbolic inputs, usually a closure calling another
+    /// method of `module`; parameters, buffers and submodules resolve in `module` as for
+    /// `forward`.
+    ///
+    /// ```
+    /// use ferrofx_fx::Tracer;
+    /// use ferrofx_nn::{Linear, Module, Result, Tensor, Value};
+    /// #[derive(ferrofx_nn::Module)]
+    /// struct Enc { fc: Linear }
+    /// impl Module for Enc {
+    ///     fn forward(&self, x: &Tensor) -> Result<Tensor> { self.fc.call(x) }
+    /// }
+    /// impl Enc {
+    ///     fn encode(&self, x: &Tensor) -> Result<Tensor> { self.fc.call(x)?.tanh() }
+    /// }
+    /// let m = Enc { fc: Linear::new(2, 2, true).unwrap() };
+    /// let gm = Tracer::new()
+    ///     .trace_method(&m, 1, |v| Ok(vec![m.encode(v[0].as_tensor().unwrap())?.into()]))
+    ///     .unwrap();
+    /// assert!(gm.graph().to_string().contains("tanh"));
+    /// ```
+    pub fn trace_method(
+        &self,
+        module: &dyn Module,
+        num_inputs: usize,
+        method: impl Fn(&[Value]) -> Result<Vec<Value>>,
+    ) -> Result<GraphModule> {
+        self.run(module, Inputs::Symbolic(num_inputs), Some(&method))
+    }
+
+    fn run(&self, module: &dyn Module, inputs: Inputs<'_>, method: Option<&TracedMethod<'_>>) -> Result<GraphModule> {
         let mut state = State::new(module, self.leaf.clone());
         state.submodule = self.submodule.clone();
+        state.create_node = self.create_node.clone();
         let state = Rc::new(state);
         let n = match inputs {
             Inputs::Symbolic(n) => n,
@@ -146,11 +236,13 @@ impl Tracer {
         };
         let mut args = Vec::with_capacity(n);
         for i in 0..n {
+            let name = self.input_names.get(i).cloned().unwrap_or_else(|| "x".to_string());
             if let Some(v) = self.concrete_args.get(&i) {
+                state.concrete_placeholder(&name, v)?;
+                state.flush_created()?;
                 args.push(v.clone());
                 continue;
             }
-            let name = self.input_names.get(i).cloned().unwrap_or_else(|| "x".to_string());
             let node = state.graph.borrow_mut().placeholder(&name).map_err(trace_err)?;
             let meta = match inputs {
                 Inputs::Symbolic(_) => None,
@@ -167,13 +259,17 @@ impl Tracer {
                 },
             };
             state.set_meta(node, meta.as_ref(), None)?;
+            state.flush_created()?;
             args.push(Value::Tensor(state.symbolic(node, meta)));
         }
         let hook: Rc<Hooks> = Rc::new(Hooks(state.clone()));
         let outputs = with_trace_hook(hook.clone(), || {
             with_module_call_hook(hook.clone(), || {
                 let _g = ferrofx_core::autograd::no_grad();
-                module.forward_values(&args)
+                match method {
+                    Some(f) => f(&args),
+                    None => module.forward_values(&args),
+                }
             })
         });
         if let Some(e) = state.failure.borrow_mut().take() {
@@ -186,6 +282,7 @@ impl Tracer {
             Argument::tuple(outputs.iter().map(|v| state.to_arg(v)).collect::<Result<Vec<_>>>()?)
         };
         state.graph.borrow_mut().output(out_arg).map_err(trace_err)?;
+        state.flush_created()?;
         drop(hook);
         let state = Rc::try_unwrap(state).map_err(|_| Error::trace("trace", "the tracer is still referenced"))?;
         state.finish(module)
@@ -252,6 +349,9 @@ struct State {
     probing: Cell<bool>,
     failure: RefCell<Option<Error>>,
     getitem: &'static OpDef,
+    create_node: Option<Rc<CreateNodeHook>>,
+    /// The last node the create-node hook saw.
+    hooked: Cell<Option<NodeId>>,
 }
 
 /// A module's identity during a trace: its address and concrete type (a struct and its first
@@ -331,7 +431,67 @@ impl State {
             probing: Cell::new(false),
             failure: RefCell::new(None),
             getitem: crate::getitem::op(),
+            create_node: None,
+            hooked: Cell::new(None),
         }
+    }
+
+    /// Calls the create-node hook on every node created since the last call (nodes are
+    /// appended in creation order while tracing).
+    fn flush_created(&self) -> Result<()> {
+        let Some(hook) = &self.create_node else { return Ok(()) };
+        let fresh: Vec<NodeId> = {
+            let g = self.graph.borrow();
+            let mut cur = match self.hooked.get() {
+                Some(last) => g.next(last).map_err(trace_err)?,
+                None => g.first(),
+            };
+            let mut v = vec![];
+            while let Some(n) = cur {
+                v.push(n);
+                cur = g.next(n).map_err(trace_err)?;
+            }
+            v
+        };
+        for n in fresh {
+            hook(&mut self.graph.borrow_mut(), n)?;
+            self.hooked.set(Some(n));
+        }
+        Ok(())
+    }
+
+    /// The placeholder of a `concrete_args` input and its guard (FX's `_proxy_placeholder`).
+    fn concrete_placeholder(&self, name: &str, v: &Value) -> Result<()> {
+        let Some(default) = literal(v) else {
+            // a tensor: specialised into a constant, no placeholder
+            return Ok(());
+        };
+        crate::assert_ops::register();
+        let op = |n: &str| Target::op(n).map_err(trace_err);
+        let py = match v {
+            Value::Bool(true) => "True".to_string(),
+            Value::Bool(false) => "False".to_string(),
+            Value::None => "None".to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(x) => format!("{x:?}"),
+            _ => String::new(),
+        };
+        let message =
+            Argument::Str(format!("{name} has been specialized to have value {py} but got another value").into());
+        let mut g = self.graph.borrow_mut();
+        let ph = g.placeholder_with_default(&format!("{name}_1"), default.clone()).map_err(trace_err)?;
+        match v {
+            Value::Bool(_) | Value::Int(_) | Value::Float(_) => {
+                let eq = g.call_function(op("eq_scalar")?, vec![ph.into(), default]).map_err(trace_err)?;
+                g.call_function(op("_assert")?, vec![eq.into(), message]).map_err(trace_err)?;
+            }
+            Value::None => {
+                g.call_function(op("_assert_is_none")?, vec![ph.into(), message]).map_err(trace_err)?;
+            }
+            // FX warns that it cannot guard these
+            _ => {}
+        }
+        Ok(())
     }
 
     fn is_leaf(&self, m: &dyn Module, path: &str) -> bool {
@@ -695,7 +855,9 @@ struct Hooks(Rc<State>);
 
 impl TraceHook for Hooks {
     fn record(&self, op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Outputs> {
-        self.0.record_op(op, kind, args)
+        let out = self.0.record_op(op, kind, args)?;
+        self.0.flush_created()?;
+        Ok(out)
     }
 
     fn captures(&self, t: &Tensor) -> bool {
@@ -733,7 +895,11 @@ impl Hooks {
         }
         let path = s.module_index(module).map(|i| s.paths[i as usize].as_str());
         match path {
-            Some(p) if !p.is_empty() && s.is_leaf(module, p) => s.record_leaf(module, p, inputs, single),
+            Some(p) if !p.is_empty() && s.is_leaf(module, p) => {
+                let out = s.record_leaf(module, p, inputs, single)?;
+                s.flush_created()?;
+                Ok(out)
+            }
             Some(p) => {
                 let pushed = !p.is_empty();
                 if pushed {

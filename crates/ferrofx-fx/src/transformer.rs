@@ -1,7 +1,8 @@
 //! [`Transformer`]: rebuilds a GraphModule node by node through overridable hooks, producing a
 //! new GraphModule (FX's `torch.fx.Transformer`). Each hook receives the node and its
 //! arguments already mapped into the new graph, and returns the new node's value as an
-//! [`Argument`] (usually a node; returning an input removes the node).
+//! [`Argument`] (usually a node; returning an input removes the node). New nodes are named from
+//! their new targets and keep the original node's meta.
 //!
 //! ```
 //! use ferrofx_fx::{symbolic_trace, Argument, Graph, Kwargs, Node, Result as GResult, Target, Transformer};
@@ -38,11 +39,14 @@ fn graph_err(e: crate::graph::GraphError) -> Error {
     Error::argument("Transformer", e.to_string())
 }
 
-/// Creates `node`'s copy in `g` with `target` and the mapped arguments, keeping its name (when
-/// free), type and meta: what the default hooks do.
+/// Creates `node`'s copy in `g` with `target` and the mapped arguments, keeping its type and
+/// meta: what the default hooks do. As in FX's `Transformer` (which creates nodes through its
+/// tracer), the new node is named from its *new* target (`relu` retargeted to `sigmoid` gives
+/// a node `sigmoid`); a placeholder keeps its name.
 pub fn emit(g: &mut Graph, node: Node<'_>, target: Target, args: Vec<Argument>, kwargs: Kwargs) -> Result<Argument> {
+    let name = (node.op() == Opcode::Placeholder).then(|| node.name());
     let id = g
-        .create_node(node.op(), target, args, kwargs, Some(node.name()), node.type_expr().map(str::to_string))
+        .create_node(node.op(), target, args, kwargs, name, node.type_expr().map(str::to_string))
         .map_err(graph_err)?;
     *g.meta_mut(id).map_err(graph_err)? = node.meta().clone();
     Ok(Argument::Node(id))

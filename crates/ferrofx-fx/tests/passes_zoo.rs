@@ -65,7 +65,7 @@ fn passes() -> Vec<(&'static str, GmPass)> {
         }),
         ("dce", |gm| {
             let before = gm.graph().len();
-            gm.graph_mut().eliminate_dead_code(None);
+            gm.graph_mut().eliminate_dead_code(None).unwrap();
             Ok(before - gm.graph().len())
         }),
     ]
@@ -214,7 +214,7 @@ fn folding_simplify_cse_and_dce_before_and_after() {
         g.call_function(Target::named("exp"), vec![xs.into()]).unwrap();
     }
     assert!(gm.graph().to_string().contains("%exp : [num_users=0]"));
-    gm.graph_mut().eliminate_dead_code(None);
+    gm.graph_mut().eliminate_dead_code(None).unwrap();
     assert!(!gm.graph().to_string().contains("%exp"));
 }
 

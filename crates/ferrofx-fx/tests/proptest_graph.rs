@@ -231,7 +231,7 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
             Step::Dce => {
                 g.stable_topological_sort().unwrap();
                 let before: Vec<NodeId> = g.node_ids();
-                g.eliminate_dead_code(None);
+                g.eliminate_dead_code(None).unwrap();
                 for id in before {
                     if !g.contains(id) {
                         stale.push(id);

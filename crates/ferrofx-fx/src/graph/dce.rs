@@ -1,11 +1,17 @@
 //! Dead code elimination.
 
+use crate::graph::error::Result;
 use crate::graph::graph::{Graph, ROOT};
 use crate::graph::node::Node;
 
 impl Graph {
-    /// FX's `eliminate_dead_code`: walks the graph backwards and erases every node without
-    /// users that is not impure. Impurity is [`Node::is_impure`] unless `is_impure` is given.
+    /// FX's `eliminate_dead_code`: lints the graph first (as FX does, so a corrupt or unsorted
+    /// graph is an error, not a wrong elimination), then walks it backwards and erases every
+    /// node without users that is not impure. Impurity is [`Node::is_impure`] unless
+    /// `is_impure` is given (FX's `is_impure_node`); placeholders and the output are never
+    /// erased by the default rule, nor are calls with side effects (`_assert`, in-place ops,
+    /// `out=` writes). A GraphModule's modules flagged impure are kept by
+    /// [`crate::GraphModule::eliminate_dead_code`].
     /// One pass removes whole dead chains, since users come after their inputs: the walk goes
     /// backwards through the links, and erasing a node decrements the user counters of its
     /// inputs, which the walk reaches later. Returns whether anything was erased.
@@ -17,10 +23,11 @@ impl Graph {
     /// let dead = g.call_function(Target::named("relu"), vec![x.into()]).unwrap();
     /// g.call_function(Target::named("neg"), vec![dead.into()]).unwrap();
     /// g.output(x.into()).unwrap();
-    /// assert!(g.eliminate_dead_code(None));
+    /// assert!(g.eliminate_dead_code(None).unwrap());
     /// assert_eq!(g.len(), 2);
     /// ```
-    pub fn eliminate_dead_code(&mut self, is_impure: Option<&dyn Fn(&Node<'_>) -> bool>) -> bool {
+    pub fn eliminate_dead_code(&mut self, is_impure: Option<&dyn Fn(&Node<'_>) -> bool>) -> Result<bool> {
+        self.lint()?;
         let mut changed = false;
         let mut cur = self.links[ROOT as usize].prev;
         while cur != ROOT {
@@ -39,6 +46,6 @@ impl Graph {
             }
             cur = prev;
         }
-        changed
+        Ok(changed)
     }
 }

@@ -82,6 +82,21 @@ pub enum GraphError {
         /// Its number of positional args.
         len: usize,
     },
+    /// `insert_arg` at an index past the end of the positional args (FX's `AssertionError`
+    /// "insert_args index must be between 0 and len(self.args)").
+    #[error("node '{node}': insert_arg index must be between 0 and len(args) = {len}, got {index}")]
+    InsertArgIndex {
+        /// The node.
+        node: String,
+        /// The requested index.
+        index: usize,
+        /// Its number of positional args.
+        len: usize,
+    },
+    /// `find_nodes` asked for every `call_function` node without a target (FX's
+    /// `AssertionError`: "target must not be None for call_function op").
+    #[error("find_nodes: target must not be None for call_function op")]
+    FindNodesWithoutTarget,
     /// `replace_input_with` where `old` is not an input of the node.
     #[error("node '{old}' is not an input of node '{node}'")]
     NotAnInput {

@@ -5,6 +5,7 @@
 //! `prev`/`next` arrays: insertion (at the tail, so buckets keep creation order) and removal
 //! are O(1) with no per-node allocation or hashing beyond finding the bucket.
 
+use crate::graph::error::{GraphError, Result};
 use crate::graph::graph::Graph;
 use crate::graph::hash::FxHashMap;
 use crate::graph::node_id::NodeId;
@@ -26,7 +27,6 @@ pub(crate) fn key(op: Opcode, target: &Target) -> LookupKey {
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
-    key: LookupKey,
     head: u32,
     tail: u32,
 }
@@ -59,7 +59,7 @@ impl FindNodesTable {
         let next = self.buckets.len() as u32;
         let b = *self.bucket_of.entry(k).or_insert(next);
         if b == next {
-            self.buckets.push(Bucket { key: k, head: NIL, tail: NIL });
+            self.buckets.push(Bucket { head: NIL, tail: NIL });
         }
         self.recent[self.next_recent % 4] = Some((k, b));
         self.next_recent = self.next_recent.wrapping_add(1);
@@ -117,21 +117,16 @@ impl FindNodesTable {
             self.walk(b, out);
         }
     }
-
-    /// The slots of every bucket whose opcode is `op`.
-    pub(crate) fn get_op(&self, op: Opcode, out: &mut Vec<u32>) {
-        for (b, bucket) in self.buckets.iter().enumerate() {
-            if bucket.key.0 == op {
-                self.walk(b as u32, out);
-            }
-        }
-    }
 }
 
 impl Graph {
     /// Nodes with opcode `op` (and, if given, target `target`), from the lookup table; in graph
     /// order when `sort`, else in creation order. `call_function` lookups by target are O(k)
     /// for k results (plus the sort).
+    ///
+    /// As FX's `find_nodes`, a `call_function` lookup needs a target
+    /// ([`GraphError::FindNodesWithoutTarget`]); a target of the wrong kind for `op` (a string
+    /// for `call_function`, a callable for the others) finds nothing.
     ///
     /// ```
     /// use ferrofx_fx::{Graph, Opcode, Target};
@@ -141,15 +136,17 @@ impl Graph {
     /// let a = g.call_function(relu.clone(), vec![x.into()]).unwrap();
     /// let b = g.call_function(Target::named("neg"), vec![a.into()]).unwrap();
     /// let c = g.call_function(relu.clone(), vec![b.into()]).unwrap();
-    /// assert_eq!(g.find_nodes(Opcode::CallFunction, Some(&relu), true), vec![a, c]);
-    /// assert_eq!(g.find_nodes(Opcode::Placeholder, None, true), vec![x]);
-    /// assert_eq!(g.find_nodes(Opcode::Placeholder, Some(&"y".into()), true), vec![]);
+    /// assert_eq!(g.find_nodes(Opcode::CallFunction, Some(&relu), true).unwrap(), vec![a, c]);
+    /// assert_eq!(g.find_nodes(Opcode::Placeholder, None, true).unwrap(), vec![x]);
+    /// assert_eq!(g.find_nodes(Opcode::Placeholder, Some(&"y".into()), true).unwrap(), vec![]);
+    /// // FX: AssertionError("target must not be None for call_function op")
+    /// assert!(g.find_nodes(Opcode::CallFunction, None, true).is_err());
     /// ```
-    pub fn find_nodes(&self, op: Opcode, target: Option<&Target>, sort: bool) -> Vec<NodeId> {
+    pub fn find_nodes(&self, op: Opcode, target: Option<&Target>, sort: bool) -> Result<Vec<NodeId>> {
         let mut found: Vec<u32> = Vec::new();
         match (op, target) {
             (Opcode::CallFunction, Some(t)) => self.lookup.get(key(op, t), &mut found),
-            (Opcode::CallFunction, None) => self.lookup.get_op(op, &mut found),
+            (Opcode::CallFunction, None) => return Err(GraphError::FindNodesWithoutTarget),
             (op, t) => {
                 self.lookup.get(key(op, &Target::Str(String::new())), &mut found);
                 if let Some(t) = t {
@@ -160,6 +157,6 @@ impl Graph {
         if sort {
             found.sort_unstable_by_key(|&i| self.seq_of(i));
         }
-        found.into_iter().map(|i| self.id_of(i)).collect()
+        Ok(found.into_iter().map(|i| self.id_of(i)).collect())
     }
 }

@@ -56,7 +56,7 @@ pub use iter::{Cursor, Direction, Iter, Nodes};
 pub use lint::{LintFinding, TargetResolver};
 pub use meta::{Meta, ModuleStackEntry, TensorMetadata};
 pub use namespace::Namespace;
-pub use node::Node;
+pub use node::{Node, SIDE_EFFECTFUL_FUNCTIONS};
 pub use node_id::{GraphId, NodeId};
 pub use node_map::NodeMap;
 pub use node_set::NodeSet;

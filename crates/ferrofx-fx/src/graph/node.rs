@@ -114,22 +114,36 @@ impl<'g> Node<'g> {
         self.input_set().to_vec()
     }
 
+    /// The graph the node belongs to.
+    pub fn graph(&self) -> &'g Graph {
+        self.g
+    }
+
     /// The input nodes as an ordered set.
     pub fn input_set(&self) -> NodeSetRef<'g> {
         NodeSetRef { graph: self.g, kind: SetKind::Inputs(&self.g.inputs[self.idx as usize]) }
     }
 
     /// FX's `Node.is_impure`: placeholders and outputs are impure, as are calls of impure ops
-    /// (in-place, random; as functions or as methods) and impure user functions. Others are pure; pass a callback to
-    /// [`Graph::eliminate_dead_code`] for custom rules (e.g. impure modules).
+    /// (in-place, random; as functions or as methods), FX's side-effectful functions
+    /// ([`SIDE_EFFECTFUL_FUNCTIONS`]: `_assert`, `_assert_is_none`), calls writing into an
+    /// `out=` tensor, and impure user functions. Others are pure; pass a callback to
+    /// [`Graph::eliminate_dead_code`] for custom rules. Modules flagged impure are a property of
+    /// the owning GraphModule ([`crate::GraphModule::set_module_impure`]).
     pub fn is_impure(&self) -> bool {
         match self.op() {
             Opcode::Placeholder | Opcode::Output => true,
-            Opcode::CallFunction => match self.target() {
-                Target::Op(def) => !def.is_pure(),
-                Target::Function(f) => f.is_impure(),
-                Target::Str(_) => false,
-            },
+            Opcode::CallFunction => {
+                // an `out=` tensor is written in place (FX: a mutable schema)
+                if self.kwargs().get("out").is_some_and(|a| !matches!(a, Argument::None)) {
+                    return true;
+                }
+                match self.target() {
+                    Target::Op(def) => !def.is_pure() || SIDE_EFFECTFUL_FUNCTIONS.contains(&def.name),
+                    Target::Function(f) => f.is_impure() || SIDE_EFFECTFUL_FUNCTIONS.contains(&f.name()),
+                    Target::Str(_) => false,
+                }
+            }
             // a method named like an in-place or random registry op (`add_`, `bernoulli`) has
             // side effects
             Opcode::CallMethod => match self.target() {
@@ -153,6 +167,10 @@ impl<'g> Node<'g> {
         }
     }
 }
+
+/// Functions whose calls have side effects whatever their results (FX's
+/// `_side_effectful_functions`): dead code elimination keeps them.
+pub const SIDE_EFFECTFUL_FUNCTIONS: &[&str] = &["_assert", "_assert_is_none"];
 
 impl fmt::Debug for Node<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -226,6 +226,33 @@ impl Graph {
         Ok(())
     }
 
+    /// Inserts positional arg `arg` before index `index` (FX's `Node.insert_arg`); `index` may
+    /// be `args.len()` to append. The node's new inputs gain it as a user (through the one
+    /// use-def update routine, like every other edit).
+    ///
+    /// ```
+    /// use ferrofx_fx::{Argument, Graph, Target};
+    /// let mut g = Graph::new();
+    /// let x = g.placeholder("x").unwrap();
+    /// let y = g.placeholder("y").unwrap();
+    /// let add = g.call_function(Target::named("add"), vec![x.into()]).unwrap();
+    /// g.insert_arg(add, 1, y.into()).unwrap();
+    /// assert_eq!(g.node(add).unwrap().args(), &[Argument::Node(x), Argument::Node(y)]);
+    /// assert_eq!(g.node(y).unwrap().users().collect::<Vec<_>>(), vec![add]);
+    /// // FX: "insert_args index must be between 0 and len(self.args), got 3"
+    /// assert!(g.insert_arg(add, 3, 1.into()).is_err());
+    /// ```
+    pub fn insert_arg(&mut self, id: NodeId, index: usize, arg: Argument) -> Result<()> {
+        let idx = self.check(id)?;
+        let len = self.args[idx as usize].len();
+        if index > len {
+            return Err(GraphError::InsertArgIndex { node: self.name_of(idx).to_string(), index, len });
+        }
+        let mut args = self.args[idx as usize].to_vec();
+        args.insert(index, arg);
+        self.set_args(id, args)
+    }
+
     /// Sets keyword arg `key` (FX's `update_kwarg`; adds the key when missing).
     pub fn update_kwarg(&mut self, id: NodeId, key: &str, arg: Argument) -> Result<()> {
         let idx = self.check(id)?;

@@ -329,7 +329,7 @@ impl<'m> Interpreter<'m> for Timer<'m> {
 
     fn run_node(&mut self, node: Node<'m>, env: &Env) -> Result<NodeValue> {
         let start = Instant::now();
-        let v = default_run_node(self, node, env, None)?;
+        let v = default_run_node(self, node, env)?;
         let t = start.elapsed();
         if let Some(&i) = self.index.get(&node.id()) {
             self.times[i] = self.times[i].min(t);

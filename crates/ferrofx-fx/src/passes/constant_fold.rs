@@ -139,7 +139,7 @@ pub fn fold_constants(gm: &mut GraphModule, frozen: &[&str]) -> Result<usize> {
         g.replace_all_uses_with(*id, attr).map_err(graph_err)?;
     }
     // every folded node is now unused (its readers were folded too or read the constant)
-    gm.graph_mut().eliminate_dead_code(None);
+    gm.graph_mut().eliminate_dead_code(None).map_err(graph_err)?;
     gm.delete_all_unused_submodules();
     gm.delete_unused_attributes();
     gm.graph.lint().map_err(graph_err)?;

@@ -124,13 +124,13 @@ impl PassManager {
     pub fn inference() -> PassManager {
         use super::{constant_fold, fuse};
         PassManager::new()
-            .add_graph_pass("dce", |g| Ok(dce_count(g)))
+            .add_graph_pass("dce", dce_count)
             .add("fuse_conv_bn", fuse::fuse_conv_bn)
             .add("remove_identity_dropout", fuse::remove_identity_dropout)
             .add("fold_constants", |gm| constant_fold::fold_constants(gm, &[]))
             .add_graph_pass("cse", |g| super::eliminate_common_subexpressions(g).map_err(graph_err))
             .add_graph_pass("simplify", |g| super::simplify(g).map_err(graph_err))
-            .add_graph_pass("dce", |g| Ok(dce_count(g)))
+            .add_graph_pass("dce", dce_count)
     }
 
     /// Appends a pass on the module.
@@ -179,8 +179,8 @@ fn graph_err(e: crate::graph::GraphError) -> Error {
 }
 
 /// Dead-code elimination, returning how many nodes it removed.
-fn dce_count(g: &mut Graph) -> usize {
+fn dce_count(g: &mut Graph) -> Result<usize> {
     let before = g.len();
-    g.eliminate_dead_code(None);
-    before - g.len()
+    g.eliminate_dead_code(None).map_err(graph_err)?;
+    Ok(before - g.len())
 }

@@ -165,7 +165,7 @@ pub fn simplify(g: &mut Graph) -> Result<usize> {
                 _ => {}
             }
         }
-        g.eliminate_dead_code(None);
+        g.eliminate_dead_code(None)?;
         total += applied;
         if applied == 0 {
             break;

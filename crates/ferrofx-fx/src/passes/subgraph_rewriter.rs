@@ -199,7 +199,13 @@ pub fn replace_pattern_in_module(
             }
             let copy = replacement.leaf_modules().get(&target).and_then(|m| m.clone_module());
             match copy {
-                Some(m) => gm.add_submodule(&target, m).map_err(|e| invalid(e.to_string()))?,
+                Some(m) => {
+                    if !gm.add_submodule(&target, m).map_err(|e| invalid(e.to_string()))? {
+                        return Err(invalid(format!(
+                            "the replacement's module '{target}' cannot be added: a prefix of its path is a tensor of the module"
+                        )));
+                    }
+                }
                 None => return Err(missing_attribute(op, &target, &node)),
             }
         } else {

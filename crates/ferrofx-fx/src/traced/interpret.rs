@@ -80,7 +80,7 @@ impl<'a> Expr<'a> {
                     Ok(vec![ExprValue::Module(m)])
                 } else {
                     let t = match root {
-                        Some(r) => r.get_parameter(path)?,
+                        Some(r) => r.get_attr(path)?,
                         None => owner.get_tensor(path)?,
                     };
                     Ok(vec![ExprValue::Value(Value::Tensor(t))])
@@ -108,7 +108,7 @@ impl<'a> Expr<'a> {
                         env.insert(id, NodeValue::One(v.clone()));
                     }
                 }
-                let out = default_run_node(&mut DefaultInterpreter(gm), n, &env, None)?;
+                let out = default_run_node(&mut DefaultInterpreter(gm), n, &env)?;
                 let v = match out {
                     NodeValue::One(v) => v,
                     NodeValue::Many(vs) => {

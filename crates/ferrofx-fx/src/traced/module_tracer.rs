@@ -217,7 +217,7 @@ impl Flattener {
                             let entry = match gm.attributes().get(n.target().name()) {
                                 Some(e) => e.clone(),
                                 None => TensorEntry {
-                                    tensor: gm.get_parameter(n.target().name())?,
+                                    tensor: gm.get_attr(n.target().name())?,
                                     kind: ferrofx_nn::TensorKind::Parameter,
                                     constant: false,
                                 },
@@ -293,7 +293,9 @@ impl GraphModule {
             attr_nodes: HashMap::new(),
         };
         f.inline(self, "", None)?;
-        f.graph.eliminate_dead_code(None);
+        f.graph
+            .eliminate_dead_code(None)
+            .map_err(|e| Error::argument("GraphModule::flatten", format!("the flattened graph fails lint: {e}")))?;
         f.graph
             .lint()
             .map_err(|e| Error::argument("GraphModule::flatten", format!("the flattened graph fails lint: {e}")))?;

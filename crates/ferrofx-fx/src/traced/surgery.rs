@@ -110,7 +110,7 @@ impl GraphModule {
     /// then lints and rebuilds the plan. Returns the number of nodes removed.
     pub fn compile(&mut self) -> Result<usize> {
         let before = self.graph().len();
-        self.graph_mut().eliminate_dead_code(None);
+        self.graph_mut().eliminate_dead_code(None).map_err(|e| edit_err("compile", e))?;
         let removed = before - self.graph().len();
         self.delete_all_unused_submodules();
         self.delete_unused_attributes();
