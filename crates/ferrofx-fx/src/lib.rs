@@ -50,7 +50,7 @@ mod values;
 pub use graph::*;
 pub use graph_module::GraphModule;
 pub use interpreter::{DefaultInterpreter, Env, Interpreter, NodeValue};
-pub use memory_budget::{default_max_memory, PeakMemory};
+pub use memory_budget::{default_max_memory, PeakMemory, DEFAULT_MAX_FLOPS};
 pub use rust_source::RustSource;
 pub use shape_prop::ShapeProp;
 pub use tracer::{symbolic_trace, trace_with_inputs, Tracer};
