@@ -504,7 +504,8 @@ fn oversized_outputs_are_errors_not_aborts() {
     limit(t(&[1.0, 2.0], &[2]).index_select(0, &idx), "index_select");
     // gather with a huge expanded index
     let gidx = ti(&[0], &[1, 1]).expand(&[1 << 20, 1 << 20]).unwrap();
-    limit(t(&[1.0], &[1, 1]).gather(0, &gidx), "gather");
+    let wide = t(&[1.0], &[1, 1]).expand(&[1, 1 << 20]).unwrap();
+    limit(wide.gather(0, &gidx), "gather");
     // matmul: [2^20, 1] @ [1, 2^20] is a 4 TiB outer product
     let col = t(&[1.0], &[1, 1]).expand(&[1 << 20, 1]).unwrap();
     let row = t(&[1.0], &[1, 1]).expand(&[1, 1 << 20]).unwrap();
