@@ -389,13 +389,13 @@ fn infer_peak(gm: &GraphModule, plan: &Plan, inputs: &[Value], limits: Limits) -
                 });
                 let largest = hook.largest.borrow();
                 let (flops, costliest, costliest_op) = *hook.flops.borrow();
-                if flops > limits.flops.saturating_sub(total_flops) {
-                    let what = format!("module '{path}', {costliest} FLOPs of them in op {costliest_op}");
-                    return Err(over_flops(gm, &name_of(st.node), &what, flops, total_flops, limits.flops));
-                }
                 if largest.bytes > limit.saturating_sub(live) {
                     let what = format!("module '{path}', inside it op {}", largest.op);
                     return Err(over(gm, &name_of(st.node), &what, largest.meta.as_ref(), largest.bytes, live, limit));
+                }
+                if flops > limits.flops.saturating_sub(total_flops) {
+                    let what = format!("module '{path}', {costliest} FLOPs of them in op {costliest_op}");
+                    return Err(over_flops(gm, &name_of(st.node), &what, flops, total_flops, limits.flops));
                 }
                 let mut out = out.map_err(|e| too_large(gm, &name_of(st.node), e, limit))?;
                 let v = if out.len() == 1 {
@@ -418,13 +418,14 @@ fn infer_peak(gm: &GraphModule, plan: &Plan, inputs: &[Value], limits: Limits) -
             },
             Step::Output(_) => break,
         };
+        // memory first: an allocation too large is the more direct explanation
+        if bytes > limit.saturating_sub(live) {
+            return Err(over(gm, &name_of(st.node), &what, meta.as_ref(), bytes, live, limit));
+        }
         if flops > limits.flops.saturating_sub(total_flops) {
             return Err(over_flops(gm, &name_of(st.node), &what, flops, total_flops, limits.flops));
         }
         total_flops += flops;
-        if bytes > limit.saturating_sub(live) {
-            return Err(over(gm, &name_of(st.node), &what, meta.as_ref(), bytes, live, limit));
-        }
         live += bytes;
         bytes_of[i] = bytes;
         if live > peak {

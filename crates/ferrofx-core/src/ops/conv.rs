@@ -751,7 +751,10 @@ fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
             }
             let srow = &src[ih as usize * g.w..(ih as usize + 1) * g.w];
             drow[..lo].fill(zero);
-            if g.sw == 1 {
+            if lo == hi {
+                // the tap lies left or right of the whole input row (a dilation wider than the
+                // input): nothing to copy, and `lo + off` may be negative
+            } else if g.sw == 1 {
                 let s0 = (lo as isize + off) as usize;
                 drow[lo..hi].copy_from_slice(&srow[s0..s0 + (hi - lo)]);
             } else {
