@@ -71,7 +71,7 @@ fn train_reports_an_unwritable_output() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("no/such/dir/w.safetensors");
     ferrofx()
-        .args(["train", "--quiet", "--epochs", "1", "--out"])
+        .args(["train", "--quiet", "--epochs", "1", "-o"])
         .arg(&file)
         .assert()
         .failure()
@@ -428,4 +428,257 @@ fn newcomer_messages() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("dup.npy: the header dict has the key 'descr' twice"));
+}
+
+/// A safetensors file's header (JSON) edited by `f`, its data unchanged.
+fn edit_header(bytes: &[u8], f: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    f(&mut header);
+    let text = header.to_string();
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}
+
+/// A traced-module file's module document edited by `f`.
+fn edit_document(bytes: &[u8], f: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    edit_header(bytes, |h| {
+        let meta = &mut h["__metadata__"];
+        let mut doc: serde_json::Value = serde_json::from_str(meta["ferrofx.module"].as_str().unwrap()).unwrap();
+        f(&mut doc);
+        meta["ferrofx.module"] = doc.to_string().into();
+    })
+}
+
+/// `ferrofx show` on bytes written to `dir/name`: fails, and stderr has every piece of `want`.
+fn show_fails_with(dir: &std::path::Path, name: &str, bytes: &[u8], want: &[&str]) {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    let out = ferrofx().arg("show").arg(&p).assert().failure();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    for w in want {
+        assert!(err.contains(w), "{name}: «{w}» not in:\n{err}");
+    }
+    assert!(err.contains(&format!("cannot load {}", p.display())) && err.contains("hint:"), "{name}: {err}");
+}
+
+/// Every loader message of issue 17 as the CLI prints it: one per error kind (I/O, format,
+/// version, limit), offset errors naming the tensor, undeclared inputs, an unknown op, and a
+/// file listing 1.2 million undeclared tensors refused quickly and in bounded memory.
+#[test]
+fn loader_errors_by_kind_reach_the_user() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = fixture(dir.path());
+    let good = std::fs::read(&file).unwrap();
+    // I/O: a missing file, a directory
+    ferrofx()
+        .arg("show")
+        .arg(dir.path().join("missing.fxm"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("cannot read").and(predicate::str::contains("check the path")));
+    ferrofx()
+        .arg("show")
+        .arg(dir.path())
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("it is a directory, not a file"));
+    // version: written by a newer ferrofx
+    let newer = edit_header(&good, |h| h["__metadata__"]["ferrofx.version"] = "99".into());
+    show_fails_with(
+        dir.path(),
+        "newer.fxm",
+        &newer,
+        &["format version 99, but this ferrofx reads versions up to 1", "upgrade ferrofx"],
+    );
+    // format: an op this program does not have; a declared input the graph lacks
+    let unknown = edit_document(&good, |d| d["graph"]["nodes"][1]["target"] = "os_system".into());
+    let unknown = edit_document(&unknown, |d| d["graph"]["nodes"][1]["op"] = "call_function".into());
+    show_fails_with(dir.path(), "unknown_op.fxm", &unknown, &["calls the op 'os_system', which is not registered"]);
+    let inputs = edit_document(&good, |d| d["inputs"] = serde_json::json!(["x", "labels"]));
+    show_fails_with(
+        dir.path(),
+        "inputs.fxm",
+        &inputs,
+        &["declares the input 'labels', but its graph has no placeholder for it"],
+    );
+    // limit: over a bound of the format
+    let rank = edit_document(&good, |d| d["tensors"][0]["shape"] = serde_json::json!(vec![1; 100]));
+    show_fails_with(
+        dir.path(),
+        "rank.fxm",
+        &rank,
+        &["exceeds a limit of the format", "has rank 100 > 64", "over a bound of the format"],
+    );
+    // offsets: the tensor at fault is named, whichever check fails
+    let mut first = String::new();
+    let short = edit_header(&good, |h| {
+        let (name, entry) = h
+            .as_object_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|(k, v)| *k != "__metadata__" && v["data_offsets"][0] == 0)
+            .unwrap();
+        first = name.clone();
+        let end = entry["data_offsets"][1].as_u64().unwrap();
+        entry["data_offsets"][1] = (end - 4).into();
+    });
+    show_fails_with(
+        dir.path(),
+        "offsets.fxm",
+        &short,
+        &[&format!("tensor '{first}' is "), "but its data_offsets [0, ", "span"],
+    );
+    let past = edit_header(&good, |h| {
+        let obj = h.as_object_mut().unwrap();
+        let last = obj
+            .iter_mut()
+            .filter(|(k, _)| *k != "__metadata__")
+            .max_by_key(|(_, v)| v["data_offsets"][1].as_u64().unwrap())
+            .unwrap();
+        first = last.0.clone();
+        let (s, e) = (last.1["data_offsets"][0].as_u64().unwrap(), last.1["data_offsets"][1].as_u64().unwrap());
+        last.1["data_offsets"] = serde_json::json!([s + 4, e + 4]);
+    });
+    show_fails_with(dir.path(), "past.fxm", &past, &[&format!("tensor '{first}' has data_offsets"), "past the end"]);
+    // 1.2 million undeclared one-byte tensors (an 84 MB header): refused before any tensor is
+    // read, in seconds and bounded memory
+    let doc = r#"{"producer":"x","type_name":"T","training":false,"graph":{"nodes":[{"name":"x","op":"placeholder","target":"x"},{"name":"output","op":"output","target":"output","args":[{"node":0}]}]}}"#;
+    let meta =
+        serde_json::json!({"ferrofx.format": "ferrofx.traced_module", "ferrofx.version": "1", "ferrofx.module": doc});
+    let n = 1_200_000usize;
+    let mut text = format!("{{\"__metadata__\":{meta}");
+    for i in 0..n {
+        text.push_str(&format!(",\"t{i}\":{{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[{i},{}]}}", i + 1));
+    }
+    text.push('}');
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.resize(bytes.len() + n, 0);
+    let many = dir.path().join("many.fxm");
+    std::fs::write(&many, &bytes).unwrap();
+    let t = std::time::Instant::now();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ferrofx"))
+        .arg("show")
+        .arg(&many)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the child's peak resident memory, sampled until it exits (Linux)
+    let mut peak_kb = 0u64;
+    let status = loop {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            if let Some(kb) = s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)) {
+                peak_kb = peak_kb.max(kb.parse().unwrap_or(0));
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let elapsed = t.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("the file holds 1200000 tensors but declares 0; undeclared tensors are not allowed"), "{err}");
+    assert!(elapsed.as_secs() < 60, "refused after {elapsed:?}");
+    // a small multiple of the 86 MB file (the header's entries parsed once)
+    assert!(peak_kb < 1 << 20, "peak RSS {} MiB", peak_kb >> 10);
+    eprintln!("1.2M undeclared tensors: refused in {elapsed:?}, peak RSS {} MiB", peak_kb >> 10);
+}
+
+/// `.npy` inputs NumPy would not have written are refused, each with its own message.
+#[test]
+fn malformed_npy_headers_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = fixture(dir.path());
+    let good = std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/digits2.npy")).unwrap();
+    let header_len = u16::from_le_bytes([good[8], good[9]]) as usize;
+    let header = String::from_utf8(good[10..10 + header_len].to_vec()).unwrap();
+    // the same header text, edited, padded back to its length
+    let with_header = |h: &str| {
+        let mut b = good[..10].to_vec();
+        let mut h = h.trim_end().to_string();
+        h.truncate(header_len - 1);
+        while h.len() < header_len - 1 {
+            h.push(' ');
+        }
+        h.push('\n');
+        b.extend_from_slice(h.as_bytes());
+        b.extend_from_slice(&good[10 + header_len..]);
+        b
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("magic", b"PK\x03\x04 not numpy at all".to_vec(), "not a .npy file"),
+        ("version", [&good[..6], &[9u8, 0], &good[8..]].concat(), "unsupported .npy format version 9.0"),
+        (
+            "missing key",
+            with_header(&header.replace("'fortran_order': False, ", "")),
+            "the header has no 'fortran_order' entry",
+        ),
+        (
+            "unknown key",
+            with_header(&header.replace("'fortran_order'", "'fortran_ordr'")),
+            "the unexpected key 'fortran_ordr'",
+        ),
+        ("bad shape", with_header(&header.replace("(2, 1, 8, 8)", "(2, x, 8, 8)")), "the shape has a bad dimension"),
+        ("shape vs data", with_header(&header.replace("(2, 1, 8, 8)", "(3, 1, 8, 8)")), "needs"),
+        ("big endian", with_header(&header.replace("'<f4'", "'>f4'")), "big-endian data ('>f4') is not supported"),
+        ("text after the dict", with_header(&header.replace("}", "} junk")), "text after its dict"),
+        (
+            "duplicate key",
+            with_header(&header.replace("'fortran_order': False", "'descr': '<f4'")),
+            "has the key 'descr' twice",
+        ),
+    ];
+    assert!(header.contains("(2, 1, 8, 8)") && header.contains("'<f4'"), "{header}");
+    for (name, bytes, want) in cases {
+        let p = dir.path().join(format!("{}.npy", name.replace(' ', "_")));
+        std::fs::write(&p, bytes).unwrap();
+        ferrofx()
+            .arg("run")
+            .arg(&file)
+            .arg("-i")
+            .arg(&p)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(p.display().to_string()).and(predicate::str::contains(want)));
+    }
+}
+
+/// The compute limit on the command line: a run refused before it starts names the node, its
+/// FLOPs and the limit; a bad `--max-flops` value is explained.
+#[test]
+fn max_flops_refuses_before_running() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = fixture(dir.path());
+    ferrofx()
+        .arg("bench")
+        .arg(&file)
+        .args(["--shape", "64,1,8,8", "--max-flops", "1M", "--runs", "1"])
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("over the compute limit of 1000000 FLOPs")
+                .and(predicate::str::contains("node '"))
+                .and(predicate::str::contains("--max-flops")),
+        );
+    ferrofx()
+        .arg("bench")
+        .arg(&file)
+        .args(["--shape", "1,1,8,8", "--max-flops", "lots"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("'lots' is not a FLOP count"));
+    ferrofx()
+        .arg("bench")
+        .arg(&file)
+        .args(["--shape", "18446744073709551615,2"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("must be non-empty positive sizes of at most 2^28 elements"));
 }

@@ -14,7 +14,9 @@ pub type Strides = SmallVec<[usize; 6]>;
 
 /// Number of elements of a shape (1 for a scalar).
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    // saturating: a shape from a file or a meta function may describe more elements than a
+    // usize counts; the allocator's checked sizes then refuse it (an overflow must not panic)
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
 }
 
 /// Row-major (C-contiguous) strides for `shape`.
@@ -355,6 +357,14 @@ impl Layout {
                     ));
                 }
             }
+        }
+        if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+            return Err(Error::limit(
+                op,
+                format!(
+                    "expanding to {sizes:?} describes more elements than any tensor can hold (the count overflows)"
+                ),
+            ));
         }
         Ok(Layout { shape, strides, offset: self.offset })
     }

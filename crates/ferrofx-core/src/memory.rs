@@ -136,6 +136,41 @@ pub fn alloc_filled<E: Element>(op: &str, shape: &[usize], v: E) -> Result<Vec<E
     Ok(out)
 }
 
+/// The elements `iter` yields (exactly the elements of `shape`, in order) in a buffer reserved
+/// by [`alloc_uninit`]: the fallible replacement for `iter.collect::<Vec<_>>()` when a kernel
+/// gathers its output (or a contiguous copy of its input) from an iterator.
+pub fn collect<E: Element>(op: &str, shape: &[usize], iter: impl Iterator<Item = E>) -> Result<Vec<E>> {
+    let mut v = alloc_uninit::<E>(op, shape)?;
+    let n = v.capacity();
+    v.extend(iter.take(n));
+    Ok(v)
+}
+
+/// A vector of `n` copies of `v` for scratch or index buffers whose element type is not a
+/// tensor dtype (`usize`, `u32`, tuples): checked against [`allocation_limit`] and reserved
+/// with `try_reserve_exact`, so a size no machine has is an error naming `op`, not an abort.
+pub fn try_vec<T: Clone>(op: &str, n: usize, v: T) -> Result<Vec<T>> {
+    let size = std::mem::size_of::<T>().max(1);
+    let refuse = |why: &str| {
+        Error::limit(
+            op,
+            format!(
+                "refusing to allocate {n} elements of {size} bytes ({why}): the limit of one allocation is {}. \
+                 Use smaller inputs (or a smaller batch), or raise the limit with ferrofx_core::memory::set_allocation_limit",
+                format_bytes(allocation_limit() as u128)
+            ),
+        )
+    };
+    let bytes = n.checked_mul(size).filter(|&b| b <= allocation_limit());
+    if bytes.is_none() {
+        return Err(refuse(&format_bytes((n as u128).saturating_mul(size as u128))));
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| refuse("the allocator refused"))?;
+    out.resize(n, v);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +185,17 @@ mod tests {
     fn overflowing_shape_is_a_limit_error() {
         let e = check_alloc("add", &[usize::MAX, 2], DType::F32).unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Limit);
+        assert!(e.message().contains("limit of one allocation"), "{e}");
+    }
+
+    #[test]
+    fn collect_and_try_vec_refuse_what_no_machine_has() {
+        let v = collect("copy", &[2, 2], (0..10).map(|i| i as f32)).unwrap();
+        assert_eq!(v, vec![0.0, 1.0, 2.0, 3.0]);
+        let e = collect("copy", &[1 << 40, 1 << 30], std::iter::repeat(0f32)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Limit);
+        assert_eq!(try_vec("scratch", 3, 7usize).unwrap(), vec![7, 7, 7]);
+        let e = try_vec("scratch", usize::MAX / 2, 0u64).unwrap_err();
         assert!(e.message().contains("limit of one allocation"), "{e}");
     }
 

@@ -43,7 +43,7 @@ impl TensorMeta {
     }
     /// Size in bytes of the elements.
     pub fn nbytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.numel().saturating_mul(self.dtype.size())
     }
 }
 
@@ -373,7 +373,8 @@ impl Tensor {
         match layout.contiguous_range() {
             Some(r) => Ok(f(&data[r])),
             None => {
-                let v: Vec<T> = StridedIter::new(layout).map(|i| data[i]).collect();
+                // a view (an expand to a huge shape) can describe more elements than exist
+                let v: Vec<T> = crate::memory::collect(op, layout.shape(), StridedIter::new(layout).map(|i| data[i]))?;
                 Ok(f(&v))
             }
         }
@@ -396,7 +397,7 @@ impl Tensor {
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
         let (storage, layout) = self.concrete("to_vec_f64")?;
         let guard = storage.read();
-        Ok(crate::with_buffer!(&*guard, v => StridedIter::new(layout).map(|i| Element::to_f64(v[i])).collect()))
+        crate::with_buffer!(&*guard, v => crate::memory::collect("to_vec_f64", layout.shape(), StridedIter::new(layout).map(|i| Element::to_f64(v[i]))))
     }
 
     /// The single element of a one-element tensor, as f64. Symbolic tensors give a trace error

@@ -480,3 +480,47 @@ fn metas_agree_with_kernels() {
     }
     let _ = reduce::MAX_ALLOC_BYTES;
 }
+
+/// Outputs (and contiguous copies of views) larger than any machine are refused with a limit
+/// error through `ferrofx_core::memory`, never an allocator abort: reductions, `index_select`,
+/// `gather`, `embedding`, `matmul`, masked ops, and reading a huge view as a vector.
+#[test]
+fn oversized_outputs_are_errors_not_aborts() {
+    use ferrofx_core::ErrorKind;
+    let limit = |r: ferrofx_core::Result<Tensor>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Limit, "{what}: {e}");
+        assert!(e.to_string().contains("limit of one allocation"), "{what}: {e}");
+    };
+    let one = t(&[1.0], &[1, 1, 1]);
+    // a 2^20 x 2^20 x 4 view of one element: free, but any kernel reading it needs 16 TiB
+    let huge = one.expand(&[1 << 20, 1 << 20, 4]).unwrap();
+    limit(huge.sum_dim(&[-1], false), "sum over the last dim");
+    limit(huge.amax(&[0], true), "amax");
+    limit(huge.softmax(-1), "softmax");
+    limit(huge.cumsum(2), "cumsum");
+    // index_select: an index vector of 2^40 entries (a view of one zero)
+    let idx = ti(&[0], &[1]).expand(&[1 << 40]).unwrap();
+    limit(t(&[1.0, 2.0], &[2]).index_select(0, &idx), "index_select");
+    // gather with a huge expanded index
+    let gidx = ti(&[0], &[1, 1]).expand(&[1 << 20, 1 << 20]).unwrap();
+    let wide = t(&[1.0], &[1, 1]).expand(&[1, 1 << 20]).unwrap();
+    limit(wide.gather(0, &gidx), "gather");
+    // matmul: [2^20, 1] @ [1, 2^20] is a 4 TiB outer product
+    let col = t(&[1.0], &[1, 1]).expand(&[1 << 20, 1]).unwrap();
+    let row = t(&[1.0], &[1, 1]).expand(&[1, 1 << 20]).unwrap();
+    limit(col.matmul(&row), "matmul");
+    // an empty output with a huge batch computes nothing (and does not enumerate the batch)
+    let empty = Tensor::from_vec(Vec::<f32>::new(), &[1, 0, 3]).unwrap().expand(&[1 << 40, 0, 3]).unwrap();
+    let y = empty.matmul(&t(&[1.0; 6], &[3, 2])).unwrap();
+    assert_eq!(y.shape(), &[1 << 40, 0, 2]);
+    // reading a huge view into a vector
+    let e = huge.to_vec::<f32>().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Limit, "{e}");
+    let e = huge.to_vec_f64().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Limit, "{e}");
+    // a view whose element count overflows is refused when it is made
+    let e = one.expand(&[1 << 40, 1 << 40, 1]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Limit, "{e}");
+    assert!(e.to_string().contains("more elements than any tensor can hold"), "{e}");
+}

@@ -1,5 +1,5 @@
 //! Long mutation-fuzzing runs of the traced-module loader on the stable toolchain: every
-//! mutated file that loads is also run under a 256 MiB memory limit.
+//! mutated file that loads is also run under a 256 MiB memory limit and a 10^9 FLOP limit.
 //!
 //! `cargo run --release -p ferrofx-fx --example fuzz_loader -- --seconds 600 [--seed N]`
 //!

@@ -19,8 +19,8 @@ use crate::graph::{Graph, Opcode};
 use crate::module_container::ModuleContainer;
 use crate::plan::Plan;
 use crate::serialize::{
-    graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes, write_module_file,
-    FormatError, LeafDoc, ModuleDoc, SubmoduleDoc, TensorDoc, TensorKind as DocKind,
+    check_declared_inputs, graph_from_doc, graph_to_doc, read_module_bytes, read_module_file, write_module_bytes,
+    write_module_file, FormatError, LeafDoc, ModuleDoc, SubmoduleDoc, TensorDoc, TensorKind as DocKind,
 };
 use ferrofx_core::{Error, Result, Tensor, Value};
 use ferrofx_nn::module::ModuleStructure;
@@ -641,6 +641,7 @@ impl GraphModule {
     /// path `prefix`) go to `declared` and `sd`, each path once.
     fn to_doc(&self, prefix: &str, declared: &mut Vec<TensorDoc>, sd: &mut StateDict) -> Result<ModuleDoc> {
         let mut doc = ModuleDoc::new(&self.type_name, self.training, graph_to_doc(&self.graph)?);
+        doc.inputs = Some(doc.placeholder_targets());
         let mut declare = |path: String, t: &Tensor, kind: DocKind, sd: &mut StateDict| -> Result<()> {
             let path = format!("{prefix}{path}");
             if sd.contains_key(&path) {
@@ -738,6 +739,11 @@ impl GraphModule {
         kinds: &HashMap<&str, &TensorDoc>,
     ) -> Result<GraphModule> {
         let graph = graph_from_doc(&doc.graph)?;
+        let module = match prefix.strip_suffix('.') {
+            Some(p) => format!("nested module '{p}'"),
+            None => "the module".to_string(),
+        };
+        check_declared_inputs(doc, &module)?;
         let mut modules: IndexMap<String, Box<dyn Module>> = IndexMap::new();
         let mut owned: std::collections::HashSet<String> = std::collections::HashSet::new();
         for leaf in &doc.leaves {

@@ -53,7 +53,7 @@ pub mod wrap;
 pub use graph::*;
 pub use graph_module::GraphModule;
 pub use interpreter::{DefaultInterpreter, Env, Interpreter, NodeValue};
-pub use memory_budget::{default_max_memory, PeakMemory};
+pub use memory_budget::{default_max_memory, PeakMemory, DEFAULT_MAX_FLOPS};
 pub use module_container::ModuleContainer;
 pub use rust_source::RustSource;
 pub use shape_prop::ShapeProp;

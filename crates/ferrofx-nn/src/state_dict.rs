@@ -207,11 +207,129 @@ pub struct SafetensorsHeader {
 /// Largest safetensors header accepted (the safetensors crate's own bound).
 const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 
+/// The header's JSON object as read: `__metadata__` and the tensor entries in file order (a
+/// name given twice is kept twice, for [`check_offsets`] to refuse). A malformed entry is an
+/// error naming its tensor.
+struct RawHeader {
+    metadata: Option<std::collections::HashMap<String, String>>,
+    tensors: Vec<(String, safetensors::tensor::TensorInfo)>,
+}
+
+impl<'de> serde::Deserialize<'de> for RawHeader {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawHeader;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object mapping tensor names to {dtype, shape, data_offsets}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<RawHeader, A::Error> {
+                let mut h = RawHeader { metadata: None, tensors: Vec::new() };
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "__metadata__" {
+                        if h.metadata.is_some() {
+                            return Err(A::Error::custom("__metadata__ appears twice"));
+                        }
+                        h.metadata = Some(map.next_value()?);
+                        continue;
+                    }
+                    let info: safetensors::tensor::TensorInfo =
+                        map.next_value().map_err(|e| A::Error::custom(format!("tensor '{key}': {e}")))?;
+                    h.tensors.push((key, info));
+                }
+                Ok(h)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Checks that the tensors' `data_offsets` tile the `data_len` bytes after the header exactly
+/// (each tensor's span is its dtype × shape, no gap, no overlap, nothing past the end or left
+/// over), naming the tensor at fault; sorts the tensors by offset.
+fn check_offsets(
+    tensors: &mut [(String, safetensors::tensor::TensorInfo)],
+    data_len: u64,
+) -> std::result::Result<(), String> {
+    // a name given twice (a JSON map would silently keep the last one)
+    let mut names: Vec<&str> = tensors.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("tensor '{}' appears twice in the header", w[0]));
+    }
+    drop(names);
+    // each entry on its own first, so a wrong size names its own tensor, not a neighbour
+    for (name, info) in tensors.iter() {
+        let (s, e) = info.data_offsets;
+        if e < s {
+            return Err(format!("tensor '{name}' has data_offsets [{s}, {e}]: the end is before the start"));
+        }
+        let bits = info
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(info.dtype.bitsize()));
+        let Some(bytes) = bits.filter(|b| b % 8 == 0).map(|b| b / 8) else {
+            return Err(format!(
+                "tensor '{name}' of dtype {:?} and shape {:?} is not a whole number of bytes that fits in memory",
+                info.dtype, info.shape
+            ));
+        };
+        if e - s != bytes {
+            return Err(format!(
+                "tensor '{name}' is {:?} {:?} ({bytes} bytes), but its data_offsets [{s}, {e}] span {} bytes",
+                info.dtype,
+                info.shape,
+                e - s
+            ));
+        }
+        if e as u64 > data_len {
+            return Err(format!(
+                "tensor '{name}' has data_offsets [{s}, {e}], past the end of the {data_len} bytes of data after the header: the file is truncated"
+            ));
+        }
+    }
+    tensors.sort_by(|(a, x), (b, y)| x.data_offsets.cmp(&y.data_offsets).then_with(|| a.cmp(b)));
+    let mut end = 0usize;
+    let mut prev: Option<&str> = None;
+    for (name, info) in tensors.iter() {
+        let (s, e) = info.data_offsets;
+        if s < end {
+            return Err(format!(
+                "tensor '{name}' (data_offsets [{s}, {e}]) overlaps tensor '{}', which ends at byte {end}",
+                prev.unwrap_or_default()
+            ));
+        }
+        if s > end {
+            return Err(match prev {
+                Some(p) => format!(
+                    "tensor '{name}' starts at byte {s}, but tensor '{p}' ends at byte {end}: the {} bytes between them belong to no tensor",
+                    s - end
+                ),
+                None => format!("tensor '{name}' starts at byte {s}, but the first tensor's data must start at byte 0"),
+            });
+        }
+        end = e;
+        prev = Some(name);
+    }
+    if end as u64 != data_len {
+        let last = prev.map(|p| format!(" (tensor '{p}')")).unwrap_or_default();
+        return Err(format!(
+            "the tensors' data ends at byte {end}{last}, but {data_len} bytes follow the header: the data region is not fully covered (trailing bytes)"
+        ));
+    }
+    Ok(())
+}
+
 /// Reads and validates the header of a safetensors stream of `total_len` bytes, leaving `r` at
-/// the first data byte. Errors name what is wrong (truncated, header too large, bad offsets).
+/// the first data byte. Errors name what is wrong (truncated, header too large) and the tensor
+/// whose entry is at fault (bad dtype, a size that disagrees with its offsets, a gap, an
+/// overlap, data past the end).
 pub fn read_safetensors_header<R: std::io::Read>(r: &mut R, total_len: u64) -> Result<SafetensorsHeader> {
     use safetensors::SafeTensorError as E;
-    let bad = |e: E| Error::io("load_state_dict", format!("invalid safetensors data: {e}"));
+    let invalid = |m: String| Error::io("load_state_dict", format!("invalid safetensors data: {m}"));
+    let bad = |e: E| invalid(e.to_string());
     let mut n = [0u8; 8];
     if total_len < 8 || r.read_exact(&mut n).is_err() {
         return Err(bad(E::HeaderTooSmall));
@@ -226,15 +344,11 @@ pub fn read_safetensors_header<R: std::io::Read>(r: &mut R, total_len: u64) -> R
     let mut header = vec![0u8; n as usize];
     r.read_exact(&mut header).map_err(|_| bad(E::InvalidHeaderLength))?;
     let text = std::str::from_utf8(&header).map_err(|e| bad(E::InvalidHeader(e)))?;
-    let meta: safetensors::tensor::Metadata =
-        serde_json::from_str(text).map_err(|e| bad(E::InvalidHeaderDeserialization(e)))?;
-    if meta.data_len() as u64 != total_len - 8 - n {
-        return Err(bad(E::MetadataIncompleteBuffer));
-    }
-    let mut tensors: Vec<(String, safetensors::tensor::TensorInfo)> =
-        meta.tensors().into_iter().map(|(k, info)| (k, info.clone())).collect();
-    tensors.sort_by_key(|(_, info)| info.data_offsets);
-    Ok(SafetensorsHeader { metadata: meta.metadata().clone(), tensors })
+    let raw: RawHeader = serde_json::from_str(text).map_err(|e| bad(E::InvalidHeaderDeserialization(e)))?;
+    drop(header);
+    let mut tensors = raw.tensors;
+    check_offsets(&mut tensors, total_len - 8 - n).map_err(invalid)?;
+    Ok(SafetensorsHeader { metadata: raw.metadata, tensors })
 }
 
 impl SafetensorsHeader {

@@ -21,11 +21,17 @@ pub struct BenchArgs {
     /// default: half the physical memory. A larger plan is refused before it runs.
     #[arg(long, value_name = "SIZE")]
     pub max_memory: Option<String>,
+    /// Most floating-point operations one forward may take (e.g. `1e12`, `500G`, `20T`);
+    /// default: 10^13. A larger plan (a huge pooling window, a huge batch) is refused before
+    /// it runs.
+    #[arg(long, value_name = "FLOPS")]
+    pub max_flops: Option<String>,
 }
 
 /// Runs `ferrofx bench`.
 pub fn run(a: &BenchArgs) -> CliResult<()> {
-    if a.shape.is_empty() || a.shape.contains(&0) || a.shape.iter().product::<usize>() > 1 << 28 {
+    let numel = a.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if a.shape.is_empty() || a.shape.contains(&0) || !matches!(numel, Some(n) if n <= 1 << 28) {
         return Err(format!("--shape {:?} must be non-empty positive sizes of at most 2^28 elements", a.shape).into());
     }
     if a.runs == 0 {
@@ -34,6 +40,9 @@ pub fn run(a: &BenchArgs) -> CliResult<()> {
     let gm = super::module_io::load_module(&a.file)?;
     if let Some(m) = &a.max_memory {
         gm.set_max_memory(Some(super::module_io::parse_memory(m)?));
+    }
+    if let Some(f) = &a.max_flops {
+        gm.set_max_flops(Some(super::module_io::parse_flops(f)?));
     }
     let dims: Vec<i64> = a.shape.iter().map(|&d| d as i64).collect();
     let x = ferrofx_core::ops::random::randn(&dims, None)?;

@@ -88,6 +88,28 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Parses a FLOP count: a number (`1e12`, `2000000`) or one with a unit `K`, `M`, `G`, `T`, `P`
+/// (powers of 1000; a trailing `FLOP`/`FLOPs` is accepted).
+pub fn parse_flops(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix("FLOPs").or_else(|| t.strip_suffix("FLOP")).unwrap_or(t).trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1e3),
+        Some('M') => (&t[..t.len() - 1], 1e6),
+        Some('G') => (&t[..t.len() - 1], 1e9),
+        Some('T') => (&t[..t.len() - 1], 1e12),
+        Some('P') => (&t[..t.len() - 1], 1e15),
+        _ => (t, 1.0),
+    };
+    let value: f64 =
+        num.trim().parse().map_err(|_| format!("'{s}' is not a FLOP count; write e.g. 1e12, 500G or 20T"))?;
+    let flops = value * mult;
+    if !(1.0..1.8e19).contains(&flops) {
+        return Err(format!("'{s}' is not a usable FLOP count (at least 1)"));
+    }
+    Ok(flops as u64)
+}
+
 fn meta_text(m: Option<&TensorMetadata>) -> String {
     match m {
         Some(m) => format!("{:?} {}", m.shape, m.dtype),
@@ -146,5 +168,16 @@ mod tests {
         assert!(parse_memory("lots").unwrap_err().contains("not a memory size"));
         assert!(parse_memory("3X").unwrap_err().contains("unknown unit"));
         assert!(parse_memory("0").is_err());
+    }
+
+    #[test]
+    fn flop_counts() {
+        assert_eq!(parse_flops("1e12").unwrap(), 1_000_000_000_000);
+        assert_eq!(parse_flops("500G").unwrap(), 500_000_000_000);
+        assert_eq!(parse_flops("2.5k").unwrap(), 2500);
+        assert_eq!(parse_flops("20TFLOPs").unwrap(), 20_000_000_000_000);
+        assert!(parse_flops("lots").unwrap_err().contains("not a FLOP count"));
+        assert!(parse_flops("0").is_err());
+        assert!(parse_flops("-5").is_err());
     }
 }

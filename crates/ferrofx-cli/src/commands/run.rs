@@ -35,6 +35,11 @@ pub struct RunArgs {
     /// default: half the physical memory. A larger plan is refused before it runs.
     #[arg(long, value_name = "SIZE")]
     pub max_memory: Option<String>,
+    /// Most floating-point operations one forward may take (e.g. `1e12`, `500G`, `20T`);
+    /// default: 10^13. A larger plan (a huge pooling window, a huge batch) is refused before
+    /// it runs.
+    #[arg(long, value_name = "FLOPS")]
+    pub max_flops: Option<String>,
 }
 
 fn is_npy(p: &Path) -> bool {
@@ -136,6 +141,9 @@ pub fn run(a: &RunArgs) -> CliResult<()> {
     let gm = super::module_io::load_module(&a.file)?;
     if let Some(m) = &a.max_memory {
         gm.set_max_memory(Some(super::module_io::parse_memory(m)?));
+    }
+    if let Some(f) = &a.max_flops {
+        gm.set_max_flops(Some(super::module_io::parse_flops(f)?));
     }
     let inputs = convert_inputs(&gm, read_inputs(&a.input)?, &a.input)?;
     let values: Vec<Value> = inputs.into_iter().map(Value::Tensor).collect();

@@ -155,12 +155,12 @@ impl std::hash::Hash for OpDef {
 pub fn cost_elementwise(args: &[Value], outs: &[TensorMeta]) -> Cost {
     let mut bytes = 0u64;
     for a in args {
-        a.for_each_tensor(|t| bytes += t.meta_nbytes() as u64);
+        a.for_each_tensor(|t| bytes = bytes.saturating_add(t.meta_nbytes() as u64));
     }
     let mut flops = 0u64;
     for o in outs {
-        bytes += o.nbytes() as u64;
-        flops += o.numel() as u64;
+        bytes = bytes.saturating_add(o.nbytes() as u64);
+        flops = flops.saturating_add(o.numel() as u64);
     }
     Cost { flops, bytes }
 }

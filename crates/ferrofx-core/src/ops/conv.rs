@@ -102,7 +102,10 @@ impl Geom {
         self.o / self.groups
     }
     fn flops(&self) -> u64 {
-        2 * (self.n * self.o * self.oh * self.ow * self.cg() * self.kh * self.kw) as u64
+        // saturating: the cost is asked of hostile geometries too (the compute budget)
+        [self.n, self.o, self.oh, self.ow, self.cg(), self.kh, self.kw]
+            .iter()
+            .fold(2u64, |f, &d| f.saturating_mul(d as u64))
     }
     /// This convolution as a Winograd geometry, when it is 3x3, stride 1, dilation 1 and
     /// ungrouped (whether Winograd pays off is [`winograd::worthwhile`]).
@@ -193,6 +196,9 @@ fn dtype_check(op: &str, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<D
     Ok(dt)
 }
 
+/// Largest stride, padding and dilation a convolution accepts (2^32).
+const MAX_EXTENT: i64 = 1 << 32;
+
 /// Validates a (transposed) convolution's arguments and computes its geometry; `nd` is the
 /// number of spatial dims (1 or 2). Returns the geometry and the output shape (without the batch
 /// dim for unbatched input).
@@ -249,8 +255,28 @@ fn geometry(
     if groups <= 0 {
         return Err(Error::argument(op, format!("non-positive groups is not supported, got groups={groups}")));
     }
+    // sane ranges (sizes come from files): beyond 2^32 a stride or dilation skips past any
+    // input, and the window arithmetic would overflow
+    for (name, v) in [("stride", &stride), ("dilation", &dilation)] {
+        if let Some(&x) = v.iter().find(|&&x| x > MAX_EXTENT) {
+            return Err(Error::argument(
+                op,
+                format!("{name}={v:?} is out of range: {x} is more than 2^32 (4294967296)"),
+            ));
+        }
+    }
     let g = groups as usize;
     let k: Vec<usize> = ws[2..].to_vec();
+    // sizes come from files and graphs: checked arithmetic, an overflow is an error
+    let overflow = || {
+        Error::limit(
+            op,
+            format!(
+                "the sizes of this convolution overflow (input {xs:?}, weight {ws:?}, stride {stride:?}, dilation {dilation:?}, padding {padding:?}); \
+                 no real model has such sizes"
+            ),
+        )
+    };
     // (before, after) per spatial dim
     let pads: Vec<(usize, usize)> = match padding {
         Value::Str(s) if transposed.is_none() => match s.as_str() {
@@ -261,10 +287,10 @@ fn geometry(
                 }
                 (0..nd)
                     .map(|i| {
-                        let total = dilation[i] as usize * (k[i].max(1) - 1);
-                        (total / 2, total - total / 2)
+                        let total = (dilation[i] as usize).checked_mul(k[i].max(1) - 1).ok_or_else(overflow)?;
+                        Ok((total / 2, total - total / 2))
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>>>()?
             }
             other => {
                 return Err(Error::argument(
@@ -277,6 +303,12 @@ fn geometry(
             let p = expand(op, "padding", v, nd)?;
             if p.iter().any(|&x| x < 0) {
                 return Err(Error::argument(op, format!("negative padding is not supported, got padding={p:?}")));
+            }
+            if let Some(&x) = p.iter().find(|&&x| x > MAX_EXTENT) {
+                return Err(Error::argument(
+                    op,
+                    format!("padding={p:?} is out of range: {x} is more than 2^32 (4294967296)"),
+                ));
             }
             p.iter().map(|&x| (x as usize, x as usize)).collect()
         }
@@ -296,7 +328,7 @@ fn geometry(
                     format!("Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size [{ws:?}] instead"),
                 ));
             }
-            if ws[1] * g != c {
+            if ws[1].checked_mul(g) != Some(c) {
                 return Err(Error::shape(
                     op,
                     format!(
@@ -309,8 +341,12 @@ fn geometry(
             let mut padded = Vec::with_capacity(nd);
             let mut eff = Vec::with_capacity(nd);
             for i in 0..nd {
-                let p = spatial[i] + pads[i].0 + pads[i].1;
-                let e = dilation[i] as usize * (k[i].max(1) - 1) + 1;
+                let p =
+                    spatial[i].checked_add(pads[i].0).and_then(|p| p.checked_add(pads[i].1)).ok_or_else(overflow)?;
+                let e = (dilation[i] as usize)
+                    .checked_mul(k[i].max(1) - 1)
+                    .and_then(|e| e.checked_add(1))
+                    .ok_or_else(overflow)?;
                 padded.push(p);
                 eff.push(if k[i] == 0 { 0 } else { e });
                 out.push(if p >= e && k[i] > 0 { (p - e) / stride[i] as usize + 1 } else { 0 });
@@ -359,11 +395,12 @@ fn geometry(
             }
             let mut out = Vec::with_capacity(nd);
             for i in 0..nd {
-                let v = (spatial[i] as i64 - 1) * stride[i] - 2 * pads[i].0 as i64
-                    + dilation[i] * (k[i] as i64 - 1)
-                    + op_pad[i]
+                // in i128: every term fits, and the sum is checked against i64 below
+                let v = (spatial[i] as i128 - 1) * stride[i] as i128 - 2 * pads[i].0 as i128
+                    + dilation[i] as i128 * (k[i] as i128 - 1)
+                    + op_pad[i] as i128
                     + 1;
-                out.push(v);
+                out.push(i64::try_from(v).map_err(|_| overflow())?);
             }
             if out.iter().any(|&v| v <= 0) {
                 return Err(Error::shape(
@@ -375,7 +412,7 @@ fn geometry(
                     ),
                 ));
             }
-            (ws[1] * g, out.iter().map(|&v| v as usize).collect())
+            (ws[1].checked_mul(g).ok_or_else(overflow)?, out.iter().map(|&v| v as usize).collect())
         }
     };
     if let Some(b) = bias {
@@ -435,9 +472,17 @@ enum Algo {
 fn choose(g: &Geom) -> Algo {
     if g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt + g.pb + g.pl + g.pr == 0 {
         Algo::Pointwise
-    } else if g.sh == 1 && g.sw == 1 && g.kw > 1 && g.oh * g.ow >= 1024 {
+    } else if g.sh == 1
+        && g.sw == 1
+        && g.kw > 1
+        && g.oh * g.ow >= 1024
+        && (g.h + g.pt + g.pb).saturating_mul(g.w + g.pl + g.pr) <= 4 * g.oh * g.ow
+    {
         // Large planes: the shifted scheme moves 1/kh of im2col's data. On small planes the
-        // wide output's extra columns and the kh GEMM calls cost more than im2col saves.
+        // wide output's extra columns and the kh GEMM calls cost more than im2col saves. Its
+        // scratch is the padded plane (kw times): with a padding far larger than the output
+        // (a hostile file's dilation and padding of 2^14 around a 32x32 output) that would be
+        // gigabytes, so such convolutions take im2col, whose scratch follows the output.
         Algo::Shifted
     } else {
         Algo::Im2col
@@ -818,6 +863,16 @@ fn conv_unit<T: MatElem>(
 fn conv_forward<T: MatElem>(op: &str, g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
     let algo = choose(g);
     let (cg, og) = (g.cg(), g.og());
+    // the scratch of one unit (per worker) must be allocatable: refused here, with the sizes,
+    // rather than aborting in a worker (x and w exist, so their sizes are known to fit)
+    let (hp, wp) = (g.h + g.pt + g.pb, g.w + g.pl + g.pr);
+    let scratch = match algo {
+        Algo::Pointwise => Some(0),
+        Algo::Shifted => [cg, g.kw, hp, wp].iter().try_fold(1usize, |a, &b| a.checked_mul(b)),
+        Algo::Im2col => [cg, g.kh, g.kw, g.oh, g.ow].iter().try_fold(1usize, |a, &b| a.checked_mul(b)),
+    };
+    crate::memory::check_alloc(op, &[scratch.unwrap_or(usize::MAX)], T::DTYPE)
+        .map_err(|e| Error::limit(op, format!("the convolution's work buffer (im2col columns): {}", e.message())))?;
     let unit_in = cg * g.h * g.w;
     let unit_out = og * g.oh * g.ow;
     let unit_w = og * cg * g.kh * g.kw;
@@ -1292,9 +1347,9 @@ fn convt_geom(op: &str, args: &[Value]) -> Result<(Geom, Shape, DType)> {
 fn conv_cost_of(g: &Geom, args: &[Value], outs: &[TensorMeta]) -> Cost {
     let mut bytes = 0u64;
     for a in args {
-        a.for_each_tensor(|t| bytes += t.meta_nbytes() as u64);
+        a.for_each_tensor(|t| bytes = bytes.saturating_add(t.meta_nbytes() as u64));
     }
-    bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
+    bytes = outs.iter().fold(bytes, |b, o| b.saturating_add(o.nbytes() as u64));
     Cost { flops: g.flops(), bytes }
 }
 

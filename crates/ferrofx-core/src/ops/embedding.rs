@@ -73,8 +73,8 @@ fn kernel_fn(args: &[Value]) -> Result<Outputs> {
     }
     let dt = w.dtype();
     crate::match_dtype!(dt, E => {
-        let out = w.with_contiguous::<E, _>(op, |table| {
-            let mut out = vec![E::default(); indices.len() * dim];
+        let out = w.with_contiguous::<E, _>(op, |table| -> Result<Vec<E>> {
+            let mut out = crate::memory::alloc_filled(op, &shape, E::default())?;
             if dim > 0 {
                 let copy = |(o, &i): (&mut [E], &i64)| o.copy_from_slice(&table[i as usize * dim..(i as usize + 1) * dim]);
                 if out.len() >= crate::ops::kernel::PAR_THRESHOLD {
@@ -83,8 +83,8 @@ fn kernel_fn(args: &[Value]) -> Result<Outputs> {
                     out.chunks_mut(dim).zip(indices.iter()).for_each(copy);
                 }
             }
-            out
-        })?;
+            Ok(out)
+        })??;
         Ok(smallvec![Tensor::from_vec(out, &shape)?])
     })
 }

@@ -759,15 +759,15 @@ fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
     let mut bytes = 0u64;
     for a in args {
-        a.for_each_tensor(|t| bytes += t.meta_nbytes() as u64);
+        a.for_each_tensor(|t| bytes = bytes.saturating_add(t.meta_nbytes() as u64));
     }
     let instrs = match args.get(1) {
         Some(Value::Str(s)) => FusedExpr::parse(s).map(|e| e.instrs.len()).unwrap_or(1),
         _ => 1,
     };
     let numel: u64 = outs.iter().map(|o| o.numel() as u64).sum();
-    bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
-    Cost { flops: numel * instrs as u64, bytes }
+    bytes = outs.iter().fold(bytes, |b, o| b.saturating_add(o.nbytes() as u64));
+    Cost { flops: numel.saturating_mul(instrs as u64), bytes }
 }
 
 /// The op: `fused_elementwise(Tensor[] inputs, str expr) -> Tensor`.

@@ -91,7 +91,7 @@ opdef!(GATHER, "gather",
         crate::match_dtype!(dt, E => x.with_data::<E, _>(op, |data, l| -> Result<Outputs> {
             let sd = if xs.is_empty() { 0 } else { l.strides()[d] };
             let bl = base_layout(idx.shape(), l.strides(), d, l.offset());
-            let mut out: Vec<E> = Vec::with_capacity(iv.len());
+            let mut out: Vec<E> = crate::memory::alloc_uninit(op, idx.shape())?;
             for (base, &v) in StridedIter::new(&bl).zip(&iv) {
                 if v < 0 || v as usize >= size {
                     return Err(oob(op, v, d, size));
@@ -356,7 +356,7 @@ opdef!(INDEX_SELECT, "index_select",
         let inner: usize = if xs.is_empty() { 1 } else { xs[d + 1..].iter().product() };
         let dt = x.dtype();
         crate::match_dtype!(dt, E => x.with_contiguous::<E, _>(op, |data| -> Result<Outputs> {
-            let mut out: Vec<E> = Vec::with_capacity(outer * iv.len() * inner);
+            let mut out: Vec<E> = crate::memory::alloc_uninit(op, &shape)?;
             for o in 0..outer {
                 for &v in &iv {
                     let s = (o * size + v as usize) * inner;
@@ -441,11 +441,12 @@ fn masked_fill_kernel(op: &str, a: &[Value], inplace: bool) -> Result<Outputs> {
     let value = fill_value(op, a)?;
     let dt = x.dtype();
     let ml = mask.concrete(op)?.1.broadcast_to(op, &shape)?;
-    let mv: Vec<bool> = mask.with_data::<bool, _>(op, |d, _| StridedIter::new(&ml).map(|i| d[i]).collect())?;
+    let mv: Vec<bool> =
+        mask.with_data::<bool, _>(op, |d, _| crate::memory::collect(op, &shape, StridedIter::new(&ml).map(|i| d[i])))??;
     let out = crate::match_dtype!(dt, E => {
         let v: E = if E::DTYPE.is_floating_point() { E::from_f64(value.to_f64()) } else { E::from_i64(value.to_i64()) };
         let xl = x.concrete(op)?.1.broadcast_to(op, &shape)?;
-        let out: Vec<E> = x.with_data::<E, _>(op, |d, _| StridedIter::new(&xl).zip(&mv).map(|(i, &m)| if m { v } else { d[i] }).collect())?;
+        let out: Vec<E> = x.with_data::<E, _>(op, |d, _| crate::memory::collect(op, &shape, StridedIter::new(&xl).zip(&mv).map(|(i, &m)| if m { v } else { d[i] })))??;
         Tensor::from_vec(out, &shape)?
     });
     if inplace {
@@ -484,11 +485,11 @@ opdef!(MASKED_SELECT, "masked_select", &[ArgSpec::req("input", T::Tensor), ArgSp
         mask_check(op, mask)?;
         let shape = broadcast_shapes(op, x.shape(), mask.shape())?;
         let ml = mask.concrete(op)?.1.broadcast_to(op, &shape)?;
-        let mv: Vec<bool> = mask.with_data::<bool, _>(op, |d, _| StridedIter::new(&ml).map(|i| d[i]).collect())?;
+        let mv: Vec<bool> = mask.with_data::<bool, _>(op, |d, _| crate::memory::collect(op, &shape, StridedIter::new(&ml).map(|i| d[i])))??;
         let dt = x.dtype();
         let xl = x.concrete(op)?.1.broadcast_to(op, &shape)?;
         crate::match_dtype!(dt, E => {
-            let out: Vec<E> = x.with_data::<E, _>(op, |d, _| StridedIter::new(&xl).zip(&mv).filter(|(_, &m)| m).map(|(i, _)| d[i]).collect())?;
+            let out: Vec<E> = x.with_data::<E, _>(op, |d, _| crate::memory::collect(op, &[mv.iter().filter(|&&m| m).count()], StridedIter::new(&xl).zip(&mv).filter(|(_, &m)| m).map(|(i, _)| d[i])))??;
             let n = out.len();
             Ok(smallvec![Tensor::from_vec(out, &[n])?])
         })

@@ -71,7 +71,12 @@ fn cat_plan(op: &str, ts: &[Tensor], dim: i64) -> Result<CatPlan> {
                 ));
             }
         }
-        shape[d] += s[d];
+        shape[d] = shape[d].checked_add(s[d]).ok_or_else(|| {
+            Error::limit(
+                op,
+                format!("the concatenated size along dimension {d} overflows (tensor number {i} has {})", s[d]),
+            )
+        })?;
     }
     check_alloc(op, &shape, dtype)?;
     Ok(CatPlan { used, dim: d, shape, dtype })

@@ -510,7 +510,7 @@ fn matmul_plan(op: &str, a: &[usize], b: &[usize]) -> Result<MatmulPlan> {
         if b_1d && na == 2 {
             return Err(Error::shape(op, format!("size mismatch, got input ({m}), mat ({m}x{k}), vec ({k2})")));
         }
-        let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
+        let rows: usize = a_shape[..a_shape.len() - 1].iter().fold(1usize, |r, &d| r.saturating_mul(d));
         return Err(mm_mismatch(op, &[if nb == 2 || b_1d { rows } else { m }, k], &[k2, n]));
     }
     let batch = broadcast_shapes(op, &a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2])?;
@@ -556,11 +556,20 @@ fn run_matmul<T: MatElem>(
 ) -> Result<Vec<T>> {
     let la = operand_layout(op, a, plan.a_1d.then_some(0), &plan.batch)?;
     let lb = operand_layout(op, b, plan.b_1d.then_some(1), &plan.batch)?;
-    let total = plan.batch.iter().product::<usize>() * plan.m * plan.n;
+    let mut full: Shape = plan.batch.clone();
+    full.extend_from_slice(&[plan.m, plan.n]);
+    let total = crate::memory::check_alloc(op, &full, T::DTYPE)?;
     let read_dst = init.is_some();
-    let mut out = init.unwrap_or_else(|| vec![T::default(); total]);
+    let mut out = match init {
+        Some(v) => v,
+        None => crate::memory::alloc_filled(op, &full, T::default())?,
+    };
     debug_assert_eq!(out.len(), total);
     let _ = (&plan.a_shape, &plan.b_shape, plan.k);
+    if total == 0 {
+        // nothing to compute (and the batch may still be huge: [2^40, 0, k] @ [k, n])
+        return Ok(out);
+    }
     read2::<T, _>(op, a, b, |da, db| {
         batched_gemm(da, &la, db, &lb, &mut out, read_dst, dst_coef, prod_coef);
         Ok(())
@@ -597,16 +606,16 @@ fn product_cost(args: &[Value], outs: &[TensorMeta], left: usize) -> Cost {
     let mut bytes = 0u64;
     for a in args {
         if let Value::Tensor(t) = a {
-            bytes += t.meta_nbytes() as u64;
+            bytes = bytes.saturating_add(t.meta_nbytes() as u64);
         }
     }
     let k = match args.get(left) {
         Some(Value::Tensor(t)) => t.meta_shape().and_then(|s| s.last().copied()).unwrap_or(1) as u64,
         _ => 1,
     };
-    let out_numel: u64 = outs.iter().map(|o| o.numel() as u64).sum();
-    bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
-    Cost { flops: 2 * out_numel * k, bytes }
+    let out_numel: u64 = outs.iter().fold(0u64, |n, o| n.saturating_add(o.numel() as u64));
+    bytes = outs.iter().fold(bytes, |b, o| b.saturating_add(o.nbytes() as u64));
+    Cost { flops: out_numel.saturating_mul(k).saturating_mul(2), bytes }
 }
 
 /// `matmul`, `mm`, `bmm`, `linear`: the left operand is argument 0.
@@ -740,21 +749,21 @@ fn broadcast_fill<T: Element>(op: &str, bias: &Tensor, out_shape: &[usize]) -> R
             ),
         )
     })?;
-    b.with_data::<T, _>(op, |d, _| {
+    b.with_data::<T, _>(op, |d, _| -> Result<Vec<T>> {
         // A bias row repeated over the leading dims (the `linear` case): copy whole rows.
         let st = l.strides();
         let n = out_shape.last().copied().unwrap_or(1);
         if !st.is_empty() && n > 0 && st[st.len() - 1] == 1 && st[..st.len() - 1].iter().all(|&s| s == 0) {
             let row = &d[l.offset()..l.offset() + n];
             let rows = l.numel() / n;
-            let mut v = Vec::with_capacity(rows * n);
+            let mut v: Vec<T> = crate::memory::alloc_uninit(op, out_shape)?;
             for _ in 0..rows {
                 v.extend_from_slice(row);
             }
-            return v;
+            return Ok(v);
         }
-        StridedIter::new(&l).map(|i| d[i]).collect()
-    })
+        crate::memory::collect(op, out_shape, StridedIter::new(&l).map(|i| d[i]))
+    })?
 }
 
 fn addmm_check(op: &str, input: &Tensor, a: &Tensor, b: &Tensor) -> Result<DType> {

@@ -54,7 +54,7 @@ fn param_dtype_ok(op: &str, input: DType, name: &str, p: Option<&Tensor>) -> Res
 
 fn norm_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
     let c = crate::op::cost_elementwise(args, outs);
-    Cost { flops: c.flops * 5, bytes: c.bytes }
+    Cost { flops: c.flops.saturating_mul(5), bytes: c.bytes }
 }
 
 /// Independent f64 accumulators per reduction: sums split over this many lanes vectorise (a

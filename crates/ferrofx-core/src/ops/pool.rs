@@ -49,8 +49,10 @@ fn expand_n(op: &str, name: &str, v: &[i64], nd: usize) -> Result<Vec<i64>> {
     }
 }
 
-/// PyTorch's `pooling_output_shape`.
-fn out_size(input: i64, k: i64, pad: i64, s: i64, d: i64, ceil: bool) -> i64 {
+/// PyTorch's `pooling_output_shape`, in i128 (the sizes come from files and graphs: no term
+/// can overflow); callers check the result's range.
+fn out_size(input: i64, k: i64, pad: i64, s: i64, d: i64, ceil: bool) -> i128 {
+    let (input, k, pad, s, d) = (input as i128, k as i128, pad as i128, s as i128, d as i128);
     let num = input + 2 * pad - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
     let mut o = num.div_euclid(s) + 1;
     if ceil && (o - 1) * s >= input + pad {
@@ -86,6 +88,9 @@ fn check_dtype(op: &str, dt: DType, allow_int: bool) -> Result<()> {
     Ok(())
 }
 
+/// Largest kernel size, stride, padding, dilation and effective kernel a pool accepts (2^32).
+const MAX_EXTENT: i64 = 1 << 32;
+
 /// Validates a max/avg pool call and computes its geometry and output shape.
 #[allow(clippy::too_many_arguments)]
 fn pool_geom(
@@ -115,8 +120,29 @@ fn pool_geom(
     if p.iter().any(|&v| v < 0) {
         return Err(Error::argument(op, format!("pad must be non-negative, but got padding={p:?}")));
     }
+    // sane ranges (sizes come from files): a window wider than 2^32 covers no real input, and
+    // beyond it the window arithmetic would overflow
+    for (name, v) in [("kernel_size", &k), ("stride", &s), ("padding", &p), ("dilation", &d)] {
+        if let Some(&x) = v.iter().find(|&&x| x > MAX_EXTENT) {
+            return Err(Error::argument(
+                op,
+                format!("{name}={v:?} is out of range: {x} is more than 2^32 (4294967296), wider than any input"),
+            ));
+        }
+    }
     for i in 0..nd {
-        if p[i] > ((k[i] - 1) * d[i] + 1) / 2 {
+        let eff = (k[i] as i128 - 1) * d[i] as i128 + 1;
+        if eff > MAX_EXTENT as i128 {
+            return Err(Error::argument(
+                op,
+                format!(
+                    "the effective kernel size (kernel_size - 1) * dilation + 1 = {eff} (kernel_size={k:?}, dilation={d:?}) is more than 2^32, wider than any input"
+                ),
+            ));
+        }
+    }
+    for i in 0..nd {
+        if p[i] as i128 > ((k[i] as i128 - 1) * d[i] as i128 + 1) / 2 {
             return Err(Error::argument(
                 op,
                 format!(
@@ -126,7 +152,9 @@ fn pool_geom(
             ));
         }
     }
-    let out: Vec<i64> = (0..nd).map(|i| out_size(sp[i] as i64, k[i], p[i], s[i], d[i], ceil)).collect();
+    // an output size past i64 (a 2^62 kernel with a 2^61 padding) is as impossible as one below 1
+    let out: Vec<i64> =
+        (0..nd).map(|i| i64::try_from(out_size(sp[i] as i64, k[i], p[i], s[i], d[i], ceil)).unwrap_or(-1)).collect();
     if out.iter().any(|&o| o < 1) {
         let c = if !lead.is_empty() { lead[lead.len() - 1] } else { 1 };
         let fmt = |v: &mut dyn Iterator<Item = i64>| v.map(|x| x.to_string()).collect::<Vec<_>>().join("x");
@@ -221,7 +249,7 @@ fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, 
     let plane_out = g.oh * g.ow;
     let mut out = vec![T::default(); g.planes * plane_out];
     let mut idx = if want_idx { vec![0i64; out.len()] } else { Vec::new() };
-    let work = out.len() * g.kh * g.kw;
+    let work = out.len().saturating_mul(g.kh).saturating_mul(g.kw);
     if !want_idx && g.dh == 1 && g.dw == 1 {
         for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, _| max_plane_separable(g, xp, op));
         return (out, idx);
@@ -475,7 +503,7 @@ fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
 fn avg_pool_impl<T: Element>(g: &PoolGeom, x: &[T], count_include_pad: bool, divisor: Option<i64>) -> Vec<T> {
     let plane_out = g.oh * g.ow;
     let mut out = vec![T::default(); g.planes * plane_out];
-    let work = out.len() * g.kh * g.kw;
+    let work = out.len().saturating_mul(g.kh).saturating_mul(g.kw);
     let float = T::DTYPE.is_floating_point();
     for_planes(x, g.h * g.w, &mut out, &mut [], plane_out, work, |xp, op, _| {
         let (h, w) = (g.h as isize, g.w as isize);
@@ -589,16 +617,21 @@ fn adaptive_impl<T: Element>(
 fn pool_cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
     let mut bytes = 0u64;
     for a in args {
-        a.for_each_tensor(|t| bytes += t.meta_nbytes() as u64);
+        a.for_each_tensor(|t| bytes = bytes.saturating_add(t.meta_nbytes() as u64));
     }
-    bytes += outs.iter().map(|o| o.nbytes() as u64).sum::<u64>();
+    bytes = outs.iter().fold(bytes, |b, o| b.saturating_add(o.nbytes() as u64));
     let k: u64 = match args.get(1) {
         Some(Value::Ints(v)) => {
-            v.iter().map(|&x| x.max(1) as u64).product::<u64>().pow(if v.len() == 1 { 2 } else { 1 })
+            let k = v.iter().fold(1u64, |k, &x| k.saturating_mul(x.max(1) as u64));
+            if v.len() == 1 {
+                k.saturating_mul(k)
+            } else {
+                k
+            }
         }
         _ => 1,
     };
-    Cost { flops: outs.first().map(|o| o.numel() as u64).unwrap_or(0) * k, bytes }
+    Cost { flops: outs.first().map(|o| o.numel() as u64).unwrap_or(0).saturating_mul(k), bytes }
 }
 
 struct MaxArgs {

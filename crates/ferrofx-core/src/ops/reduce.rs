@@ -231,12 +231,12 @@ pub(crate) fn cost_reduce(args: &[Value], outs: &[TensorMeta]) -> Cost {
     let mut flops = 0u64;
     for a in args {
         a.for_each_tensor(|t| {
-            bytes += t.meta_nbytes() as u64;
-            flops += t.meta().map(|m| m.numel()).unwrap_or(0) as u64;
+            bytes = bytes.saturating_add(t.meta_nbytes() as u64);
+            flops = flops.saturating_add(t.meta().map(|m| m.numel()).unwrap_or(0) as u64);
         });
     }
     for o in outs {
-        bytes += o.nbytes() as u64;
+        bytes = bytes.saturating_add(o.nbytes() as u64);
     }
     Cost { flops, bytes }
 }

@@ -85,6 +85,11 @@ pub struct ModuleDoc {
     /// Declared tensors.
     #[serde(default)]
     pub tensors: Vec<TensorDoc>,
+    /// Declared inputs: the targets of the graph's `placeholder` nodes, in order. When present,
+    /// the graph must have exactly these placeholders ([`check_declared_inputs`]); files
+    /// without the field (written before it existed) are read without the check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Vec<String>>,
     /// Nested traced modules (module-preserving tracing), each `call_module` target of this
     /// graph that is itself a traced module. Their tensors are declared in the root document
     /// under `<path>.<tensor path>` (nested documents declare none).
@@ -111,9 +116,42 @@ impl ModuleDoc {
             graph,
             leaves: vec![],
             tensors: vec![],
+            inputs: None,
             submodules: vec![],
         }
     }
+
+    /// The document's graph's inputs: the targets of its `placeholder` nodes, in order (what
+    /// a writer declares in [`ModuleDoc::inputs`]).
+    pub fn placeholder_targets(&self) -> Vec<String> {
+        self.graph.nodes.iter().filter(|n| n.op == "placeholder").map(|n| n.target.clone()).collect()
+    }
+}
+
+/// The format's input rule (`docs/format.md`): when a document declares its inputs, its graph
+/// has a placeholder for every declared input and none other, in the declared order. `module`
+/// names the module in errors (`the module`, `nested module 'block1'`).
+pub fn check_declared_inputs(doc: &ModuleDoc, module: &str) -> Result<(), FormatError> {
+    let Some(declared) = &doc.inputs else { return Ok(()) };
+    let found = doc.placeholder_targets();
+    if let Some(missing) = declared.iter().find(|d| !found.contains(*d)) {
+        return Err(FormatError::Invalid(format!(
+            "{module} declares the input '{missing}', but its graph has no placeholder for it (placeholders: {found:?}); \
+             the graph cannot receive that input"
+        )));
+    }
+    if let Some(extra) = found.iter().find(|f| !declared.contains(*f)) {
+        return Err(FormatError::Invalid(format!(
+            "{module}'s graph has the placeholder '{extra}', which is not among the declared inputs {declared:?}; \
+             a caller following the declaration could not feed it"
+        )));
+    }
+    if &found != declared {
+        return Err(FormatError::Invalid(format!(
+            "{module} declares the inputs {declared:?}, but its graph's placeholders are {found:?} (another order, or repeated)"
+        )));
+    }
+    Ok(())
 }
 
 /// The safetensors metadata of a module document, after checking that `tensors` holds exactly

@@ -9,8 +9,8 @@ pub mod container;
 pub mod graph_doc;
 
 pub use container::{
-    read_module, read_module_bytes, read_module_file, write_module_bytes, write_module_file, LeafDoc, ModuleDoc,
-    SubmoduleDoc, TensorDoc, TensorKind, FORMAT, VERSION,
+    check_declared_inputs, read_module, read_module_bytes, read_module_file, write_module_bytes, write_module_file,
+    LeafDoc, ModuleDoc, SubmoduleDoc, TensorDoc, TensorKind, FORMAT, VERSION,
 };
 pub use graph_doc::{graph_from_doc, graph_to_doc, ArgDoc, GraphDoc, MetaDoc, NodeDoc, TensorMetaDoc};
 

@@ -40,6 +40,9 @@ impl Rng {
 
 /// Memory limit of every run of a loaded module (and of any single allocation in the process).
 pub const RUN_MEMORY_LIMIT: u64 = 256 << 20;
+/// Compute limit of every run of a loaded module (FLOPs): a mutated window or batch that would
+/// keep the fuzzer busy for minutes is refused by the compute budget.
+pub const RUN_FLOPS_LIMIT: u64 = 1_000_000_000;
 
 /// How far a mutated file got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,13 +80,14 @@ fn inputs_for(gm: &ferrofx_fx::GraphModule) -> Vec<ferrofx_core::Value> {
 }
 
 /// Loads `bytes` ([`load`]) and, when that succeeds, builds the module and runs it under
-/// [`RUN_MEMORY_LIMIT`].
+/// [`RUN_MEMORY_LIMIT`] and [`RUN_FLOPS_LIMIT`].
 pub fn load_and_run(bytes: &[u8]) -> Outcome {
     if load(bytes).is_err() {
         return Outcome::Rejected;
     }
     let Ok(gm) = ferrofx_fx::GraphModule::from_bytes(bytes) else { return Outcome::RunError };
     gm.set_max_memory(Some(RUN_MEMORY_LIMIT));
+    gm.set_max_flops(Some(RUN_FLOPS_LIMIT));
     let _g = ferrofx_core::autograd::no_grad();
     match gm.forward_values(&inputs_for(&gm)) {
         Ok(_) => Outcome::Ran,

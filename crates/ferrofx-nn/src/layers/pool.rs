@@ -160,29 +160,50 @@ fn range<const N: usize>(s: &ModuleSpec, name: &str, min: i64) -> Result<[i64; N
     Ok(v)
 }
 
+/// PyTorch's pooling rule, checked when a file is loaded rather than at the first forward:
+/// the padding is at most half the effective kernel (`(kernel_size - 1) * dilation + 1`).
+fn check_half_kernel(s: &ModuleSpec, kernel: [i64; 2], padding: [i64; 2], dilation: [i64; 2]) -> Result<()> {
+    for i in 0..2 {
+        if padding[i] > ((kernel[i] - 1) * dilation[i] + 1) / 2 {
+            return Err(ferrofx_core::Error::argument(
+                &s.type_name,
+                format!(
+                    "attribute 'padding' = {padding:?} is more than half the effective kernel (kernel_size {kernel:?}, dilation {dilation:?}); \
+                     PyTorch refuses such a pooling (pad should be at most half of effective kernel size)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl MaxPool2d {
     /// Rebuilds a MaxPool2d from its spec.
     pub fn from_spec(s: &ModuleSpec) -> Result<MaxPool2d> {
-        Ok(MaxPool2d {
+        let m = MaxPool2d {
             kernel: range(s, "kernel_size", 1)?,
             stride: range(s, "stride", 1)?,
             padding: range(s, "padding", 0)?,
             dilation: range(s, "dilation", 1)?,
             ceil_mode: s.bool("ceil_mode")?,
-        })
+        };
+        check_half_kernel(s, m.kernel, m.padding, m.dilation)?;
+        Ok(m)
     }
 }
 
 impl AvgPool2d {
     /// Rebuilds an AvgPool2d from its spec.
     pub fn from_spec(s: &ModuleSpec) -> Result<AvgPool2d> {
-        Ok(AvgPool2d {
+        let m = AvgPool2d {
             kernel: range(s, "kernel_size", 1)?,
             stride: range(s, "stride", 1)?,
             padding: range(s, "padding", 0)?,
             ceil_mode: s.bool("ceil_mode")?,
             count_include_pad: s.bool("count_include_pad")?,
-        })
+        };
+        check_half_kernel(s, m.kernel, m.padding, [1, 1])?;
+        Ok(m)
     }
 }
 
