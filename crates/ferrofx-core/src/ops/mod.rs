@@ -1,6 +1,7 @@
 //! Built-in ops, one file per family. Each family exposes its `OpDef` statics, the public
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
+pub mod attention;
 pub mod binary;
 pub mod compare;
 pub mod conv;
@@ -26,6 +27,7 @@ pub mod softmax;
 pub mod sort;
 pub mod unary;
 pub mod view;
+pub(crate) mod vmath;
 
 use crate::op::OpDef;
 
@@ -43,6 +45,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         random::OPS,
         shape_misc::OPS,
         linalg::OPS,
+        attention::OPS,
         conv::OPS,
         pool::OPS,
         norm::OPS,
