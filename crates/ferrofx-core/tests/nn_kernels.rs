@@ -732,8 +732,12 @@ fn sdpa_meta_cost_and_gradients() {
     let leaf = |n: usize, shape: &[usize], seed: u64| t64(rnd(n, seed), shape).requires_grad_(true).unwrap();
     let (q, k, v) = (leaf(2 * 3 * 2, &[2, 3, 2], 11), leaf(4 * 2, &[1, 4, 2], 12), leaf(2 * 4 * 3, &[2, 4, 3], 13));
     let m = leaf(4, &[4], 14);
-    gradcheck(|x| Ok(vec![sdpa(&x[0], &x[1], &x[2], Some(&x[3]), false, None)?]), &[q.clone(), k.clone(), v.clone(), m], GradcheckOptions::default())
-        .unwrap();
+    gradcheck(
+        |x| Ok(vec![sdpa(&x[0], &x[1], &x[2], Some(&x[3]), false, None)?]),
+        &[q.clone(), k.clone(), v.clone(), m],
+        GradcheckOptions::default(),
+    )
+    .unwrap();
     gradcheck(|x| Ok(vec![sdpa(&x[0], &x[1], &x[2], None, true, Some(0.7))?]), &[q, k, v], GradcheckOptions::default())
         .unwrap();
 }

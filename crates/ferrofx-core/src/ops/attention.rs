@@ -28,8 +28,7 @@ use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Layout, Shape, StridedIter};
 use crate::op::args::{bool_, float, opt_float, opt_tensor, tensor};
 use crate::op::{
-    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs,
-    Saves,
+    dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves,
 };
 use crate::ops::linalg::{MatElem, Par};
 use crate::ops::{binary, kernel, vmath};
@@ -101,7 +100,10 @@ fn check(args: &[Value]) -> Result<Sig> {
     if !q.dtype().is_floating_point() {
         return Err(Error::dtype(
             OP,
-            format!("\"{OP}\" not implemented for '{}': pass floating point query, key and value", dtype_name(q.dtype())),
+            format!(
+                "\"{OP}\" not implemented for '{}': pass floating point query, key and value",
+                dtype_name(q.dtype())
+            ),
         ));
     }
     if dropout != 0.0 {
@@ -117,7 +119,10 @@ fn check(args: &[Value]) -> Result<Sig> {
         ));
     }
     if causal && mask.is_some() {
-        return Err(Error::argument(OP, "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True"));
+        return Err(Error::argument(
+            OP,
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True",
+        ));
     }
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     let (l, e) = (qs[qs.len() - 2], qs[qs.len() - 1]);
@@ -152,7 +157,10 @@ fn check(args: &[Value]) -> Result<Sig> {
         if broadcast_shapes(OP, m.shape(), &target).map(|b| b != target).unwrap_or(true) {
             return Err(Error::shape(
                 OP,
-                format!("attn_mask of shape {:?} does not broadcast to the scores' shape {target:?} ([.., L, S])", m.shape()),
+                format!(
+                    "attn_mask of shape {:?} does not broadcast to the scores' shape {target:?} ([.., L, S])",
+                    m.shape()
+                ),
             ));
         }
     }

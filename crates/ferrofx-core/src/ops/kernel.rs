@@ -325,9 +325,7 @@ pub(crate) fn unary_map_slices<T: Element, U: Element>(
     let data = guard
         .as_slice::<T>()
         .ok_or_else(|| Error::dtype(op, format!("expected a tensor of dtype {}, got {}", T::DTYPE, guard.dtype())))?;
-    let range = layout
-        .contiguous_range()
-        .ok_or_else(|| Error::shape(op, "contiguous() returned a strided tensor"))?;
+    let range = layout.contiguous_range().ok_or_else(|| Error::shape(op, "contiguous() returned a strided tensor"))?;
     let n = range.len();
     let mut buf: Vec<U> = crate::memory::alloc_uninit(op, layout.shape())?;
     if n > 0 {

@@ -113,20 +113,6 @@ macro_rules! addable_int {
 }
 addable_int!(u8, i8, i16, i32, i64);
 
-/// At most this many rows, a pooled GEMM is split by columns across the threads (see
-/// `float_mat!`); more rows leave the threading to the GEMM itself.
-const SPLIT_MAX_ROWS: usize = 512;
-/// Columns of one part of a column-split GEMM, at least.
-const SPLIT_MIN_COLS: usize = 64;
-
-/// A raw pointer shared by the parts of a column-split GEMM.
-struct SendPtr<T>(*mut T);
-// SAFETY: the parts write disjoint columns of the destination and only read the operands,
-// which outlive the parallel loop (it returns before the GEMM call does).
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SendPtr<T> {}
-
 macro_rules! float_mat {
     ($t:ty) => {
         impl MatElem for $t {
@@ -163,42 +149,6 @@ macro_rules! float_mat {
                             *p = if read_dst { dst_coef * *p } else { 0.0 };
                         }
                     }
-                    return;
-                }
-                let threads = rayon::current_num_threads();
-                if matches!(par.to_gemm(), gemm::Parallelism::Rayon(_)) && m <= SPLIT_MAX_ROWS && n >= 2 * SPLIT_MIN_COLS && threads > 1 {
-                    // Few rows: split the columns across the pool, one single-threaded GEMM
-                    // each (one fork-join instead of one per block of the GEMM's loops).
-                    let parts = threads.min(n / SPLIT_MIN_COLS);
-                    let width = n.div_ceil(parts).next_multiple_of(16);
-                    let (dst_p, a_p, b_p) = (SendPtr(dst), SendPtr(a as *mut Self), SendPtr(b as *mut Self));
-                    (0..n.div_ceil(width)).into_par_iter().for_each(|c| {
-                        let j0 = c * width;
-                        let w = width.min(n - j0);
-                        let (dst_p, a_p, b_p) = (&dst_p, &a_p, &b_p);
-                        // SAFETY: columns j0..j0+w of dst and b are inside the operands (this
-                        // function's contract); each part writes its own columns of dst.
-                        unsafe {
-                            <$t as MatElem>::gemm(
-                                m,
-                                w,
-                                k,
-                                dst_p.0.offset(j0 as isize * dst_cs),
-                                dst_rs,
-                                dst_cs,
-                                read_dst,
-                                a_p.0,
-                                a_rs,
-                                a_cs,
-                                b_p.0.offset(j0 as isize * b_cs),
-                                b_rs,
-                                b_cs,
-                                dst_coef,
-                                prod_coef,
-                                Par::Seq,
-                            )
-                        }
-                    });
                     return;
                 }
                 // SAFETY: forwarded from this function's contract; gemm reads `a`/`b` and

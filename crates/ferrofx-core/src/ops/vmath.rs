@@ -41,7 +41,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * z + r + 1.0;
     // 2^n for n in [-126, 127]
     let scale = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
