@@ -80,6 +80,9 @@ pub(crate) fn erf(x: f32) -> f32 {
     q = q * x2 - 7.373_329e-3;
     q = q * x2 - 1.426_474e-2;
     let v = p / q;
+    // |x| >= 4: erf is ±1 in f32 (the rational form gives 1 - 1 ulp there)
+    let v = if x >= 4.0 { 1.0 } else { v };
+    let v = if x <= -4.0 { -1.0 } else { v };
     #[allow(clippy::eq_op)]
     if x != x {
         x
