@@ -32,4 +32,6 @@ CASES = [
     Case("to_f64_bf16", "to", lambda x, d: x.to(d), [T((7,), f64), torch.bfloat16]),
     Case("to_neg_f32_u8", "to", lambda x, d: x.to(d), [T((6,), "float32", "int", -3, 3), torch.uint8],
          note="negative floats to uint8 wrap via int64, as PyTorch on x86"),
+    Case("unflatten", "unflatten", torch.unflatten, [T((2, 12, 3)), 1, [3, -1]]),
+    Case("unflatten_last_noncontig", "unflatten", torch.unflatten, [V(T((6, 4)), ("transpose", 0, 1)), -1, [2, 3]]),
 ]

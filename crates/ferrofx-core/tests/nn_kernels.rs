@@ -836,4 +836,104 @@ fn conv3d_and_3d_pools_match_direct_references() {
         1,
     ));
     assert!(e.contains("Expected 4D (unbatched) or 5D (batched) input to conv3d"), "{e}");
+// ------------------------------------------------------------------------------------------
+// scaled_dot_product_attention, unflatten
+// ------------------------------------------------------------------------------------------
+
+fn t64(v: Vec<f64>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v, shape).unwrap()
+}
+
+/// The fused f32 kernel (parallel over many matrices, several blocks of query rows, strided
+/// head views, additive and boolean masks, causal) equals the f64 decomposition.
+#[test]
+fn sdpa_fused_f32_matches_the_f64_decomposition() {
+    use ferrofx_core::ops::attention::scaled_dot_product_attention as sdpa;
+    let (n, h, l, s, d) = (2, 3, 150, 140, 8);
+    let q64 = t64(rnd(n * l * h * d, 1), &[n, l, h * d]);
+    let k64 = t64(rnd(n * s * h * d, 2), &[n, s, h * d]);
+    let v64 = t64(rnd(n * s * h * d, 3), &[n, s, h * d]);
+    let heads = |x: &Tensor| x.unflatten(2, &[h as i64, -1]).unwrap().permute(&[0, 2, 1, 3]).unwrap();
+    let f32_of = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
+    let mask64 = t64(rnd(n * s, 4).iter().map(|v| if *v < -0.5 { f64::MIN } else { *v }).collect(), &[n, 1, 1, s]);
+    let bmask = Tensor::from_vec(rnd(l * s, 5).iter().map(|v| *v > -0.7).collect::<Vec<bool>>(), &[l, s]).unwrap();
+    for (mask, causal) in [(None, false), (Some(&mask64), false), (Some(&bmask), false), (None, true)] {
+        let want = sdpa(&heads(&q64), &heads(&k64), &heads(&v64), mask, causal, None).unwrap();
+        let m32 = mask.map(|m| if m.dtype() == DType::Bool { m.clone() } else { f32_of(m) });
+        let (q, k, v) = (heads(&f32_of(&q64)), heads(&f32_of(&k64)), heads(&f32_of(&v64)));
+        assert!(!q.is_contiguous(), "heads are strided views");
+        let got = sdpa(&q, &k, &v, m32.as_ref(), causal, None).unwrap();
+        assert_eq!(got.shape(), &[n, h, l, d]);
+        let got: Vec<f64> = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+        close(&got, &want.to_vec::<f64>().unwrap(), 2e-5);
+    }
+}
+
+#[test]
+fn sdpa_rows_with_nothing_to_attend_are_zero_and_errors_are_clear() {
+    use ferrofx_core::ops::attention::scaled_dot_product_attention as sdpa;
+    let q = t(rnd(2 * 3 * 4, 7).iter().map(|&v| v as f32).collect(), &[2, 3, 4]);
+    let none = Tensor::from_vec(vec![true, true, false, false, true, false], &[3, 2]).unwrap();
+    let kv = t(rnd(2 * 2 * 4, 8).iter().map(|&v| v as f32).collect(), &[2, 2, 4]);
+    let o = sdpa(&q, &kv, &kv, Some(&none), false, None).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(&o[4..8], &[0.0; 4], "row 1 attends nothing");
+    assert!(o[..4].iter().all(|v| v.is_finite() && *v != 0.0));
+    // errors name the op, the shapes and the fix
+    let e = err(sdpa(&q, &t(vec![0.0; 2 * 2 * 5], &[2, 2, 5]), &kv, None, false, None));
+    assert!(e.contains("scaled_dot_product_attention") && e.contains("[2, 2, 5]") && e.contains("[.., S, E]"), "{e}");
+    let e = err(sdpa(&q, &kv, &kv, Some(&none), true, None));
+    assert!(e.contains("Explicit attn_mask should not be set when is_causal=True"), "{e}");
+    let e = err(sdpa(&q, &kv, &kv, Some(&t(vec![0.0; 4], &[4, 1])), false, None));
+    assert!(e.contains("attn_mask of shape [4, 1] does not broadcast") && e.contains("[2, 3, 2]"), "{e}");
+    let e = err(sdpa(&t(vec![0.0; 4], &[4]), &kv, &kv, None, false, None));
+    assert!(e.contains("at least 2 dimensional"), "{e}");
+    let e = err(sdpa(&q, &kv.to_dtype(DType::F64).unwrap(), &kv, None, false, None));
+    assert!(e.contains("same dtype"), "{e}");
+    let e = op::call(
+        "scaled_dot_product_attention",
+        vec![(&q).into(), (&kv).into(), (&kv).into(), Value::None, Value::Float(0.1)],
+        vec![],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("dropout_p = 0.1 is not supported"), "{e}");
+}
+
+#[test]
+fn sdpa_meta_cost_and_gradients() {
+    use ferrofx_core::autograd::{gradcheck, GradcheckOptions};
+    use ferrofx_core::ops::attention::scaled_dot_product_attention as sdpa;
+    let opdef = op::require("scaled_dot_product_attention").unwrap();
+    let f = DType::F32;
+    let args = vec![sym(&[2, 4, 16, 8], f).into(), sym(&[1, 4, 12, 8], f).into(), sym(&[4, 12, 5], f).into()];
+    let bound = op::bind(opdef.name, opdef.schema, args, vec![]).unwrap();
+    let metas = (opdef.meta)(&bound).unwrap();
+    assert_eq!(metas[0].shape.to_vec(), vec![2, 4, 16, 5]);
+    let cost = (opdef.cost)(&bound, &metas);
+    assert_eq!(cost.flops, 2 * 4 * 16 * 12 * (2 * 8 + 2 * 5 + 5));
+    // f64 gradients of query, key, value and an additive mask, with broadcast batch dims
+    let leaf = |n: usize, shape: &[usize], seed: u64| t64(rnd(n, seed), shape).requires_grad_(true).unwrap();
+    let (q, k, v) = (leaf(2 * 3 * 2, &[2, 3, 2], 11), leaf(4 * 2, &[1, 4, 2], 12), leaf(2 * 4 * 3, &[2, 4, 3], 13));
+    let m = leaf(4, &[4], 14);
+    gradcheck(
+        |x| Ok(vec![sdpa(&x[0], &x[1], &x[2], Some(&x[3]), false, None)?]),
+        &[q.clone(), k.clone(), v.clone(), m],
+        GradcheckOptions::default(),
+    )
+    .unwrap();
+    gradcheck(|x| Ok(vec![sdpa(&x[0], &x[1], &x[2], None, true, Some(0.7))?]), &[q, k, v], GradcheckOptions::default())
+        .unwrap();
+}
+
+#[test]
+fn unflatten_is_a_view_with_clear_errors() {
+    let x = t((0..24).map(|i| i as f32).collect(), &[2, 12]);
+    let y = x.unflatten(-1, &[3, -1, 2]).unwrap();
+    assert_eq!(y.shape(), &[2, 3, 2, 2]);
+    assert!(y.shares_storage(&x));
+    assert_eq!(y.select(1, 2).unwrap().flatten(0, -1).unwrap().to_vec::<f32>().unwrap()[..4], [8.0, 9.0, 10.0, 11.0]);
+    let e = err(x.unflatten(1, &[5, -1]));
+    assert!(e.contains("unflatten: Provided sizes [5, -1] don't multiply up to the size of dim 1 (12)"), "{e}");
+    assert!(err(x.unflatten(1, &[])).contains("sizes must be non-empty"));
+    assert!(err(x.unflatten(2, &[2, 6])).contains("unflatten"));
 }

@@ -262,7 +262,9 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [i64; 2]) -> Result<Tensor> 
 
 /// `F.scaled_dot_product_attention(q, k, v, attn_mask)`: `softmax(q k^T / sqrt(d) + mask) v`
 /// over the last two dims. A boolean mask marks positions that **may** attend (PyTorch's
-/// convention); a float mask is added.
+/// convention); a float mask is added. Without active dropout this is the fused registry op
+/// [`ferrofx_core::ops::attention::scaled_dot_product_attention`] (a row that may attend
+/// nothing gives zeros, as PyTorch's); with dropout, the same formula in separate ops.
 pub fn scaled_dot_product_attention(
     q: &Tensor,
     k: &Tensor,
@@ -271,6 +273,10 @@ pub fn scaled_dot_product_attention(
     dropout_p: f64,
     training: bool,
 ) -> Result<Tensor> {
+    if dropout_p == 0.0 || !training {
+        // the fused registry op (scores never materialised), PyTorch's semantics
+        return ferrofx_core::ops::attention::scaled_dot_product_attention(q, k, v, attn_mask, false, None);
+    }
     let d = *q
         .shape()
         .last()

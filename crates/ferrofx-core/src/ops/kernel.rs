@@ -310,6 +310,40 @@ pub fn unary_map<T: Element, U: Element>(op: &str, t: &Tensor, f: impl Fn(T) -> 
     Tensor::from_buffer(U::into_buffer(out), layout.shape())
 }
 
+/// Like [`unary_map`] for a function of whole slices: `f(out, x)` writes every element of `out`
+/// from the equally long `x` (a loop that vectorises, e.g. one compiled by `simd_dispatch!`).
+/// A strided input is made contiguous first; large tensors are split across the rayon pool in
+/// chunks of [`PAR_CHUNK`]. The output comes from [`crate::memory::alloc_uninit`].
+pub(crate) fn unary_map_slices<T: Element, U: Element>(
+    op: &str,
+    t: &Tensor,
+    f: impl Fn(&mut [MaybeUninit<U>], &[T]) + Sync + Send,
+) -> Result<Tensor> {
+    let t = contiguous(t)?;
+    let (storage, layout) = t.concrete(op)?;
+    let guard = storage.read();
+    let data = guard
+        .as_slice::<T>()
+        .ok_or_else(|| Error::dtype(op, format!("expected a tensor of dtype {}, got {}", T::DTYPE, guard.dtype())))?;
+    let range = layout.contiguous_range().ok_or_else(|| Error::shape(op, "contiguous() returned a strided tensor"))?;
+    let n = range.len();
+    let mut buf: Vec<U> = crate::memory::alloc_uninit(op, layout.shape())?;
+    if n > 0 {
+        let x = &data[range];
+        let out = &mut buf.spare_capacity_mut()[..n];
+        if n < PAR_THRESHOLD {
+            f(out, x);
+        } else {
+            out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK)).for_each(|(o, x)| f(o, x));
+        }
+    }
+    // SAFETY: `f` wrote every element of the n-element prefix of the spare capacity (its
+    // contract; the chunks cover all n), and alloc_uninit reserved room for n elements.
+    unsafe { buf.set_len(n) };
+    drop(guard);
+    Tensor::from_buffer(U::into_buffer(buf), layout.shape())
+}
+
 /// Combines `da` (through `la`) and `db` (through `lb`) elementwise with broadcasting to
 /// `out_shape` into a fresh row-major `Vec`.
 pub fn zip_strided<T: Element, V: Element, U: Element>(

@@ -1,6 +1,7 @@
 //! Built-in ops, one file per family. Each family exposes its `OpDef` statics, the public
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
+pub mod attention;
 pub mod binary;
 pub mod clamp_bound;
 pub mod compare;
@@ -29,6 +30,7 @@ pub mod sort;
 pub mod unary;
 pub mod view;
 pub mod volumetric;
+pub(crate) mod vmath;
 
 use crate::op::OpDef;
 
@@ -46,6 +48,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         random::OPS,
         shape_misc::OPS,
         linalg::OPS,
+        attention::OPS,
         conv::OPS,
         pool::OPS,
         norm::OPS,

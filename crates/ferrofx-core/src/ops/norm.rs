@@ -22,6 +22,7 @@ use crate::op::{
 use crate::ops::kernel::{self, PAR_THRESHOLD};
 use crate::ops::linalg::{dtype_title, is_half};
 use crate::ops::simd::simd_dispatch;
+use crate::ops::vmath;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
@@ -430,10 +431,15 @@ fn ln_kernel(args: &[Value]) -> Result<Outputs> {
     let x0 = tensor(op, args, 0)?;
     let dt = x0.dtype();
     let x = if is_half(dt) { kernel::cast(x0, DType::F32)? } else { x0.clone() };
-    let w = f64_vec(op, opt_tensor(op, args, 2)?)?;
-    let b = f64_vec(op, opt_tensor(op, args, 3)?)?;
     let eps = float(op, args, 4)?;
     let xt = x.dtype();
+    if xt == DType::F32 {
+        let out = ln_f32(op, &x, d, eps, opt_tensor(op, args, 2)?, opt_tensor(op, args, 3)?)?;
+        let out = if is_half(dt) { kernel::cast(&out, dt)? } else { out };
+        return Ok(smallvec![out]);
+    }
+    let w = f64_vec(op, opt_tensor(op, args, 2)?)?;
+    let b = f64_vec(op, opt_tensor(op, args, 3)?)?;
     let out = crate::match_dtype!(xt, E => x.with_contiguous::<E, _>(op, |xs| {
         let mut out = vec![E::default(); xs.len()];
         let row = |(o, xr): (&mut [E], &[E])| {
@@ -456,6 +462,31 @@ fn ln_kernel(args: &[Value]) -> Result<Outputs> {
     })?)?;
     let out = if is_half(dt) { kernel::cast(&out, dt)? } else { out };
     Ok(smallvec![out])
+}
+
+/// LayerNorm of f32 rows of `d` elements: statistics in f64 (one pass), the normalisation and
+/// affine map in f32 with the vectorised `vmath::normalize_row`, rows split across the pool.
+fn ln_f32(op: &str, x: &Tensor, d: usize, eps: f64, w: Option<&Tensor>, b: Option<&Tensor>) -> Result<Tensor> {
+    let param = |t: Option<&Tensor>| -> Result<Option<Vec<f32>>> {
+        t.map(|t| kernel::cast(t, DType::F32)?.to_vec::<f32>()).transpose().map_err(|e| e.in_op(op))
+    };
+    let (w, b) = (param(w)?, param(b)?);
+    x.with_contiguous::<f32, _>(op, |xs| {
+        let mut out = crate::memory::alloc_filled::<f32>(op, x.shape(), 0.0)?;
+        let row = |(o, xr): (&mut [f32], &[f32])| {
+            let (mean, var) = stats::<f32>(std::iter::once(xr), d);
+            let rstd = 1.0 / (var + eps).sqrt();
+            vmath::normalize_row(o, xr, mean as f32, rstd as f32, w.as_deref(), b.as_deref());
+        };
+        if d > 0 {
+            if xs.len() >= PAR_THRESHOLD {
+                out.par_chunks_mut(d).zip(xs.par_chunks(d)).with_min_len((PAR_THRESHOLD / 4 / d).max(1)).for_each(row);
+            } else {
+                out.chunks_mut(d).zip(xs.chunks(d)).for_each(row);
+            }
+        }
+        Tensor::from_vec(out, x.shape())
+    })?
 }
 
 /// `layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)`.

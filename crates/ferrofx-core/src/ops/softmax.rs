@@ -9,6 +9,7 @@ use crate::op::args::{int, opt_dtype, tensor};
 use crate::op::{ArgSpec, ArgType as T, CallKind, Category, Default as D, Effect, MetaOutputs, OpDef, Outputs};
 use crate::ops::kernel;
 use crate::ops::reduce::{call1, cost_reduce, meta1, opdef, plan, unpermute};
+use crate::ops::vmath;
 use crate::tensor::Tensor;
 use crate::value::Value;
 use rayon::prelude::*;
@@ -21,6 +22,26 @@ trait Real: Copy + Send + Sync + PartialOrd + crate::dtype::Element {
     fn f64_(self) -> f64;
     fn of(v: f64) -> Self;
     const NEG_INF: Self;
+    /// The maximum of a row (NaN if any element is NaN).
+    fn row_max(x: &[Self]) -> Self {
+        x.iter().fold(Self::NEG_INF, |m, &v| max_of(m, v))
+    }
+    /// `out = exp(x - m)`, returning the sum of `out` in f64.
+    fn exp_sum(out: &mut [Self], x: &[Self], m: Self) -> f64 {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v.sub(m).exp_();
+        }
+        // eight independent f64 lanes: vectorisable and accurate
+        let mut acc = [0f64; 8];
+        let chunks = out.chunks_exact(8);
+        let s: f64 = chunks.remainder().iter().map(|v| v.f64_()).sum();
+        for c in chunks {
+            for j in 0..8 {
+                acc[j] += c[j].f64_();
+            }
+        }
+        s + acc.iter().sum::<f64>()
+    }
 }
 impl Real for f32 {
     #[inline(always)]
@@ -44,6 +65,12 @@ impl Real for f32 {
         v as f32
     }
     const NEG_INF: Self = f32::NEG_INFINITY;
+    fn row_max(x: &[Self]) -> Self {
+        vmath::max(x)
+    }
+    fn exp_sum(out: &mut [Self], x: &[Self], m: Self) -> f64 {
+        vmath::exp_shifted_sum(out, x, m)
+    }
 }
 impl Real for f64 {
     #[inline(always)]
@@ -81,21 +108,9 @@ fn max_of<R: Real>(a: R, b: R) -> R {
 
 /// Softmax (or log-softmax) of each row of `r` adjacent elements.
 fn row_softmax<R: Real>(x: &[R], out: &mut [R], log: bool) {
-    let m = x.iter().fold(R::NEG_INF, |m, &v| max_of(m, v));
+    let m = R::row_max(x);
     // A row whose max is -inf gives NaN (as in PyTorch).
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = v.sub(m).exp_();
-    }
-    // eight independent f64 lanes: vectorisable and accurate
-    let mut acc = [0f64; 8];
-    let chunks = out.chunks_exact(8);
-    let mut s: f64 = chunks.remainder().iter().map(|v| v.f64_()).sum();
-    for c in chunks {
-        for j in 0..8 {
-            acc[j] += c[j].f64_();
-        }
-    }
-    s += acc.iter().sum::<f64>();
+    let s = R::exp_sum(out, x, m);
     if log {
         let ls = s.ln();
         for (o, &v) in out.iter_mut().zip(x) {

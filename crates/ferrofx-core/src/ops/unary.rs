@@ -276,7 +276,17 @@ unary_op!(GELU, "gelu", Kind::FloatOnly,
     &[ArgSpec::req("input", T::Tensor), ArgSpec::kw("approximate", T::Str, D::Str("none"))],
     "GELU: `x * Phi(x)` (exact with erf, or the tanh approximation).",
     check: |a| gelu_mode(a).map(|_| ()),
-    kernel: |t, a| float_map("gelu", t, &Gelu { tanh: gelu_mode(a)? }));
+    kernel: |t, a| gelu_kernel(t, a));
+
+/// GELU: f32 in the exact (erf) form runs the vectorised `vmath::gelu_slice`; other dtypes
+/// and the tanh form go through the generic element map.
+fn gelu_kernel(t: &Tensor, args: &[Value]) -> Result<Tensor> {
+    let tanh = gelu_mode(args)?;
+    if !tanh && t.dtype() == DType::F32 {
+        return crate::ops::kernel::unary_map_slices::<f32, f32>("gelu", t, crate::ops::vmath::gelu_slice);
+    }
+    float_map("gelu", t, &Gelu { tanh })
+}
 
 struct LeakyRelu(f64);
 impl FloatFn for LeakyRelu {

@@ -179,6 +179,51 @@ view_op!(
     |op, args, l| l.unsqueeze(op, int(op, args, 1)?)
 );
 
+/// The layout of `unflatten(dim, sizes)`: `dim` split into `sizes` (one may be `-1`), each new
+/// dim striding over the old one's elements in row-major order.
+fn unflatten_layout(op: &str, l: &Layout, dim: i64, sizes: &[i64]) -> Result<Layout> {
+    if sizes.is_empty() {
+        return Err(Error::argument(op, "unflatten: sizes must be non-empty (pass the sizes dim is split into)"));
+    }
+    let d = crate::layout::wrap_dim(op, dim, l.ndim())?;
+    if l.ndim() == 0 {
+        return Err(Error::index(op, "unflatten needs a tensor of at least 1 dim, got a 0-dim tensor"));
+    }
+    let size = l.shape()[d];
+    let split = infer_shape(op, sizes, size, &[size]).map_err(|_| {
+        Error::shape(
+            op,
+            format!(
+                "unflatten: Provided sizes {sizes:?} don't multiply up to the size of dim {dim} ({size}) in the input tensor of shape {:?}",
+                l.shape()
+            ),
+        )
+    })?;
+    let stride = l.strides()[d];
+    let mut shape: crate::layout::Shape = l.shape()[..d].into();
+    let mut strides: crate::layout::Strides = l.strides()[..d].into();
+    let mut inner = stride;
+    let mut new_strides = vec![0usize; split.len()];
+    for (k, &s) in split.iter().enumerate().rev() {
+        new_strides[k] = inner;
+        inner = inner.saturating_mul(s);
+    }
+    shape.extend_from_slice(&split);
+    strides.extend_from_slice(&new_strides);
+    shape.extend_from_slice(&l.shape()[d + 1..]);
+    strides.extend_from_slice(&l.strides()[d + 1..]);
+    Ok(Layout::from_parts(shape, strides, l.offset()))
+}
+
+view_op!(
+    UNFLATTEN,
+    "unflatten",
+    &[ArgSpec::req("input", T::Tensor), ArgSpec::req("dim", T::Int), ArgSpec::req("sizes", T::IntList)],
+    "Splits dim into the given sizes, one of which may be -1 (a view; the inverse of flatten).",
+    fm::reshape_backward,
+    |op, args, l| unflatten_layout(op, &l, int(op, args, 1)?, &ints(op, args, 2)?)
+);
+
 fn reshape_shape(op: &str, args: &[Value], l: &Layout) -> Result<crate::layout::Shape> {
     infer_shape(op, &ints(op, args, 1)?, l.numel(), l.shape())
 }
@@ -339,6 +384,7 @@ pub(crate) static OPS: &[&OpDef] = &[
     &SQUEEZE,
     &UNSQUEEZE,
     &FLATTEN,
+    &UNFLATTEN,
     &CONTIGUOUS,
     &CLONE,
     &TO,
@@ -403,6 +449,18 @@ impl Tensor {
     /// `flatten(start_dim, end_dim)`.
     pub fn flatten(&self, start_dim: i64, end_dim: i64) -> Result<Tensor> {
         one(&FLATTEN, &[self.into(), Value::Int(start_dim), Value::Int(end_dim)])
+    }
+    /// `unflatten(dim, sizes)`: splits `dim` into `sizes` (one may be `-1`), a view.
+    ///
+    /// ```
+    /// use ferrofx_core::Tensor;
+    /// let x = Tensor::from_vec((0..12).map(|i| i as f32).collect(), &[2, 6]).unwrap();
+    /// let y = x.unflatten(1, &[3, -1]).unwrap();
+    /// assert_eq!(y.shape(), &[2, 3, 2]);
+    /// assert!(y.shares_storage(&x));
+    /// ```
+    pub fn unflatten(&self, dim: i64, sizes: &[i64]) -> Result<Tensor> {
+        one(&UNFLATTEN, &[self.into(), Value::Int(dim), Value::Ints(sizes.to_vec())])
     }
     /// `contiguous()`: copies only when not already contiguous.
     pub fn contiguous(&self) -> Result<Tensor> {

@@ -65,6 +65,34 @@ impl Module for Embedding {
 }
 
 impl Embedding {
+    /// `nn.Embedding.from_pretrained(weight, padding_idx=padding_idx)`: an Embedding using
+    /// `weight` `[num_embeddings, embedding_dim]` as it is (shared, not copied, not
+    /// re-initialised).
+    ///
+    /// ```
+    /// use ferrofx_nn::{Embedding, Module, Tensor};
+    /// let w = Tensor::from_vec(vec![0f32, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2]).unwrap();
+    /// let e = Embedding::from_pretrained(w, None).unwrap();
+    /// let ids = Tensor::from_vec(vec![2i64], &[1]).unwrap();
+    /// assert_eq!(e.call(&ids).unwrap().to_vec::<f32>().unwrap(), vec![4.0, 5.0]);
+    /// ```
+    pub fn from_pretrained(weight: Tensor, padding_idx: Option<i64>) -> Result<Embedding> {
+        let &[num, dim] = weight.shape() else {
+            return Err(Error::shape(
+                "Embedding",
+                format!("Embeddings parameter is expected to be 2-dimensional, got shape {:?}", weight.shape()),
+            ));
+        };
+        let padding_idx = match padding_idx {
+            Some(p) if p >= num as i64 || p < -(num as i64) => {
+                return Err(Error::argument("Embedding", "Padding_idx must be within num_embeddings"))
+            }
+            Some(p) if p < 0 => Some(p + num as i64),
+            other => other,
+        };
+        Ok(Embedding { weight, padding_idx, num, dim })
+    }
+
     /// Rebuilds an Embedding from its spec and weight.
     pub fn from_spec(s: &ModuleSpec, src: &mut TensorSource) -> Result<Embedding> {
         let (num, dim) = (s.size("num_embeddings", 1)?, s.size("embedding_dim", 1)?);

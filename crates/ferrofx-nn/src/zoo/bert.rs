@@ -4,7 +4,7 @@
 //!
 //! The forward pass uses no concrete shape, so `symbolic_trace` records a graph that runs on
 //! any batch size and sequence length: position ids are `cumsum(ones_like(ids)) - 1`, heads
-//! are split with `narrow` + `stack` and merged with `permute` + `flatten`.
+//! are split with `unflatten` + `permute` (views, no copy) and merged with `permute` + `flatten`.
 //!
 //! ```
 //! use ferrofx_nn::zoo::{BertConfig, BertModel};
@@ -21,7 +21,7 @@
 
 use crate::layers::{Embedding, LayerNorm, Linear};
 use crate::{functional as F, Module};
-use ferrofx_core::ops::{creation, join};
+use ferrofx_core::ops::creation;
 use ferrofx_core::{DType, Error, Result, Tensor};
 use serde::Deserialize;
 
@@ -194,24 +194,20 @@ pub struct BertSelfAttention {
 }
 
 impl BertSelfAttention {
-    /// `[N, L, H*d]` -> `[N, H, L, d]` without knowing N or L (traceable symbolically).
-    fn split_heads(&self, x: &Tensor, head_dim: i64) -> Result<Tensor> {
-        let heads =
-            (0..self.num_heads as i64).map(|h| x.narrow(2, h * head_dim, head_dim)).collect::<Result<Vec<_>>>()?;
-        join::stack(&heads, 1)
+    /// `[N, L, H*d]` -> `[N, H, L, d]` as a view (`unflatten` + `permute`), without knowing N
+    /// or L (traceable symbolically).
+    fn split_heads(&self, x: &Tensor) -> Result<Tensor> {
+        x.unflatten(2, &[self.num_heads as i64, -1])?.permute(&[0, 2, 1, 3])
     }
 
     /// Self-attention of `h` `[N, L, hidden]` under the additive mask `[N, 1, 1, L]` (0 where
     /// a key may be attended, the most negative f32 where not).
     pub fn attend(&self, h: &Tensor, additive_mask: &Tensor) -> Result<Tensor> {
-        let head_dim = (self.query.out_features / self.num_heads) as i64;
-        let scale = 1.0 / (head_dim as f64).sqrt();
-        let q = self.split_heads(&F::mul(&self.query.call(h)?, scale)?, head_dim)?;
-        let k = self.split_heads(&self.key.call(h)?, head_dim)?;
-        let v = self.split_heads(&self.value.call(h)?, head_dim)?;
-        let scores = F::add(&q.matmul(&k.transpose(2, 3)?)?, additive_mask)?; // [N, H, L, L]
-        let p = F::softmax(&scores, -1)?;
-        let ctx = p.matmul(&v)?; // [N, H, L, d]
+        let q = self.split_heads(&self.query.call(h)?)?;
+        let k = self.split_heads(&self.key.call(h)?)?;
+        let v = self.split_heads(&self.value.call(h)?)?;
+        // softmax(q kᵀ / sqrt(d) + mask) v, fused: the [N, H, L, L] scores are never stored
+        let ctx = F::scaled_dot_product_attention(&q, &k, &v, Some(additive_mask), 0.0, false)?; // [N, H, L, d]
         ctx.permute(&[0, 2, 1, 3])?.flatten(2, 3)
     }
 }
@@ -339,11 +335,30 @@ pub struct BertModel {
 
 impl BertModel {
     /// A model with fresh (random) weights of the shapes `cfg` describes; load real weights with
-    /// [`Module::load_state_dict`].
+    /// [`Module::load_state_dict`] (or start from [`BertModel::zeroed`], which skips the random
+    /// initialisation).
     pub fn new(cfg: &BertConfig) -> Result<BertModel> {
+        BertModel::build(cfg, &|i, o| Linear::new(i, o, true), &|n, d| Embedding::new(n, d, None))
+    }
+
+    /// A model of the shapes `cfg` describes with every weight zero (LayerNorms 1 and 0): the
+    /// cheap start for [`Module::load_state_dict`] of pretrained weights.
+    pub fn zeroed(cfg: &BertConfig) -> Result<BertModel> {
+        let zeros = |shape: &[usize]| crate::init::parameter(shape, crate::init::zeros_);
+        BertModel::build(
+            cfg,
+            &|i, o| Ok(Linear { weight: zeros(&[o, i])?, bias: Some(zeros(&[o])?), in_features: i, out_features: o }),
+            &|n, d| Embedding::from_pretrained(zeros(&[n, d])?, None),
+        )
+    }
+
+    fn build(
+        cfg: &BertConfig,
+        lin: &dyn Fn(usize, usize) -> Result<Linear>,
+        emb: &dyn Fn(usize, usize) -> Result<Embedding>,
+    ) -> Result<BertModel> {
         cfg.validate("BertConfig")?;
         let d = cfg.hidden_size;
-        let lin = |i: usize, o: usize| Linear::new(i, o, true);
         let layer = (0..cfg.num_hidden_layers)
             .map(|_| {
                 Ok(BertLayer {
@@ -366,9 +381,9 @@ impl BertModel {
             .collect::<Result<Vec<_>>>()?;
         Ok(BertModel {
             embeddings: BertEmbeddings {
-                word_embeddings: Embedding::new(cfg.vocab_size, d, None)?,
-                position_embeddings: Embedding::new(cfg.max_position_embeddings, d, None)?,
-                token_type_embeddings: Embedding::new(cfg.type_vocab_size, d, None)?,
+                word_embeddings: emb(cfg.vocab_size, d)?,
+                position_embeddings: emb(cfg.max_position_embeddings, d)?,
+                token_type_embeddings: emb(cfg.type_vocab_size, d)?,
                 layer_norm: layer_norm(cfg)?,
             },
             encoder: BertEncoder { layer },

@@ -256,7 +256,7 @@ impl SentenceTransformer {
                 ),
             ));
         }
-        let mut bert = BertModel::new(&cfg)?;
+        let mut bert = BertModel::zeroed(&cfg)?;
         load_weights(&bert, &weights, &config_path)?;
         bert.eval();
         Ok(SentenceTransformer {
