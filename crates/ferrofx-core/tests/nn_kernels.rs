@@ -836,6 +836,8 @@ fn conv3d_and_3d_pools_match_direct_references() {
         1,
     ));
     assert!(e.contains("Expected 4D (unbatched) or 5D (batched) input to conv3d"), "{e}");
+}
+
 // ------------------------------------------------------------------------------------------
 // scaled_dot_product_attention, unflatten
 // ------------------------------------------------------------------------------------------

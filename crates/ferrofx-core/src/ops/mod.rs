@@ -29,8 +29,8 @@ pub mod softmax;
 pub mod sort;
 pub mod unary;
 pub mod view;
-pub mod volumetric;
 pub(crate) mod vmath;
+pub mod volumetric;
 
 use crate::op::OpDef;
 
