@@ -120,6 +120,9 @@ pub fn cases() -> Vec<Case> {
             let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
             Ok(vec![op::call("scatter_", vec![t(&y), Value::Int(1), t(&idx(&[2, 0, 1, 2], &[2, 2])), t(&x[1])], vec![])?.remove(0)])
         })),
+        // attention (issue 19): q, k, v [1, 2, 3, 4], causal; unflatten: a view splitting a dim
+        case("scaled_dot_product_attention", vec![leaf(rnd(&[1, 2, 3, 4], 0)), leaf(rnd(&[1, 2, 3, 4], 1)), leaf(rnd(&[1, 2, 3, 4], 2))], callf("scaled_dot_product_attention", |x| vec![t(&x[0]), t(&x[1]), t(&x[2]), Value::None, Value::Float(0.0), Value::Bool(true)])),
+        case("unflatten", vec![leaf(rnd(&[2, 6], 0))], callf("unflatten", |x| vec![t(&x[0]), Value::Int(1), Value::Ints(vec![2, 3])])),
         // index_copy (issue 16: setitem along one dim): slices at index replaced.
         case("index_copy", vec![leaf(rnd(&[4, 3], 0)), leaf(rnd(&[2, 3], 1))], callf("index_copy", |x| vec![t(&x[0]), Value::Int(0), t(&idx(&[3, 1], &[2])), t(&x[1])])),
         case("index_copy_", vec![leaf(rnd(&[3, 4], 0)), leaf(rnd(&[3, 2], 1))], Box::new(|x| {
