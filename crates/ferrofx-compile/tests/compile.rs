@@ -508,9 +508,7 @@ proptest! {
         for ((w, g), gi) in want.iter().zip(&got).zip(&got_interp) {
             let (w, g, gi) = (w.as_tensor().unwrap(), g.as_tensor().unwrap(), gi.as_tensor().unwrap());
             let d = max_rel_diff(w, g);
-            // exact, except that eager GELU/exp now use the vectorised f32 `vmath` while the fused
-            // evaluator keeps libm's: a few ulps (sharing vmath is the fix; see docs/compile.md)
-            prop_assert!(d <= 1e-6, "differs by {} with {} groups:\n{}", d, groups, gm.graph());
+            prop_assert!(d == 0.0, "differs by {} with {} groups:\n{}", d, groups, gm.graph());
             prop_assert_eq!(max_rel_diff(g, gi), 0.0);
         }
     }

@@ -442,7 +442,8 @@ fn unary(op: FusedOp, x: f32) -> f32 {
         FusedOp::Rsqrt => one.div(Float::sqrt(x)),
         FusedOp::Reciprocal => one.div(x),
         FusedOp::Silu => x.div(one.add(Num::neg(x).exp())),
-        FusedOp::Gelu => x.mul(f32::c(0.5)).mul(one.add(Float::erf(x.mul(f32::c(std::f64::consts::FRAC_1_SQRT_2))))),
+        // the same vectorisable erf as the eager f32 `gelu` kernel: fused and unfused are bit-equal
+        FusedOp::Gelu => super::vmath::gelu(x),
         FusedOp::GeluTanh => {
             let k = f32::c(0.7978845608028654);
             let inner = k.mul(x.add(f32::c(0.044715).mul(x).mul(x).mul(x)));
