@@ -6,6 +6,9 @@
 //!
 //! Prints inputs executed, imported/rejected counts and panics; inputs that panic are written
 //! to `fuzz-crashes/` (as `.onnx`) and the process exits with status 1.
+//!
+//! `... --example fuzz_import -- --replay DIR` re-runs every `.onnx` file of `DIR` (saved
+//! crashes) once, with the default panic message (file and line) for each that still panics.
 
 #[path = "../tests/suite/mutate.rs"]
 mod mutate;
@@ -17,7 +20,36 @@ fn arg(name: &str) -> Option<u64> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok())
 }
 
+/// Re-runs the saved inputs of `dir`; exits with status 1 if any still panics.
+fn replay(dir: &str) {
+    ferrofx_core::memory::set_allocation_limit(Some(mutate::RUN_MEMORY_LIMIT as usize));
+    let mut files: Vec<_> = match std::fs::read_dir(dir) {
+        Ok(d) => d.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(e) => {
+            eprintln!("error: cannot read the directory '{dir}': {e}");
+            std::process::exit(2);
+        }
+    };
+    files.sort();
+    let mut panics = 0usize;
+    for f in &files {
+        let Ok(bytes) = std::fs::read(f) else { continue };
+        if std::panic::catch_unwind(|| mutate::import_and_run(&bytes)).is_err() {
+            eprintln!("  ^ {}", f.display());
+            panics += 1;
+        }
+    }
+    println!("fuzz_import --replay: {} files, {panics} still panic", files.len());
+    if panics > 0 {
+        std::process::exit(1);
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--replay") {
+        return replay(args.get(i + 1).map(String::as_str).unwrap_or("fuzz-crashes"));
+    }
     let seconds = arg("--seconds").unwrap_or(60);
     let seed = arg("--seed").unwrap_or(1);
     ferrofx_core::memory::set_allocation_limit(Some(mutate::RUN_MEMORY_LIMIT as usize));

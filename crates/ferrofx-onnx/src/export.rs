@@ -654,7 +654,7 @@ impl Exporter {
                     ));
                 }
             }
-            "flatten" | "reshape" | "view" | "squeeze" | "unsqueeze" => {
+            "flatten" | "reshape" | "view" | "squeeze" | "unsqueeze" | "unflatten" => {
                 let i = x(self, "input")?;
                 let shape = shape_of(n)?;
                 self.reshape_to(&name, &i, &shape, &out)?;
@@ -681,6 +681,7 @@ impl Exporter {
                 perm.swap(d0 as usize, d1 as usize);
                 self.emit("Transpose", &name, &[&i], &[&out], vec![attr_ints("perm", &perm)]);
             }
+            "scaled_dot_product_attention" => self.attention(n, &a, &name, dtype)?,
             "softmax" | "log_softmax" => {
                 let i = x(self, "input")?;
                 let onnx = if op.name == "softmax" { "Softmax" } else { "LogSoftmax" };
@@ -864,6 +865,71 @@ impl Exporter {
                 ))
             }
         }
+        Ok(())
+    }
+
+    /// `scaled_dot_product_attention` as opset-17 ops (ONNX's `Attention` op needs opset 23):
+    /// `Softmax(MatMul(q, kᵀ) · scale + mask) @ v`, a boolean or causal mask as `Where(mask,
+    /// scores, -inf)` (PyTorch's convention: true where a query may attend a key), a float mask
+    /// added to the scores.
+    fn attention(&mut self, n: &Node<'_>, a: &Args<'_, '_>, name: &str, dtype: DType) -> Result<()> {
+        const OP: &str = "scaled_dot_product_attention";
+        let shape_arg = |s: &Self, arg: &str| -> Result<Vec<usize>> {
+            match a.get(arg) {
+                Some(Argument::Node(id)) => s.shape_of_id(n, id),
+                _ => Err(Error::argument(OP, format!("`{arg}` must be a tensor of the graph"))),
+            }
+        };
+        let (qs, ks) = (shape_arg(self, "query")?, shape_arg(self, "key")?);
+        if qs.len() < 2 || ks.len() < 2 {
+            return Err(Error::argument(OP, format!("query {qs:?} and key {ks:?} need at least 2 dimensions")));
+        }
+        let (l, s_len, e) = (qs[qs.len() - 2], ks[ks.len() - 2], qs[qs.len() - 1]);
+        if a.float("dropout_p")? != 0.0 {
+            return Err(Error::argument(OP, "dropout_p != 0 has no inference equivalent in ONNX; export in eval mode"));
+        }
+        let (q, k, v) = (
+            self.value(&a.get("query").unwrap_or(Argument::None), dtype)?,
+            self.value(&a.get("key").unwrap_or(Argument::None), dtype)?,
+            self.value(&a.get("value").unwrap_or(Argument::None), dtype)?,
+        );
+        let scale = match a.get("scale") {
+            Some(Argument::Float(f)) => f,
+            _ => 1.0 / (e as f64).sqrt(),
+        };
+        let r = ks.len() as i64;
+        let mut perm: Vec<i64> = (0..r).collect();
+        perm.swap(r as usize - 1, r as usize - 2);
+        let kt = self.tmp(name);
+        self.emit("Transpose", &kt, &[&k], &[&kt], vec![attr_ints("perm", &perm)]);
+        let qk = self.tmp(name);
+        self.emit("MatMul", &qk, &[&q, &kt], &[&qk], vec![]);
+        let sc = self.scalar(scale, dtype)?;
+        let mut scores = self.tmp(name);
+        self.emit("Mul", &scores, &[&qk, &sc], &[&scores], vec![]);
+        let neg_inf = |s: &mut Self| s.scalar(f64::NEG_INFINITY, dtype);
+        if a.boolean("is_causal") {
+            let tril: Vec<bool> = (0..l * s_len).map(|i| i % s_len <= i / s_len).collect();
+            let mask = self.konst(Tensor::from_vec(tril, &[l, s_len])?)?;
+            let ninf = neg_inf(self)?;
+            let masked = self.tmp(name);
+            self.emit("Where", &masked, &[&mask, &scores, &ninf], &[&masked], vec![]);
+            scores = masked;
+        }
+        if let Some(Argument::Node(id)) = a.get("attn_mask") {
+            let m = self.value(&Argument::Node(id), dtype)?;
+            let masked = self.tmp(name);
+            if self.dtypes.get(&id) == Some(&DType::Bool) {
+                let ninf = neg_inf(self)?;
+                self.emit("Where", &masked, &[&m, &scores, &ninf], &[&masked], vec![]);
+            } else {
+                self.emit("Add", &masked, &[&scores, &m], &[&masked], vec![]);
+            }
+            scores = masked;
+        }
+        let p = self.tmp(name);
+        self.emit("Softmax", &p, &[&scores], &[&p], vec![attr_int("axis", -1)]);
+        self.emit("MatMul", name, &[&p, &v], &[name], vec![]);
         Ok(())
     }
 

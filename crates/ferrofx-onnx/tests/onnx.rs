@@ -9,6 +9,8 @@ mod common;
 mod corrupt;
 #[path = "suite/dynamic.rs"]
 mod dynamic;
+#[path = "suite/export_ops.rs"]
+mod export_ops;
 #[path = "suite/fuzz.rs"]
 mod fuzz;
 #[path = "suite/mutate.rs"]

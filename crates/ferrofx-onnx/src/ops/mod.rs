@@ -131,6 +131,17 @@ impl<'a> Node<'a> {
         }
         Ok(a as usize)
     }
+
+    /// Normalises `axis` as [`Node::axis`] for an axis that indexes a dimension of a tensor of
+    /// rank `rank`: a scalar (rank 0) has none, so every axis is an error there.
+    pub fn dim_axis(&self, axis: i64, rank: usize) -> Result<usize> {
+        if rank == 0 {
+            return Err(self.err(format!(
+                "axis {axis} names a dimension, but the input is a scalar (rank 0); give a tensor of rank >= 1"
+            )));
+        }
+        self.axis(axis, rank)
+    }
 }
 
 /// Calls registry op `name` with positional arguments, returning its first output.

@@ -556,6 +556,13 @@ fn global_lp_pool(n: &Node<'_>) -> Result<Vec<Tensor>> {
 /// Negative log-likelihood of `logp` `[N, C, d...]` at `target` `[N, d...]` with optional class
 /// weights, `ignore_index` and reduction (ONNX's `NegativeLogLikelihoodLoss`).
 fn nll(n: &Node<'_>, logp: &Tensor, target: &Tensor, weight: Option<&Tensor>) -> Result<Tensor> {
+    if target.ndim() == 0 || logp.ndim() != target.ndim() + 1 {
+        return Err(n.err(format!(
+            "the target of shape {:?} does not fit the input of shape {:?}: the input is [N, C, d...] and the target [N, d...]",
+            target.shape(),
+            logp.shape()
+        )));
+    }
     let target = cast(target, DType::I64)?;
     let ignore = n.attr("ignore_index").and_then(|a| a.i);
     let (safe, keep) = match ignore {

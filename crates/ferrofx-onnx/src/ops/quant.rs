@@ -12,7 +12,7 @@ fn along(n: &Node<'_>, p: &Tensor, axis: i64, r: usize) -> Result<Tensor> {
         return Ok(p.clone());
     }
     if p.ndim() == 1 {
-        let a = n.axis(axis, r)?;
+        let a = n.dim_axis(axis, r)?;
         let mut shape = vec![1i64; r];
         shape[a] = p.numel() as i64;
         return call("reshape", vec![v(p), Value::Ints(shape)]);

@@ -93,7 +93,7 @@ fn reduce_log_sum_exp(n: &Node<'_>) -> Result<Vec<Tensor>> {
 
 fn arg(n: &Node<'_>, op: &str) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
-    let axis = n.axis(n.i("axis", 0), x.ndim())?;
+    let axis = n.dim_axis(n.i("axis", 0), x.ndim())?;
     let keepdim = Value::Bool(keep(n));
     if n.i("select_last_index", 0) != 0 {
         let d = x.shape()[axis] as i64;
@@ -122,7 +122,7 @@ fn softmax_like(n: &Node<'_>, op: &str) -> Result<Vec<Tensor>> {
 fn hardmax(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let (xx, axis, shape) = if n.opset >= 13 {
-        (x.clone(), n.axis(n.i("axis", -1), x.ndim())?, None)
+        (x.clone(), n.dim_axis(n.i("axis", -1), x.ndim())?, None)
     } else {
         let axis = n.axis(n.i("axis", 1), x.ndim())?;
         let outer: usize = x.shape()[..axis].iter().product();
@@ -155,7 +155,7 @@ fn cumprod(n: &Node<'_>) -> Result<Vec<Tensor>> {
 /// starting from the op's identity element made by `identity_like`).
 fn scan(n: &Node<'_>, op: &str, identity_like: &str) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
-    let axis = n.axis(n.const_ints(n.x(1)?, "axis")?[0], x.ndim())?;
+    let axis = n.dim_axis(n.const_ints(n.x(1)?, "axis")?[0], x.ndim())?;
     let reverse = n.i("reverse", 0) != 0;
     let exclusive = n.i("exclusive", 0) != 0;
     let xx = if reverse { flip(x, axis)? } else { x.clone() };

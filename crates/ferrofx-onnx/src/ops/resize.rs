@@ -158,7 +158,7 @@ fn resize_with(
 ) -> Result<Vec<Tensor>> {
     let r = x.ndim();
     let axes: Vec<usize> = match n.ints("axes") {
-        Some(a) => a.iter().map(|&a| n.axis(a, r)).collect::<Result<_>>()?,
+        Some(a) => a.iter().map(|&a| n.dim_axis(a, r)).collect::<Result<_>>()?,
         None => (0..r).collect(),
     };
     if n.i("antialias", 0) != 0 {

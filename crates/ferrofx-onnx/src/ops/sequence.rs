@@ -133,7 +133,7 @@ const MAX_PIECES: i64 = 1 << 16;
 
 fn split_to_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
-    let axis = n.axis(n.i("axis", 0), x.ndim())?;
+    let axis = n.dim_axis(n.i("axis", 0), x.ndim())?;
     let len = x.shape()[axis] as i64;
     let too_many = |pieces: i64| -> Result<()> {
         if pieces > MAX_PIECES {

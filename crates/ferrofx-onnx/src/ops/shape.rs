@@ -75,7 +75,7 @@ fn squeeze(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let r = x.ndim();
     let axes: Vec<usize> = match axes_of(n, 1)? {
-        Some(a) => a.iter().map(|&a| n.axis(a, r)).collect::<Result<_>>()?,
+        Some(a) => a.iter().map(|&a| n.dim_axis(a, r)).collect::<Result<_>>()?,
         None => (0..r).filter(|&i| x.shape()[i] == 1).collect(),
     };
     for &a in &axes {
@@ -125,7 +125,7 @@ fn concat(n: &Node<'_>) -> Result<Vec<Tensor>> {
 
 fn split(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
-    let axis = n.axis(n.i("axis", 0), x.ndim())?;
+    let axis = n.dim_axis(n.i("axis", 0), x.ndim())?;
     let d = x.shape()[axis] as i64;
     let outs = n.proto.output.len().max(1) as i64;
     let sizes = if n.opset >= 13 {
@@ -179,7 +179,7 @@ fn slice(n: &Node<'_>) -> Result<Vec<Tensor>> {
     }
     let mut y = x.clone();
     for i in 0..starts.len() {
-        let axis = n.axis(axes[i], r)?;
+        let axis = n.dim_axis(axes[i], r)?;
         let d = y.shape()[axis] as i64;
         let step = steps[i];
         if step == 0 {
@@ -238,7 +238,7 @@ fn wrap_indices(n: &Node<'_>, idx: &Tensor, d: usize) -> Result<Tensor> {
 
 fn gather(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let (x, idx) = (n.x(0)?, n.x(1)?);
-    let axis = n.axis(n.i("axis", 0), x.ndim())?;
+    let axis = n.dim_axis(n.i("axis", 0), x.ndim())?;
     let idx = wrap_indices(n, idx, x.shape()[axis])?;
     if idx.ndim() == 1 {
         return Ok(vec![call("index_select", vec![v(x), Value::Int(axis as i64), v(&idx)])?]);
@@ -257,14 +257,14 @@ fn gather(n: &Node<'_>) -> Result<Vec<Tensor>> {
 
 fn gather_elements(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let (x, idx) = (n.x(0)?, n.x(1)?);
-    let axis = n.axis(n.i("axis", 0), x.ndim())?;
+    let axis = n.dim_axis(n.i("axis", 0), x.ndim())?;
     let idx = wrap_indices(n, idx, x.shape()[axis])?;
     Ok(vec![call("gather", vec![v(x), Value::Int(axis as i64), v(&idx)])?])
 }
 
 fn scatter_elements(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let (x, idx, upd) = (n.x(0)?, n.x(1)?, n.x(2)?);
-    let axis = n.axis(n.i("axis", 0), x.ndim())?;
+    let axis = n.dim_axis(n.i("axis", 0), x.ndim())?;
     let idx = wrap_indices(n, idx, x.shape()[axis])?;
     let op = match n.s("reduction").as_deref().unwrap_or("none") {
         "none" => "scatter",
@@ -632,7 +632,7 @@ fn compress(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let (x, cond) = (n.x(0)?, n.x(1)?);
     let c = n.const_ints(cond, "condition")?;
     let (x, axis) = match n.attr("axis").and_then(|a| a.i) {
-        Some(a) => (x.clone(), n.axis(a, x.ndim())?),
+        Some(a) => (x.clone(), n.dim_axis(a, x.ndim())?),
         None => (reshape_to(x, &[x.numel() as i64])?, 0),
     };
     let d = x.shape()[axis];
@@ -643,8 +643,8 @@ fn compress(n: &Node<'_>) -> Result<Vec<Tensor>> {
 fn reverse_sequence(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let x = n.x(0)?;
     let lens = n.const_ints(n.x(1)?, "sequence_lens")?;
-    let ba = n.axis(n.i("batch_axis", 1), x.ndim())?;
-    let ta = n.axis(n.i("time_axis", 0), x.ndim())?;
+    let ba = n.dim_axis(n.i("batch_axis", 1), x.ndim())?;
+    let ta = n.dim_axis(n.i("time_axis", 0), x.ndim())?;
     let (nb, nt) = (x.shape()[ba], x.shape()[ta]);
     if lens.len() != nb {
         return Err(n.err(format!("sequence_lens has {} entries for a batch of {nb}", lens.len())));
@@ -672,7 +672,7 @@ fn center_crop_pad(n: &Node<'_>) -> Result<Vec<Tensor>> {
     let target = n.const_ints(n.x(1)?, "shape")?;
     let r = x.ndim();
     let axes: Vec<usize> = match n.ints("axes") {
-        Some(a) => a.iter().map(|&a| n.axis(a, r)).collect::<Result<_>>()?,
+        Some(a) => a.iter().map(|&a| n.dim_axis(a, r)).collect::<Result<_>>()?,
         None => (0..r).collect(),
     };
     if axes.len() != target.len() {

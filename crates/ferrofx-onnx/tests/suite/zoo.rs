@@ -146,33 +146,41 @@ fn zoo_round_trip_through_export() {
             Err(e) => failures.push(format!("{name}: re-import: {e}")),
         }
     }
-    match python() {
-        Some(py) => {
-            let r = std::process::Command::new(&py)
-                .arg(workspace().join("scripts/onnx/check_export.py"))
-                .arg(&out_dir)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", py.display()));
-            print!("{}", String::from_utf8_lossy(&r.stdout));
-            if !r.status.success() {
-                failures.push(format!(
-                    "check_export.py failed:\n{}{}",
-                    String::from_utf8_lossy(&r.stdout),
-                    String::from_utf8_lossy(&r.stderr)
-                ));
-            }
-        }
-        None => {
-            let msg = "no Python with onnx and onnxruntime: set FERROFX_ONNX_PYTHON (or make .venv) for the checker \
-                       and onnxruntime step";
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{msg}");
-            }
-            eprintln!("note: skipping the checker/onnxruntime step: {msg}");
-        }
+    if let Err(e) = check_with_onnxruntime(&out_dir) {
+        failures.push(e);
     }
     let _ = std::fs::remove_dir_all(&out_dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Runs `scripts/onnx/check_export.py` on `dir` (each `NAME.onnx` with `NAME.input.pb` and
+/// ferrofx's output `NAME.ferrofx.pb`): the ONNX checker with `full_check` and onnxruntime
+/// within 1e-5. Without a Python that has onnx and onnxruntime this is skipped with a note,
+/// except under `CI=true`, where it is an error.
+pub fn check_with_onnxruntime(dir: &std::path::Path) -> Result<(), String> {
+    let Some(py) = python() else {
+        let msg = "no Python with onnx and onnxruntime: set FERROFX_ONNX_PYTHON (or make .venv) for the checker \
+                   and onnxruntime step";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            return Err(msg.into());
+        }
+        eprintln!("note: skipping the checker/onnxruntime step: {msg}");
+        return Ok(());
+    };
+    let r = std::process::Command::new(&py)
+        .arg(workspace().join("scripts/onnx/check_export.py"))
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", py.display()))?;
+    print!("{}", String::from_utf8_lossy(&r.stdout));
+    if !r.status.success() {
+        return Err(format!(
+            "check_export.py failed:\n{}{}",
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&r.stderr)
+        ));
+    }
+    Ok(())
 }
 
 /// The workspace root.
