@@ -429,6 +429,13 @@ fn pad_one_hot_pixel_shuffle() {
     assert_eq!(f(&shape_misc::pad(&x, &[-1, 0], "constant", None).unwrap()), vec![2., 3.]);
     let p2 = shape_misc::pad(&x, &[0, 0, 1, 0], "constant", None).unwrap();
     assert_eq!(p2.shape(), &[2, 3]);
+    // an empty input padded to a non-empty output is all fill (torch: F.pad(torch.empty(2, 0),
+    // (1, 1), value=7.) is [[7., 7.], [7., 7.]]); found by the ONNX importer's fuzzer
+    let empty = creation::zeros(&[2, 0], None).unwrap();
+    let pe = shape_misc::pad(&empty, &[1, 1], "constant", Some(7.0)).unwrap();
+    assert_eq!((pe.shape(), f(&pe)), (&[2usize, 2][..], vec![7.; 4]));
+    let pe = shape_misc::pad(&creation::zeros(&[0, 3], None).unwrap(), &[0, 0, 2, 0], "constant", None).unwrap();
+    assert_eq!((pe.shape(), f(&pe)), (&[2usize, 3][..], vec![0.; 6]));
     let oh = shape_misc::one_hot(&ti(&[0, 2], &[2]), -1).unwrap();
     assert_eq!(oh.shape(), &[2, 3]);
     assert_eq!(oh.to_vec::<i64>().unwrap(), vec![1, 0, 0, 0, 0, 1]);

@@ -171,6 +171,13 @@ fn pad_kernel(a: &[Value]) -> Result<Outputs> {
         let out: Vec<i64> = p.out_shape.iter().map(|&d| d as i64).collect();
         return Ok(smallvec![crate::ops::creation::zeros(&out, Some(t.dtype()))?]);
     }
+    if t.numel() == 0 {
+        // an empty input padded to a non-empty output: every element is the fill value (only
+        // constant padding can get here; the plan refuses the other modes on an empty dim), and
+        // the strides of an empty tensor must not be used to address it
+        let out: Vec<i64> = p.out_shape.iter().map(|&d| d as i64).collect();
+        return Ok(smallvec![crate::ops::creation::full(&out, p.value, Some(t.dtype()))?]);
+    }
     let maps: Vec<Vec<isize>> = (0..nd).map(|d| index_map(p.mode, shape[d], p.pads[d].0, p.out_shape[d])).collect();
     let st = contiguous_strides(&shape);
     let n_out: usize = p.out_shape.iter().product();
