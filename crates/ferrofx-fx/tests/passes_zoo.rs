@@ -33,20 +33,13 @@ fn max_rel_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// The zoo in eval mode, each traced with an example input, with that input.
 fn zoo() -> Vec<(&'static str, GraphModule, Tensor)> {
     manual_seed(21);
-    let mut out = vec![];
-    let mut add = |name: &'static str, mut m: Box<dyn Module>, x: Tensor| {
-        m.eval();
-        let gm = trace_with_inputs(m.as_ref(), &[Value::Tensor(x.clone())]).unwrap();
-        out.push((name, gm, x));
-    };
-    add("mlp", Box::new(Mlp::new(64, &[32, 16], 10).unwrap()), randn(&[4, 64], None).unwrap());
-    add("digits_cnn", Box::new(DigitsCnn::new().unwrap()), randn(&[4, 1, 8, 8], None).unwrap());
-    add("resnet18", Box::new(ResNet::resnet18(10).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    add("resnet50", Box::new(ResNet::resnet50(10).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    add("mobilenet_v2", Box::new(MobileNetV2::new(10, 0.5).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    let ids = Tensor::from_vec((0..14).map(|i| (i * 3) % 20).collect::<Vec<i64>>(), &[2, 7]).unwrap();
-    add("transformer", Box::new(TransformerClassifier::new(20, 16, 2, 32, 2, 12, 4, 0.1).unwrap()), ids);
-    out
+    let zoo = ferrofx_nn::zoo::catalogue().unwrap();
+    zoo.into_iter()
+        .map(|z| {
+            let gm = trace_with_inputs(z.model.as_ref(), &[Value::Tensor(z.input.clone())]).unwrap();
+            (z.name, gm, z.input)
+        })
+        .collect()
 }
 
 type GmPass = fn(&mut GraphModule) -> Result<usize>;

@@ -6,7 +6,7 @@ use ferrofx_core::{Tensor, Value};
 use ferrofx_fx::graph_module::TensorEntry;
 use ferrofx_fx::passes::{partition_balanced, partition_by_memory, split_module};
 use ferrofx_fx::{trace_with_inputs, Argument, Graph, GraphModule, Opcode, ShapeProp, Target};
-use ferrofx_nn::zoo::{DigitsCnn, Mlp, MobileNetV2, ResNet, TransformerClassifier};
+use ferrofx_nn::zoo::ResNet;
 use ferrofx_nn::{Module, TensorKind};
 use indexmap::IndexMap;
 
@@ -25,22 +25,15 @@ fn out(gm: &GraphModule, inputs: &[Value]) -> Vec<f32> {
 /// The zoo in eval mode, traced and shape-propagated, with its example input.
 fn zoo() -> Vec<(&'static str, GraphModule, Value)> {
     manual_seed(22);
-    let mut out = vec![];
-    let mut add = |name: &'static str, mut m: Box<dyn Module>, x: Tensor| {
-        m.eval();
-        let x = Value::Tensor(x);
-        let mut gm = trace_with_inputs(m.as_ref(), std::slice::from_ref(&x)).unwrap();
-        ShapeProp::propagate(&mut gm, std::slice::from_ref(&x)).unwrap();
-        out.push((name, gm, x));
-    };
-    add("mlp", Box::new(Mlp::new(64, &[32, 16], 10).unwrap()), randn(&[4, 64], None).unwrap());
-    add("digits_cnn", Box::new(DigitsCnn::new().unwrap()), randn(&[4, 1, 8, 8], None).unwrap());
-    add("resnet18", Box::new(ResNet::resnet18(10).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    add("resnet50", Box::new(ResNet::resnet50(10).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    add("mobilenet_v2", Box::new(MobileNetV2::new(10, 0.5).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    let ids = Tensor::from_vec((0..14).map(|i| (i * 3) % 20).collect::<Vec<i64>>(), &[2, 7]).unwrap();
-    add("transformer", Box::new(TransformerClassifier::new(20, 16, 2, 32, 2, 12, 4, 0.1).unwrap()), ids);
-    out
+    let zoo = ferrofx_nn::zoo::catalogue().unwrap();
+    zoo.into_iter()
+        .map(|z| {
+            let x = Value::Tensor(z.input);
+            let mut gm = trace_with_inputs(z.model.as_ref(), std::slice::from_ref(&x)).unwrap();
+            ShapeProp::propagate(&mut gm, std::slice::from_ref(&x)).unwrap();
+            (z.name, gm, x)
+        })
+        .collect()
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! The model zoo: [`Mlp`], [`DigitsCnn`], [`ResNet`] (ResNet-18/50 with torchvision's layout and
 //! key names), [`MobileNetV2`] (torchvision layout), [`TransformerClassifier`], [`BertModel`]
 //! (Hugging Face layout and key names) with [`SentenceTransformer`] (all-MiniLM-L6-v2 sentence
-//! embeddings from a model folder).
+//! embeddings from a model folder), and [`catalogue`]: every family at test size, for tests.
 
 mod bert;
 mod bert_tokenizer;
+mod catalogue;
 mod cnn;
 mod mobilenet;
 mod resnet;
@@ -16,6 +17,7 @@ pub use bert::{
     BertSelfAttention,
 };
 pub use bert_tokenizer::{BertTokenizer, TokenBatch};
+pub use catalogue::{catalogue, ZooModel};
 pub use cnn::{DigitsCnn, Mlp};
 pub use mobilenet::MobileNetV2;
 pub use resnet::{BasicBlock, Bottleneck, ResNet};
