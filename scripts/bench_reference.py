@@ -185,6 +185,11 @@ def cases():
         for b in (1, 8):
             compile_cases[f"compile_{arch}_b{b}"] = model_infer(arch, b)
 
+    def transformer_infer():
+        m, ids = transformer_classifier()
+        return lambda: m(ids), 1
+    compile_cases["compile_transformer"] = transformer_infer
+
     return {
         **compile_cases,
         "autograd_mul_tiny": mul_tiny,
@@ -214,6 +219,77 @@ def cases():
     }
 
 
+def transformer_classifier():
+    """PyTorch's twin of ferrofx's zoo `TransformerClassifier` as the `compile` group builds it
+    (all-MiniLM-L6 sized: d_model 384, 12 heads, ff 1536, 6 post-norm GELU layers, batch first,
+    128 tokens, mean pooling, 2 classes) and its input ids."""
+    import torch
+    from torch import nn
+
+    class TransformerClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(1000, 384)
+            self.pos = nn.Parameter(torch.randn(128, 384) * 0.02)
+            self.layers = nn.ModuleList(
+                nn.TransformerEncoderLayer(384, 12, 1536, dropout=0.0, activation="gelu", batch_first=True)
+                for _ in range(6))
+            self.head = nn.Linear(384, 2)
+
+        def forward(self, ids):
+            h = self.embed(ids) + self.pos[: ids.shape[1]]
+            for layer in self.layers:
+                h = layer(h)
+            return self.head(h.mean(1))
+
+    torch.manual_seed(0)
+    ids = torch.tensor([[i * 7 % 1000 for i in range(128)]], dtype=torch.int64)
+    return TransformerClassifier().eval(), ids
+
+
+# Run in a fresh interpreter that imports only onnxruntime and numpy, so memory freed earlier
+# by this process (PyTorch's eager run, the export) cannot hide the session's own growth.
+ORT_PEAK_CHILD = """
+import sys, numpy as np, onnxruntime as ort
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key))
+x = np.load(sys.argv[2])
+before = status("VmRSS:")
+open("/proc/self/clear_refs", "w").write("5")
+so = ort.SessionOptions()
+so.intra_op_num_threads = 2
+so.inter_op_num_threads = 1
+sess = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+for _ in range(3):
+    sess.run(None, {"x": x})
+print(max(0, status("VmHWM:") - before))
+"""
+
+
+def ort_peak_bytes(path, x):
+    """Peak RSS growth (bytes) of creating an ONNX Runtime session on `path` and running it 3
+    times on `x`, in a fresh interpreter; None if that cannot be measured here."""
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    with tempfile.NamedTemporaryFile(suffix=".npy", delete=False) as f:
+        np.save(f, x)
+    try:
+        out = subprocess.run([sys.executable, "-c", ORT_PEAK_CHILD, path, f.name], capture_output=True,
+                             text=True, timeout=600)
+        return int(out.stdout.strip()) if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    finally:
+        os.remove(f.name)
+
+
+# (arch, batch) -> peak RSS growth (bytes) over creating the ONNX Runtime session and 3 runs
+ORT_PEAK = {}
+
+
 # Case id -> the torchvision model ONNX Runtime runs for it (batch 1, 224 px). The folded
 # ResNet-50 case compares with the same export: ONNX Runtime folds BatchNorm into the
 # convolutions itself.
@@ -224,6 +300,7 @@ ORT_CASES = {
     "fx_graph_module_resnet18_b1": "resnet18",
     # issue 18: compiled ferrofx against ONNX Runtime, batch 1 and 8
     **{f"compile_{a}_b{b}": (a, b) for a in ("resnet18", "resnet50", "mobilenet_v2") for b in (1, 8)},
+    "compile_transformer": ("transformer", 1),
 }
 
 
@@ -238,8 +315,11 @@ def ort_case(spec, cache={}):
     import torch
     import torchvision
     if (arch, batch) not in cache:
-        m = getattr(torchvision.models, arch)().eval()
-        x = data((batch, 3, 224, 224), 1)
+        if arch == "transformer":
+            m, x = transformer_classifier()
+        else:
+            m = getattr(torchvision.models, arch)().eval()
+            x = data((batch, 3, 224, 224), 1)
         path = os.path.join(tempfile.gettempdir(), f"ferrofx_bench_{arch}_b{batch}_{os.getpid()}.onnx")
         import warnings
         with warnings.catch_warnings():
@@ -248,9 +328,14 @@ def ort_case(spec, cache={}):
         so = ort.SessionOptions()
         so.intra_op_num_threads = 2
         so.inter_op_num_threads = 1
+        xn = x.numpy()
+        # peak memory (issue 18's rows): the growth of the peak RSS over loading the session
+        # (weights, graph optimisation) and 3 runs (arena, activations), in a fresh process
+        peak = ort_peak_bytes(path, xn)
+        if peak is not None:
+            ORT_PEAK[(arch, batch)] = peak
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         os.remove(path)
-        xn = x.numpy()
         cache[(arch, batch)] = lambda: sess.run(None, {"x": xn})
     return cache[(arch, batch)]
 
@@ -286,9 +371,13 @@ def main():
             try:
                 import onnxruntime
                 fn = ort_extra[cid]() if cid in ort_extra else ort_case(ORT_CASES[cid])
+                spec = ORT_CASES.get(cid)
+                peak = ORT_PEAK.get(spec if isinstance(spec, tuple) else (spec, 1)) if cid.startswith("compile_") else None
                 s = median_secs(fn, 1, a.quick)
-                print(json.dumps({"id": cid, "engine": "onnxruntime", "version": onnxruntime.__version__,
-                                  "seconds": s}), flush=True)
+                row = {"id": cid, "engine": "onnxruntime", "version": onnxruntime.__version__, "seconds": s}
+                if peak is not None:
+                    row["peak_bytes"] = peak
+                print(json.dumps(row), flush=True)
             except Exception as e:  # not installed, or the export failed: say so in the table
                 print(json.dumps({"id": cid, "engine": "onnxruntime", "error": f"{type(e).__name__}: {e}"}),
                       flush=True)

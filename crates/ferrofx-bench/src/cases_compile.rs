@@ -11,6 +11,7 @@ use ferrofx_nn::zoo::{MobileNetV2, ResNet, TransformerClassifier};
 use ferrofx_nn::Module;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 const N16M: usize = 16 << 20;
@@ -109,6 +110,25 @@ fn copy_24m() -> Result<Runner> {
     copy(N16M + N16M / 2)
 }
 
+/// Case id -> ferrofx's peak RSS growth (bytes) over compiling the traced model (BatchNorm
+/// folding makes new weights) and running it 3 times: the counterpart of ONNX Runtime's
+/// session creation (weights loaded, graph optimised) and 3 runs.
+static PEAK: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+/// Runs `setup` (which compiles the model and runs it) with the process's peak-RSS
+/// counter reset, and records the growth of the peak over the RSS before under `id`.
+fn with_peak<T>(id: &str, setup: impl FnOnce() -> Result<T>) -> Result<T> {
+    use crate::cases_onnx::rss;
+    let before = rss("VmRSS:").unwrap_or(0);
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let out = setup()?;
+    if reset {
+        let peak = rss("VmHWM:").unwrap_or(0).saturating_sub(before);
+        PEAK.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), peak);
+    }
+    Ok(out)
+}
+
 fn model(name: &str) -> Result<(Box<dyn Module>, Vec<usize>)> {
     Ok(match name {
         "resnet18" => (Box::new(ResNet::resnet18(1000)?), vec![3, 224, 224]),
@@ -125,9 +145,16 @@ fn compiled_model(name: &str, batch: usize) -> Result<Runner> {
     shape.extend(chw);
     let x = tensor(&shape, 1)?;
     let gm = trace_with_inputs(m.as_ref(), &[(&x).into()])?;
-    let t0 = Instant::now();
-    let c = compile(&gm, &[(&x).into()], CompileOptions::default())?;
-    let took = t0.elapsed();
+    let (c, took) = with_peak(&format!("compile_{name}_b{batch}"), || {
+        let t0 = Instant::now();
+        let c = compile(&gm, &[(&x).into()], CompileOptions::default())?;
+        let took = t0.elapsed();
+        let _g = ferrofx_core::autograd::no_grad();
+        for _ in 0..3 {
+            c.forward(&x)?;
+        }
+        Ok((c, took))
+    })?;
     if let Some(s) = c.latest() {
         eprint!(
             "[{name} b{batch}: compiled in {:.0} ms, {} fused groups; {}] ",
@@ -135,6 +162,12 @@ fn compiled_model(name: &str, batch: usize) -> Result<Runner> {
             s.fusion.groups.len(),
             s.memory
         );
+        // FERROFX_COMPILE_PROFILE=N: the N slowest nodes of the compiled graph (best of 5 runs)
+        if let Some(top) = std::env::var("FERROFX_COMPILE_PROFILE").ok().and_then(|v| v.parse::<usize>().ok()) {
+            let _g = ferrofx_core::autograd::no_grad();
+            let p = ferrofx_fx::passes::analysis::profile(&s.module, &[(&x).into()], 5)?;
+            eprintln!("\nper-node profile of compiled {name} b{batch}:\n{}", p.table(top));
+        }
     }
     Ok(Box::new(move || {
         let _g = ferrofx_core::autograd::no_grad();
@@ -153,7 +186,14 @@ fn transformer() -> Result<(TransformerClassifier, Tensor)> {
 fn transformer_compiled() -> Result<Runner> {
     let (m, ids) = transformer()?;
     let gm = trace_with_inputs(&m, &[(&ids).into()])?;
-    let c = compile(&gm, &[(&ids).into()], CompileOptions::default())?;
+    let c = with_peak("compile_transformer", || {
+        let c = compile(&gm, &[(&ids).into()], CompileOptions::default())?;
+        let _g = ferrofx_core::autograd::no_grad();
+        for _ in 0..3 {
+            c.forward(&ids)?;
+        }
+        Ok(c)
+    })?;
     Ok(Box::new(move || {
         let _g = ferrofx_core::autograd::no_grad();
         let _ = c.forward(&ids);
@@ -237,10 +277,50 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
-/// Derived rows under the table: fused vs unfused, fused vs the copy of the same bytes.
-pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>) -> String {
+fn fmt_ms(s: f64) -> String {
+    format!("{:.2} ms", s * 1e3)
+}
+
+fn fmt_mb(b: f64) -> String {
+    format!("{:.1} MB", b / 1e6)
+}
+
+/// ONNX Runtime's times and peak memory per case id (from the reference script).
+type Ort<'a> = (&'a BTreeMap<String, std::result::Result<f64, String>>, &'a BTreeMap<String, f64>);
+
+/// Derived rows under the table: fused vs unfused, fused vs the copy of the same bytes, and
+/// the compiled models against ONNX Runtime with the peak memory of both.
+pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>, ort: Option<Ort<'_>>) -> String {
     let get = |id: &str| ours.get(id).and_then(|r| r.as_ref().ok()).copied();
     let mut md = String::new();
+    let peaks = PEAK.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let models = ["resnet18_b1", "resnet18_b8", "resnet50_b1", "resnet50_b8", "mobilenet_v2_b1", "mobilenet_v2_b8"]
+        .map(|m| format!("compile_{m}"));
+    let rows: Vec<String> = models.iter().cloned().chain(["compile_transformer".to_string()]).collect();
+    if rows.iter().any(|id| get(id).is_some()) {
+        md.push_str(
+            "\nCompiled ferrofx against ONNX Runtime (2 intra-op threads, default optimisations), with the peak \
+             memory of both: the growth of the process's peak RSS over compiling the traced model + 3 runs \
+             (ferrofx; run one case per process for a clean figure: an earlier case's freed memory is \
+             reused) and over creating the InferenceSession + 3 runs in a fresh Python process (ONNX Runtime). \
+             Ratio = ONNX Runtime time / ferrofx time (>= 1: target met).\n\n\
+             | case | ferrofx compiled | ONNX Runtime | ratio | peak memory ferrofx | peak memory ONNX Runtime |\n\
+             |---|---|---|---|---|---|\n",
+        );
+        for id in &rows {
+            let Some(f) = get(id) else { continue };
+            let o = ort.and_then(|(t, _)| t.get(id.as_str()).and_then(|r| r.as_ref().ok()).copied());
+            let op = ort.and_then(|(_, p)| p.get(id.as_str()).copied());
+            md.push_str(&format!(
+                "| {id} | {} | {} | {} | {} | {} |\n",
+                fmt_ms(f),
+                o.map(fmt_ms).unwrap_or_else(|| "–".into()),
+                o.map(|o| format!("{:.2}×", o / f)).unwrap_or_else(|| "–".into()),
+                peaks.get(id).map(|&b| fmt_mb(b as f64)).unwrap_or_else(|| "–".into()),
+                op.map(fmt_mb).unwrap_or_else(|| "–".into()),
+            ));
+        }
+    }
     for (name, unfused, fused, copy) in [
         ("relu((x+1)*2)", "compile_add_mul_relu_16m_unfused", "compile_add_mul_relu_16m_fused", "compile_copy_16m"),
         ("relu(x+2*y)", "compile_add_scaled_relu_16m_unfused", "compile_add_scaled_relu_16m_fused", "compile_copy_24m"),

@@ -37,7 +37,7 @@ fn options(dir: &std::path::Path) -> Result<(ImportOptions, ferrofx_core::Tensor
 }
 
 /// `VmRSS` / `VmHWM` of this process in bytes.
-fn rss(field: &str) -> Option<u64> {
+pub(crate) fn rss(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.trim_start_matches(field).trim().trim_end_matches("kB").trim().parse().ok()?;

@@ -104,6 +104,8 @@ struct Reference {
     torch_version: String,
     ort: BTreeMap<String, Result<f64, String>>,
     ort_version: Option<String>,
+    /// ONNX Runtime's peak RSS growth (bytes) where the script measured it (issue 18's rows).
+    ort_peak: BTreeMap<String, f64>,
 }
 
 fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<Reference, String> {
@@ -119,8 +121,13 @@ fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<Referenc
     if !out.status.success() {
         return Err(format!("reference script failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    let mut r =
-        Reference { torch: BTreeMap::new(), torch_version: "?".into(), ort: BTreeMap::new(), ort_version: None };
+    let mut r = Reference {
+        torch: BTreeMap::new(),
+        torch_version: "?".into(),
+        ort: BTreeMap::new(),
+        ort_version: None,
+        ort_peak: BTreeMap::new(),
+    };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
@@ -133,6 +140,9 @@ fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<Referenc
                 r.ort_version = Some(ver);
             }
             let res = seconds.ok_or_else(|| text("error").unwrap_or_else(|| "no time reported".into()));
+            if let Some(p) = v.get("peak_bytes").and_then(|x| x.as_f64()) {
+                r.ort_peak.insert(id.clone(), p);
+            }
             r.ort.insert(id, res);
         } else if let Some(s) = seconds {
             r.torch.insert(id, s);
@@ -271,7 +281,7 @@ fn main() {
             eager / folded
         ));
     }
-    md.push_str(&cases_compile::summary(&ours));
+    md.push_str(&cases_compile::summary(&ours, reference.as_ref().ok().map(|r| (&r.ort, &r.ort_peak))));
     md.push_str(&cases_onnx::summary());
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {

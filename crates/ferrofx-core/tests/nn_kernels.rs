@@ -241,6 +241,48 @@ fn conv2d_all_algorithms_match_naive_reference() {
 }
 
 #[test]
+fn depthwise_conv2d_f32_matches_naive_reference() {
+    // float32 depthwise convolutions take the direct stencil kernel (conv/depthwise.rs): 3x3
+    // at stride 1 and 2 (MobileNet), 5x5, dilation, asymmetric stride and padding, a padding
+    // wider than the kernel reach, batch > 1, bias, and planes smaller than the kernel's
+    // padded reach
+    let cases = [
+        ((1, 8, 14, 13), 3, 3, (1, 1), (1, 1), (1, 1)),
+        ((2, 16, 15, 16), 3, 3, (2, 2), (1, 1), (1, 1)),
+        ((1, 4, 17, 19), 5, 5, (2, 2), (2, 2), (1, 1)),
+        ((3, 5, 12, 11), 3, 3, (1, 2), (2, 0), (2, 1)),
+        ((1, 6, 9, 10), 3, 1, (3, 1), (0, 3), (1, 1)),
+        ((1, 32, 56, 56), 3, 3, (1, 1), (1, 1), (1, 1)),
+        ((1, 3, 2, 2), 3, 3, (2, 2), (1, 1), (1, 1)),
+    ];
+    for (i, &(ins, kh, kw, s, p, d)) in cases.iter().enumerate() {
+        let c = ins.1;
+        let xf: Vec<f32> = rnd(ins.0 * c * ins.2 * ins.3, 50 + i as u64).iter().map(|&v| v as f32).collect();
+        let wf: Vec<f32> = rnd(c * kh * kw, 60 + i as u64).iter().map(|&v| v as f32).collect();
+        let bf: Vec<f32> = rnd(c, 70 + i as u64).iter().map(|&v| v as f32).collect();
+        let x64: Vec<f64> = xf.iter().map(|&v| v as f64).collect();
+        let w64: Vec<f64> = wf.iter().map(|&v| v as f64).collect();
+        let (mut want, oh, ow) = naive_conv2d(&x64, &w64, ins, (c, kh, kw), s, p, d, c);
+        for (j, v) in want.iter_mut().enumerate() {
+            *v += bf[(j / (oh * ow)) % c] as f64;
+        }
+        let y = conv::conv2d(
+            &t(xf, &[ins.0, c, ins.2, ins.3]),
+            &t(wf, &[c, 1, kh, kw]),
+            Some(&t(bf, &[c])),
+            &[s.0 as i64, s.1 as i64],
+            &[p.0 as i64, p.1 as i64][..],
+            &[d.0 as i64, d.1 as i64],
+            c as i64,
+        )
+        .unwrap();
+        assert_eq!(y.shape(), &[ins.0, c, oh, ow], "case {i}");
+        let got: Vec<f64> = y.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+        close(&got, &want, 1e-5);
+    }
+}
+
+#[test]
 fn conv_errors() {
     let x = t(vec![0.; 256], &[1, 4, 8, 8]);
     let w = t(vec![0.; 216], &[6, 4, 3, 3]);

@@ -12,6 +12,8 @@
 //! - 3x3, stride 1, ungrouped float32 (and f16/bf16, computed in f32) with enough channels and
 //!   tiles: Winograd F(4x4, 3x3) (`conv/winograd.rs`; [`set_winograd_enabled`] turns it off),
 //!   4x fewer multiplies; also for the input gradient of such convolutions (checked first);
+//! - depthwise float32 (`groups == in == out channels`, MobileNet's): a direct stencil per
+//!   plane (`conv/depthwise.rs`), no GEMM;
 //! - otherwise im2col + one GEMM (wide strided kernels through column phases).
 //!
 //! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across
@@ -33,6 +35,7 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 use std::mem::MaybeUninit;
 
+mod depthwise;
 mod winograd;
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 
@@ -1280,6 +1283,23 @@ fn run_conv(
         let b32 = b.map(|b| kernel::cast(b, DType::F32)).transpose()?;
         let r = run_conv(op, &x32, &w32, b32.as_ref(), g, shape, DType::F32, transposed)?;
         return kernel::cast(&r, dt);
+    }
+    if !transposed && dt == DType::F32 && depthwise::applies(g) {
+        let xc = kernel::contiguous(x)?;
+        let wc = kernel::contiguous(w)?;
+        let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
+        let len = g.n * g.o * g.oh * g.ow;
+        // not zero-filled: depthwise::conv writes every element
+        let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
+        xc.with_contiguous::<f32, _>(op, |xs| {
+            wc.with_contiguous::<f32, _>(op, |ws| {
+                depthwise::conv(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len])
+            })
+        })??;
+        // SAFETY: alloc_uninit reserved exactly `len` elements and depthwise::conv initialised
+        // every one of them.
+        unsafe { buf.set_len(len) };
+        return Tensor::from_vec(buf, shape);
     }
     if let (false, DType::F32, Some(g3)) = (transposed, dt, g.winograd()) {
         let xc = kernel::contiguous(x)?;

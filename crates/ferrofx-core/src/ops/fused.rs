@@ -7,11 +7,13 @@
 //! evaluator below: loading a file never runs code from it, it only parses the text into
 //! instructions of a closed set.
 //!
-//! The evaluator is a vectorised interpreter: the output is cut into chunks of [`CHUNK`]
-//! elements; for one chunk every instruction runs as a tight loop over registers of `CHUNK`
-//! floats (they stay in L1), compiled for AVX-512/AVX2 by `simd_dispatch!`, and the last
-//! register is written to the output. Large outputs are split over rayon threads by blocks of
-//! chunks. Inputs may be broadcast, non-contiguous or alias each other (they are only read).
+//! The evaluator is a vectorised interpreter: the output is cut into strips of [`STRIP`]
+//! elements; for one strip every instruction runs as a fixed-length loop (a few full-width
+//! vector operations) over registers of `STRIP` floats that never leave L1, compiled for
+//! AVX-512/AVX2 by `simd_dispatch!`, and the last register is written to the output, which is
+//! allocated uninitialised through [`crate::memory`] and written once. Contiguous inputs are
+//! read in place; broadcast or strided inputs are gathered per block of strips. Large outputs
+//! are split over rayon threads. Inputs may alias each other (they are only read).
 //!
 //! Element functions are the same formulas as the unfused ops (`Float`/`Num` on f32), so a
 //! fused group gives the same bits as the ops run one by one.
@@ -39,10 +41,14 @@ use smallvec::{smallvec, SmallVec};
 use std::fmt;
 use std::mem::MaybeUninit;
 
-/// Elements per register of the evaluator (2 KiB of f32: a few registers stay in L1).
-pub const CHUNK: usize = 512;
-/// Chunks per parallel task.
-const CHUNKS_PER_TASK: usize = 128;
+/// Elements per register of the evaluator (256 bytes: four AVX-512 vectors). Measured on
+/// seed 003's `relu((x + 1) * 2)`: strips of 64 keep every temporary in the store buffer and
+/// L1 and run at the speed of a copy; registers of 512 or more floats ran 2-5x slower.
+pub const STRIP: usize = 64;
+/// Elements per block: strided and broadcast inputs are gathered one block at a time.
+const BLOCK: usize = 1024;
+/// Elements per parallel task (256 KiB of output).
+const TASK: usize = 64 * 1024;
 /// The largest group the evaluator accepts (instructions) and the most inputs.
 pub const MAX_INSTRS: usize = 256;
 /// The most tensor inputs one group may read.
@@ -486,38 +492,47 @@ fn binary(op: FusedOp, a: f32, b: f32) -> f32 {
 // ---------------------------------------------------------------------------------------------
 // The evaluator.
 
-/// A resolved operand for one chunk: a slice of `len` values or a constant.
+/// One register of the evaluator: a strip of [`STRIP`] floats, aligned to a cache line.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Reg([f32; STRIP]);
+
+/// A resolved operand for one strip: a full strip of values or a constant.
 #[derive(Clone, Copy)]
 enum Src<'a> {
-    Slice(&'a [f32]),
+    Strip(&'a [f32; STRIP]),
     Splat(f32),
 }
 
+// The loops below run over arrays of the constant length STRIP: the compiler unrolls them into
+// a few full-width vector operations with no loop or bounds overhead, so interpreting one
+// instruction for one strip costs a jump and STRIP / lanes vector instructions.
+
 #[inline(always)]
-fn map1(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
-    for (o, &x) in out.iter_mut().zip(a) {
-        *o = f(x);
+fn map1(out: &mut [f32; STRIP], a: &[f32; STRIP], f: impl Fn(f32) -> f32) {
+    for j in 0..STRIP {
+        out[j] = f(a[j]);
     }
 }
 
 #[inline(always)]
-fn map2(out: &mut [f32], a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
+fn map2(out: &mut [f32; STRIP], a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
     match (a, b) {
-        (Src::Slice(a), Src::Slice(b)) => {
-            for (o, (&x, &y)) in out.iter_mut().zip(a.iter().zip(b)) {
-                *o = f(x, y);
+        (Src::Strip(a), Src::Strip(b)) => {
+            for j in 0..STRIP {
+                out[j] = f(a[j], b[j]);
             }
         }
-        (Src::Slice(a), Src::Splat(y)) => map1(out, a, |x| f(x, y)),
-        (Src::Splat(x), Src::Slice(b)) => map1(out, b, |y| f(x, y)),
+        (Src::Strip(a), Src::Splat(y)) => map1(out, a, |x| f(x, y)),
+        (Src::Splat(x), Src::Strip(b)) => map1(out, b, |y| f(x, y)),
         (Src::Splat(x), Src::Splat(y)) => out.fill(f(x, y)),
     }
 }
 
 #[inline(always)]
-fn run_unary(op: FusedOp, out: &mut [f32], a: Src<'_>) {
+fn run_unary(op: FusedOp, out: &mut [f32; STRIP], a: Src<'_>) {
     let a = match a {
-        Src::Slice(a) => a,
+        Src::Strip(a) => a,
         Src::Splat(x) => {
             out.fill(unary(op, x));
             return;
@@ -536,7 +551,7 @@ fn run_unary(op: FusedOp, out: &mut [f32], a: Src<'_>) {
 }
 
 #[inline(always)]
-fn run_binary(op: FusedOp, out: &mut [f32], a: Src<'_>, b: Src<'_>) {
+fn run_binary(op: FusedOp, out: &mut [f32; STRIP], a: Src<'_>, b: Src<'_>) {
     macro_rules! arms {
         ($($o:ident),*) => {
             match op {
@@ -548,37 +563,33 @@ fn run_binary(op: FusedOp, out: &mut [f32], a: Src<'_>, b: Src<'_>) {
     arms!(Add, Sub, Mul, Div, Maximum, Minimum, LeakyRelu)
 }
 
-simd_dispatch! {
-    /// Evaluates every instruction over one chunk; `regs` holds one register of `CHUNK` floats
-    /// per instruction, `ins` one slice of `len` values (or a constant) per input.
-    fn eval_chunk(instrs: &[Instr], ins: &[Option<&[f32]>], splats: &[f32], regs: &mut [f32], len: usize) {
-        for (k, ins_k) in instrs.iter().enumerate() {
-            let (done, rest) = regs.split_at_mut(k * CHUNK);
-            let out = &mut rest[..len];
-            let src = |a: &Operand| -> Src<'_> {
-                match *a {
-                    Operand::Input(i) => match ins[i as usize] {
-                        Some(s) => Src::Slice(s),
-                        None => Src::Splat(splats[i as usize]),
-                    },
-                    Operand::Tmp(t) => Src::Slice(&done[t as usize * CHUNK..t as usize * CHUNK + len]),
-                    Operand::Const(c) => Src::Splat(c),
-                }
-            };
-            match ins_k.op {
-                FusedOp::Clamp => {
-                    let (lo, hi) = match (src(&ins_k.args[1]), src(&ins_k.args[2])) {
-                        (Src::Splat(lo), Src::Splat(hi)) => (lo, hi),
-                        _ => (f32::NEG_INFINITY, f32::INFINITY),
-                    };
-                    match src(&ins_k.args[0]) {
-                        Src::Slice(a) => map1(out, a, |x| clamp_f(x, lo, hi)),
-                        Src::Splat(x) => out.fill(clamp_f(x, lo, hi)),
-                    }
-                }
-                op if op.arity() == 2 => run_binary(op, out, src(&ins_k.args[0]), src(&ins_k.args[1])),
-                op => run_unary(op, out, src(&ins_k.args[0])),
+/// Evaluates every instruction over one strip; `regs[k]` receives instruction `k`'s values,
+/// `ins[i]` is input `i`'s strip (or its broadcast value).
+#[inline(always)]
+fn eval_strip(instrs: &[Instr], ins: &[Src<'_>], regs: &mut [Reg]) {
+    for (k, ins_k) in instrs.iter().enumerate() {
+        let (done, rest) = regs.split_at_mut(k);
+        let Some(out) = rest.first_mut().map(|r| &mut r.0) else { return };
+        let src = |a: &Operand| -> Src<'_> {
+            match *a {
+                Operand::Input(i) => ins.get(i as usize).copied().unwrap_or(Src::Splat(0.0)),
+                Operand::Tmp(t) => done.get(t as usize).map_or(Src::Splat(0.0), |r| Src::Strip(&r.0)),
+                Operand::Const(c) => Src::Splat(c),
             }
+        };
+        match ins_k.op {
+            FusedOp::Clamp => {
+                let (lo, hi) = match (src(&ins_k.args[1]), src(&ins_k.args[2])) {
+                    (Src::Splat(lo), Src::Splat(hi)) => (lo, hi),
+                    _ => (f32::NEG_INFINITY, f32::INFINITY),
+                };
+                match src(&ins_k.args[0]) {
+                    Src::Strip(a) => map1(out, a, |x| clamp_f(x, lo, hi)),
+                    Src::Splat(x) => out.fill(clamp_f(x, lo, hi)),
+                }
+            }
+            op if op.arity() == 2 => run_binary(op, out, src(&ins_k.args[0]), src(&ins_k.args[1])),
+            op => run_unary(op, out, src(&ins_k.args[0])),
         }
     }
 }
@@ -606,11 +617,18 @@ fn gather(data: &[f32], layout: &Layout, start: usize, out: &mut [f32]) {
     let (inner, inner_stride) = (shape[nd - 1], strides[nd - 1]);
     let mut k = 0;
     while k < out.len() {
-        // the rest of the innermost row, at most what is left of the chunk
+        // the rest of the innermost row, at most what is left of the block
         let run = (inner - idx[nd - 1]).min(out.len() - k);
-        for o in &mut out[k..k + run] {
-            *o = data[pos];
-            pos += inner_stride;
+        if inner_stride == 0 {
+            out[k..k + run].fill(data[pos]);
+        } else if inner_stride == 1 {
+            out[k..k + run].copy_from_slice(&data[pos..pos + run]);
+            pos += run;
+        } else {
+            for o in &mut out[k..k + run] {
+                *o = data[pos];
+                pos += inner_stride;
+            }
         }
         k += run;
         idx[nd - 1] += run;
@@ -627,39 +645,55 @@ fn gather(data: &[f32], layout: &Layout, start: usize, out: &mut [f32]) {
     }
 }
 
-/// Evaluates chunks `first..first + out.len() / CHUNK` (rounded up) into `out`.
-fn eval_range(instrs: &[Instr], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>]) {
-    let n_in = access.len();
-    let mut regs = vec![0f32; instrs.len() * CHUNK];
-    let mut gathered = vec![0f32; n_in * CHUNK];
-    let splats: SmallVec<[f32; 8]> = access
-        .iter()
-        .map(|a| match a {
-            Access::Splat(v) => *v,
-            _ => 0.0,
-        })
-        .collect();
-    let last = (instrs.len() - 1) * CHUNK;
-    for (c, out_c) in out.chunks_mut(CHUNK).enumerate() {
-        let s = start + c * CHUNK;
-        let len = out_c.len();
-        for (i, a) in access.iter().enumerate() {
-            if let Access::Strided { data, layout } = a {
-                gather(data, layout, s, &mut gathered[i * CHUNK..i * CHUNK + len]);
+simd_dispatch! {
+    /// Evaluates output elements `start..start + out.len()` into `out`: block by block (strided
+    /// inputs gathered per block of [`BLOCK`]), strip by strip within a block.
+    fn eval_range(instrs: &[Instr], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>]) {
+        let n_in = access.len();
+        let Some(last) = instrs.len().checked_sub(1) else { return };
+        let mut regs = vec![Reg([0.0; STRIP]); instrs.len()];
+        // per input: its gathered block (strided inputs) and a zero-padded partial strip
+        let strided = access.iter().any(|a| matches!(a, Access::Strided { .. }));
+        let mut gathered = vec![0f32; if strided { n_in * BLOCK } else { 0 }];
+        let mut tails = vec![Reg([0.0; STRIP]); n_in];
+        for (b, out_b) in out.chunks_mut(BLOCK).enumerate() {
+            let s = start + b * BLOCK;
+            for (i, a) in access.iter().enumerate() {
+                if let Access::Strided { data, layout } = a {
+                    gather(data, layout, s, &mut gathered[i * BLOCK..i * BLOCK + out_b.len()]);
+                }
             }
-        }
-        let ins: SmallVec<[Option<&[f32]>; 8]> = access
-            .iter()
-            .enumerate()
-            .map(|(i, a)| match a {
-                Access::Contiguous(d) => Some(&d[s..s + len]),
-                Access::Splat(_) => None,
-                Access::Strided { .. } => Some(&gathered[i * CHUNK..i * CHUNK + len]),
-            })
-            .collect();
-        eval_chunk(instrs, &ins, &splats, &mut regs, len);
-        for (o, &v) in out_c.iter_mut().zip(&regs[last..last + len]) {
-            o.write(v);
+            for (k, out_s) in out_b.chunks_mut(STRIP).enumerate() {
+                let (p, len) = (s + k * STRIP, out_s.len());
+                if len < STRIP {
+                    // the last strip: inputs copied into zero-padded registers (the padding
+                    // lanes are computed and dropped)
+                    for (i, a) in access.iter().enumerate() {
+                        let src = match a {
+                            Access::Contiguous(d) => &d[p..p + len],
+                            Access::Strided { .. } => &gathered[i * BLOCK + k * STRIP..][..len],
+                            Access::Splat(_) => continue,
+                        };
+                        tails[i].0[..len].copy_from_slice(src);
+                        tails[i].0[len..].fill(0.0);
+                    }
+                }
+                let mut ins: SmallVec<[Src<'_>; 8]> = SmallVec::with_capacity(n_in);
+                for (i, a) in access.iter().enumerate() {
+                    ins.push(match a {
+                        Access::Splat(v) => Src::Splat(*v),
+                        _ if len < STRIP => Src::Strip(&tails[i].0),
+                        Access::Contiguous(d) => d[p..].first_chunk().map_or(Src::Splat(0.0), Src::Strip),
+                        Access::Strided { .. } => gathered[i * BLOCK + k * STRIP..]
+                            .first_chunk()
+                            .map_or(Src::Splat(0.0), Src::Strip),
+                    });
+                }
+                eval_strip(instrs, &ins, &mut regs);
+                for (o, &v) in out_s.iter_mut().zip(&regs[last].0) {
+                    o.write(v);
+                }
+            }
         }
     }
 }
@@ -742,16 +776,16 @@ fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> 
         };
         access.push(a);
     }
-    let mut buf: Vec<f32> = Vec::with_capacity(n);
+    // not zero-filled: eval_range writes every element once
+    let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, shape)?;
     let out = &mut buf.spare_capacity_mut()[..n];
-    let task = CHUNK * CHUNKS_PER_TASK;
-    if n <= task {
+    if n <= TASK {
         eval_range(&expr.instrs, &access, 0, out);
     } else {
-        out.par_chunks_mut(task).enumerate().for_each(|(t, o)| eval_range(&expr.instrs, &access, t * task, o));
+        out.par_chunks_mut(TASK).enumerate().for_each(|(t, o)| eval_range(&expr.instrs, &access, t * TASK, o));
     }
-    // SAFETY: eval_range writes every element of every chunk of `out`, and the chunks cover
-    // all n elements.
+    // SAFETY: alloc_uninit reserved exactly n elements; eval_range writes every element of
+    // every strip of `out`, and the strips cover all n elements.
     unsafe { buf.set_len(n) };
     drop(guards);
     Tensor::from_vec(buf, shape)
