@@ -41,7 +41,7 @@ fn check(args: &[Value]) -> Result<(usize, usize, usize, Vec<usize>)> {
     }
     check_scale(OP, "output_scale", float(OP, args, 6)?)?;
     check_zero_point(OP, "output_zero_point", int(OP, args, 7)?, DType::U8)?;
-    let m = if k == 0 { x.shape()[..x.ndim() - 1].iter().product() } else { x.numel() / k };
+    let m = x.shape()[..x.ndim() - 1].iter().product();
     let mut shape = x.shape().to_vec();
     *shape.last_mut().expect("ndim >= 1") = n;
     Ok((m, k, n, shape))
