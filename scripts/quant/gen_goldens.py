@@ -158,6 +158,13 @@ def ops():
         cases.append({"op": "quantized_add", "relu": relu, "shape": [3, 50], "input": qrepr(a), "input_scale": 0.02,
                       "input_zero_point": 130, "other": qrepr(b), "other_scale": 0.05, "other_zero_point": 90,
                       "output_scale": 0.06, "output_zero_point": 110, "output": qrepr(y)})
+    # adaptive average pooling keeps the input's scale and zero point (NCHW: the scalar kernel)
+    for (n, c, h, w), size in (((2, 3, 7, 7), (1, 1)), ((1, 2, 5, 7), (2, 3)), ((1, 2, 4, 4), (3, 3))):
+        qx = torch.quantize_per_tensor(torch.randn(n, c, h, w) * 2, 0.03, 90, torch.quint8)
+        y = torch.ao.nn.quantized.functional.adaptive_avg_pool2d(qx, size)
+        cases.append({"op": "quantized_adaptive_avg_pool2d", "shape": [n, c, h, w], "output_size": list(size),
+                      "input": qrepr(qx), "scale": 0.03, "zero_point": 90, "output_shape": list(y.shape),
+                      "output": qrepr(y)})
     return cases
 
 

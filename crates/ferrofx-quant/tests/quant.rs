@@ -4,8 +4,9 @@
 //! and the errors on bad input.
 
 use ferrofx_core::ops::quantized::{
-    dequantize, dequantize_per_channel, int8_kernel, quantize_per_channel, quantize_per_tensor, quantized_add,
-    quantized_conv2d, quantized_linear, with_reference_kernels, QuantizedConv2dArgs,
+    dequantize, dequantize_per_channel, int8_kernel, quantize_per_channel, quantize_per_tensor,
+    quantized_adaptive_avg_pool2d, quantized_add, quantized_conv2d, quantized_linear, with_reference_kernels,
+    QuantizedConv2dArgs,
 };
 use ferrofx_core::{DType, Tensor};
 use ferrofx_quant::{
@@ -300,6 +301,15 @@ fn run_golden_op(case: &J) -> (Vec<u8>, Vec<u8>) {
                 case["relu"].as_bool().unwrap(),
             )
         }
+        "quantized_adaptive_avg_pool2d" => {
+            let (s, z) = (case["scale"].as_f64().unwrap(), case["zero_point"].as_i64().unwrap());
+            let x = u8t(&case["input"], &usizes(&case["shape"]));
+            let y = quantized_adaptive_avg_pool2d(&x, &i64s(&case["output_size"]), s, z, s, z);
+            if let Ok(y) = &y {
+                assert_eq!(y.shape(), usizes(&case["output_shape"]).as_slice());
+            }
+            y
+        }
         other => panic!("unexpected op {other}"),
     };
     (y.unwrap().to_vec::<u8>().unwrap(), u8s(&case["output"]))
@@ -331,7 +341,7 @@ fn int8_ops_match_pytorch_fbgemm() {
         let (reference, _) = with_reference_kernels(|| run_golden_op(case));
         assert_eq!(reference, got, "{op}: reference and {} kernels differ", int8_kernel());
     }
-    assert_eq!(n, 10);
+    assert_eq!(n, 13);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -504,6 +514,11 @@ fn int8_op_errors_name_the_op_shapes_and_fix() {
     let e = err(quantized_conv2d(&x4, 0.1, 0, &wc, &wcs, None, 0.1, 0, &conv(2, -1, 1)));
     assert!(e.contains("padding non-negative"), "{e}");
 
+    let e = err(quantized_adaptive_avg_pool2d(&x, &[1, 1], 0.1, 0, 0.1, 0));
+    assert!(e.contains("quantized_adaptive_avg_pool2d") && e.contains("got [2, 3]"), "{e}");
+    let e = err(quantized_adaptive_avg_pool2d(&x4, &[0, 1], 0.1, 0, 0.1, 0));
+    assert!(e.contains("output_size must be positive"), "{e}");
+
     let e = err(quantized_add(&x, 0.1, 0, &x4, 0.1, 0, 0.1, 0, false));
     assert!(e.contains("quantized_add") && e.contains("must have the same shape"), "{e}");
 }
@@ -539,4 +554,27 @@ fn int8_ops_count_integer_work() {
         let o = ferrofx_core::op::lookup(name).expect(name);
         assert!(o.backward.is_none(), "{name}");
     }
+}
+
+#[test]
+fn max_pool_and_flatten_pass_uint8_through() {
+    // max pooling commutes with the monotone quantization map, so the float op on the uint8
+    // tensor is the quantized max-pool (what convert relies on for pass-through patterns)
+    let x = Tensor::from_vec(
+        (0..2 * 3 * 6 * 6).map(|i| ((i * 37) % 101) as f32 * 0.07 - 3.0).collect::<Vec<_>>(),
+        &[2, 3, 6, 6],
+    )
+    .unwrap();
+    let (s, z) = (0.05, 70);
+    let q = quantize_per_tensor(&x, s, z, DType::U8).unwrap();
+    let pooled_q = ferrofx_core::ops::pool::max_pool2d(&q, &[3], &[2], &[1], &[1], false).unwrap();
+    assert_eq!(pooled_q.dtype(), DType::U8);
+    let pooled_f =
+        ferrofx_core::ops::pool::max_pool2d(&dequantize(&q, s, z).unwrap(), &[3], &[2], &[1], &[1], false).unwrap();
+    assert_eq!(
+        pooled_q.to_vec::<u8>().unwrap(),
+        quantize_per_tensor(&pooled_f, s, z, DType::U8).unwrap().to_vec::<u8>().unwrap()
+    );
+    let flat = pooled_q.reshape(&[2, -1]).unwrap();
+    assert_eq!((flat.dtype(), flat.shape()), (DType::U8, &[2usize, 27][..]));
 }

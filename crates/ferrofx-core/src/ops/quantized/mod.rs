@@ -22,12 +22,14 @@
 //! path in use). None of these ops is differentiable: a backward through one is an autograd
 //! error naming the op.
 
+mod adaptive_avg_pool2d;
 mod add;
 mod conv2d;
 mod gemm;
 mod linear;
 mod quantize;
 
+pub use adaptive_avg_pool2d::{quantized_adaptive_avg_pool2d, QUANTIZED_ADAPTIVE_AVG_POOL2D};
 pub use add::{quantized_add, QUANTIZED_ADD};
 pub use conv2d::{quantized_conv2d, QuantizedConv2dArgs, QUANTIZED_CONV2D};
 pub use gemm::{int8_kernel, with_reference_kernels};
@@ -51,6 +53,7 @@ pub(crate) static OPS: &[&OpDef] = &[
     &QUANTIZED_LINEAR,
     &QUANTIZED_CONV2D,
     &QUANTIZED_ADD,
+    &QUANTIZED_ADAPTIVE_AVG_POOL2D,
 ];
 
 /// The integer range of a quantized dtype: `uint8` → `0..=255`, `int8` → `-128..=127`.
