@@ -578,3 +578,51 @@ fn max_pool_and_flatten_pass_uint8_through() {
     let flat = pooled_q.reshape(&[2, -1]).unwrap();
     assert_eq!((flat.dtype(), flat.shape()), (DType::U8, &[2usize, 27][..]));
 }
+
+// ---------------------------------------------------------------------------------------------
+// the ops are ordinary registry ops: they trace, print, interpret, save and load
+
+#[derive(ferrofx_nn::Module)]
+struct QLinearBlock {
+    #[module(buffer)]
+    w: Tensor,
+    #[module(buffer)]
+    w_scale: Tensor,
+    #[module(buffer)]
+    bias: Tensor,
+}
+
+impl ferrofx_nn::Module for QLinearBlock {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        let q = quantize_per_tensor(x, 0.05, 128, DType::U8)?;
+        let y = quantized_linear(&q, 0.05, 128, &self.w, &self.w_scale, Some(&self.bias), 0.1, 100, true)?;
+        dequantize(&y, 0.1, 100)
+    }
+}
+
+#[test]
+fn int8_graphs_trace_print_and_round_trip_through_fxm_bytes() {
+    use ferrofx_nn::{Module, ModuleStructure};
+    let (k, n) = (40, 6);
+    let m = QLinearBlock {
+        w: Tensor::from_vec(lcg_bytes(21, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap(),
+        w_scale: f32t(&(0..n).map(|j| 0.001 + 0.0005 * j as f32).collect::<Vec<_>>()),
+        bias: f32t(&(0..n).map(|j| 0.2 * j as f32 - 0.5).collect::<Vec<_>>()),
+    };
+    let x =
+        Tensor::from_vec((0..3 * k).map(|i| ((i * 29) % 61) as f32 * 0.1 - 3.0).collect::<Vec<_>>(), &[3, k]).unwrap();
+    let eager = m.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let gm = ferrofx_fx::trace_with_inputs(&m, &[ferrofx_core::Value::from(&x)]).unwrap();
+    let text = gm.graph().to_string();
+    for op in ["quantize_per_tensor", "quantized_linear", "dequantize"] {
+        assert!(text.contains(op), "{op} missing from the graph:\n{text}");
+    }
+    assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), eager);
+    let bytes = gm.to_bytes().unwrap();
+    let loaded = ferrofx_fx::GraphModule::from_bytes(&bytes).unwrap();
+    assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), eager);
+    // the weight is saved and loaded as int8
+    let mut seen = Vec::new();
+    loaded.visit_tensors(&mut |name, _, t| seen.push((name.to_string(), t.dtype(), t.shape().to_vec())));
+    assert!(seen.contains(&("w".to_string(), DType::I8, vec![n, k])), "{seen:?}");
+}
