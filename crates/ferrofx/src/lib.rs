@@ -13,6 +13,7 @@ pub use ferrofx_core as core;
 pub use ferrofx_fx as fx;
 pub use ferrofx_nn as nn;
 pub use ferrofx_onnx as onnx;
+pub use ferrofx_quant as quant;
 
 /// The user guide (`docs/user-guide.md`): capture, transform, run, train, save and load. Its
 /// examples are compiled and run as this module's documentation tests.

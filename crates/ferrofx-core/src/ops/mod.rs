@@ -20,6 +20,7 @@ pub mod norm;
 pub mod num;
 pub mod operators;
 pub mod pool;
+pub mod quantized;
 pub mod random;
 pub mod reduce;
 pub mod scan;
@@ -60,6 +61,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         inplace::OPS,
         clamp_bound::OPS,
         index_copy::OPS,
+        quantized::OPS,
         crate::autograd::formulas::OPS,
     ]
     .into_iter()

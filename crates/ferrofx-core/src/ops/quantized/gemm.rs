@@ -1,0 +1,285 @@
+//! The u8 x s8 → i32 GEMM with fused requantisation to u8, shared by `quantized_linear` and
+//! `quantized_conv2d`.
+//!
+//! Both operands are row-major with the reduction dim `k` contiguous: `a` is `m x k` (u8
+//! activations, or im2col patches), `b` is `n x k` (s8 weights in their natural `[out, in]`
+//! layout, which is already the packed form this dot-product kernel reads: no repacking per
+//! call). Each output `(i, j)` is `requantize(sum_k a[i,k] * b[j,k], j)`, written to
+//! `out[i * ldm + j * ldn]`, so one kernel serves row-major linear outputs and channel-major
+//! convolution outputs.
+//!
+//! Two implementations, bit-identical by construction (they share [`Requant::apply`] and the
+//! i32 sums are exact): the portable reference (a scalar triple loop) and AVX-512 VNNI, which
+//! computes 4x4 output blocks with `vpdpbusd` (64 u8 x s8 products per instruction summed into
+//! sixteen i32 lanes, no i16 intermediate, so unlike AVX2's `vpmaddubsw` it cannot saturate
+//! and activations use the full 0..=255 range) and masked loads for the `k` tail. CPUs without
+//! VNNI use the reference.
+
+use std::cell::Cell;
+
+thread_local! {
+    static FORCE_REFERENCE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the int8 ops of this thread on the portable reference kernels (the fast path
+/// must give identical results; tests compare the two).
+///
+/// ```
+/// use ferrofx_core::ops::quantized::{int8_kernel, with_reference_kernels};
+/// assert_eq!(with_reference_kernels(int8_kernel), "reference");
+/// ```
+pub fn with_reference_kernels<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FORCE_REFERENCE.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(FORCE_REFERENCE.with(|c| c.replace(true)));
+    f()
+}
+
+/// The int8 GEMM implementation this thread's ops use: `"avx512-vnni"` or `"reference"`.
+pub fn int8_kernel() -> &'static str {
+    match Path::select() {
+        Path::Reference => "reference",
+        #[cfg(target_arch = "x86_64")]
+        Path::Vnni => "avx512-vnni",
+    }
+}
+
+/// Which implementation runs (decided on the calling thread, before work is split).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    Reference,
+    #[cfg(target_arch = "x86_64")]
+    Vnni,
+}
+
+impl Path {
+    pub(crate) fn select() -> Path {
+        if FORCE_REFERENCE.with(|c| c.get()) {
+            return Path::Reference;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512f")
+            {
+                return Path::Vnni;
+            }
+        }
+        Path::Reference
+    }
+}
+
+/// The operands of one GEMM call.
+pub(crate) struct Operands<'a> {
+    /// `m` rows of `k` u8 values, row `i` at `a[i * lda..]`.
+    pub a: &'a [u8],
+    pub lda: usize,
+    /// `n` rows of `k` s8 values, row `j` at `b[j * ldb..]`.
+    pub b: &'a [i8],
+    pub ldb: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// Per-output-column requantisation (slices indexed by the column `j` of the call).
+pub(crate) struct Requant<'a> {
+    /// The activations' zero point.
+    pub a_zp: i32,
+    /// `sum_k b[j, k]` (the correction for `a_zp`).
+    pub b_sums: &'a [i32],
+    /// `bias[j] / (a_scale * w_scale[j])` (0 without bias).
+    pub bias_term: &'a [f32],
+    /// `a_scale * w_scale[j] / out_scale`.
+    pub multiplier: &'a [f32],
+    /// The output zero point.
+    pub out_zp: i32,
+    /// Clamp bounds (`out_zp..=255` with a fused ReLU, else `0..=255`).
+    pub lo: i32,
+    pub hi: i32,
+}
+
+impl Requant<'_> {
+    /// fbgemm's `requantize_` for float bias: `lrintf((acc - a_zp * colsum + bias') * mult) +
+    /// out_zp`, clamped.
+    #[inline(always)]
+    pub(crate) fn apply(&self, acc: i32, j: usize) -> u8 {
+        let raw = acc.wrapping_sub(self.a_zp.wrapping_mul(self.b_sums[j]));
+        let v = (raw as f32 + self.bias_term[j]) * self.multiplier[j];
+        let q = v.round_ties_even() as i64 + self.out_zp as i64;
+        q.clamp(self.lo as i64, self.hi as i64) as u8
+    }
+}
+
+/// The requantisation of a whole op call (all output channels), from its scales and bias.
+pub(crate) struct RequantParams {
+    pub a_zp: i32,
+    pub b_sums: Vec<i32>,
+    pub bias_term: Vec<f32>,
+    pub multiplier: Vec<f32>,
+    pub out_zp: i32,
+    pub lo: i32,
+    pub hi: i32,
+}
+
+impl RequantParams {
+    /// As fbgemm: `act_times_w_scale[j] = a_scale * w_scale[j]` (f32), multiplier
+    /// `act_times_w_scale[j] / out_scale`, bias divided by `act_times_w_scale[j]`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        a_scale: f32,
+        a_zp: i32,
+        w_scale: &[f32],
+        b_sums: Vec<i32>,
+        bias: Option<&[f32]>,
+        out_scale: f32,
+        out_zp: i32,
+        relu: bool,
+    ) -> RequantParams {
+        let act: Vec<f32> = w_scale.iter().map(|&w| a_scale * w).collect();
+        let multiplier = act.iter().map(|&s| s / out_scale).collect();
+        let bias_term = match bias {
+            Some(b) => b.iter().zip(&act).map(|(&b, &s)| b / s).collect(),
+            None => vec![0.0; act.len()],
+        };
+        RequantParams { a_zp, b_sums, bias_term, multiplier, out_zp, lo: if relu { out_zp } else { 0 }, hi: 255 }
+    }
+
+    /// The parameters of output channels `j0..j1`.
+    pub(crate) fn slice(&self, j0: usize, j1: usize) -> Requant<'_> {
+        Requant {
+            a_zp: self.a_zp,
+            b_sums: &self.b_sums[j0..j1],
+            bias_term: &self.bias_term[j0..j1],
+            multiplier: &self.multiplier[j0..j1],
+            out_zp: self.out_zp,
+            lo: self.lo,
+            hi: self.hi,
+        }
+    }
+}
+
+/// `sum_k b[j, k]` for each of the `n` rows.
+pub(crate) fn row_sums(b: &[i8], ldb: usize, n: usize, k: usize) -> Vec<i32> {
+    (0..n).map(|j| b[j * ldb..j * ldb + k].iter().map(|&v| v as i32).sum()).collect()
+}
+
+/// Runs the GEMM and writes requantised u8 outputs to `out[i * ldm + j * ldn]`.
+pub(crate) fn gemm_requant(path: Path, p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+    if p.m == 0 || p.n == 0 {
+        return;
+    }
+    assert!(p.a.len() >= (p.m - 1) * p.lda + p.k && p.b.len() >= (p.n - 1) * p.ldb + p.k);
+    assert!(out.len() > (p.m - 1) * ldm + (p.n - 1) * ldn);
+    assert!(r.b_sums.len() >= p.n && r.bias_term.len() >= p.n && r.multiplier.len() >= p.n);
+    match path {
+        Path::Reference => reference(p, r, out, ldm, ldn),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Vnni` is only selected when the CPU has AVX-512 F/BW/VNNI; the bounds
+        // the kernel reads and writes were checked just above.
+        Path::Vnni => unsafe { vnni::gemm(p, r, out, ldm, ldn) },
+    }
+}
+
+fn reference(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+    for i in 0..p.m {
+        let a = &p.a[i * p.lda..i * p.lda + p.k];
+        for j in 0..p.n {
+            let b = &p.b[j * p.ldb..j * p.ldb + p.k];
+            let acc = a.iter().zip(b).fold(0i32, |s, (&x, &w)| s.wrapping_add(x as i32 * w as i32));
+            out[i * ldm + j * ldn] = r.apply(acc, j);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::{Operands, Requant};
+    use std::arch::x86_64::*;
+
+    /// Loads up to 64 bytes at `ptr` (`len` of them; the rest read as 0 and never touched).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn load(ptr: *const u8, len: usize) -> __m512i {
+        if len >= 64 {
+            _mm512_loadu_si512(ptr as *const _)
+        } else {
+            _mm512_maskz_loadu_epi8((1u64 << len) - 1, ptr as *const i8)
+        }
+    }
+
+    /// An `MR x NR` block of outputs at rows `i0..`, columns `j0..`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn block<const MR: usize, const NR: usize>(
+        p: &Operands<'_>,
+        r: &Requant<'_>,
+        out: *mut u8,
+        ldm: usize,
+        ldn: usize,
+        i0: usize,
+        j0: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); NR]; MR];
+        let mut k0 = 0;
+        while k0 < p.k {
+            let len = (p.k - k0).min(64);
+            let mut av = [_mm512_setzero_si512(); MR];
+            for (x, v) in av.iter_mut().enumerate() {
+                *v = load(p.a.as_ptr().add((i0 + x) * p.lda + k0), len);
+            }
+            let mut bv = [_mm512_setzero_si512(); NR];
+            for (y, v) in bv.iter_mut().enumerate() {
+                *v = load(p.b.as_ptr().add((j0 + y) * p.ldb + k0) as *const u8, len);
+            }
+            for (row, a) in acc.iter_mut().zip(av.iter()) {
+                for (c, b) in row.iter_mut().zip(bv.iter()) {
+                    *c = _mm512_dpbusd_epi32(*c, *a, *b);
+                }
+            }
+            k0 += 64;
+        }
+        for (x, row) in acc.iter().enumerate() {
+            for (y, c) in row.iter().enumerate() {
+                let s = _mm512_reduce_add_epi32(*c);
+                *out.add((i0 + x) * ldm + (j0 + y) * ldn) = r.apply(s, j0 + y);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn gemm(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+        let o = out.as_mut_ptr();
+        let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);
+        let mut i = 0;
+        while i < m4 {
+            let mut j = 0;
+            while j < n4 {
+                block::<4, 4>(p, r, o, ldm, ldn, i, j);
+                j += 4;
+            }
+            while j < p.n {
+                block::<4, 1>(p, r, o, ldm, ldn, i, j);
+                j += 1;
+            }
+            i += 4;
+        }
+        while i < p.m {
+            let mut j = 0;
+            while j < n4 {
+                block::<1, 4>(p, r, o, ldm, ldn, i, j);
+                j += 4;
+            }
+            while j < p.n {
+                block::<1, 1>(p, r, o, ldm, ldn, i, j);
+                j += 1;
+            }
+            i += 1;
+        }
+    }
+}

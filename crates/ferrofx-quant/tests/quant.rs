@@ -1,0 +1,628 @@
+//! Quantization tests: the int8 registry ops (against PyTorch's quantized ops, and the
+//! AVX-512 VNNI path against the portable reference, bit for bit), the observers' scale and
+//! zero point against `torch.ao.quantization` (goldens from `scripts/quant/gen_goldens.py`),
+//! and the errors on bad input.
+
+use ferrofx_core::ops::quantized::{
+    dequantize, dequantize_per_channel, int8_kernel, quantize_per_channel, quantize_per_tensor,
+    quantized_adaptive_avg_pool2d, quantized_add, quantized_conv2d, quantized_linear, with_reference_kernels,
+    QuantizedConv2dArgs,
+};
+use ferrofx_core::{DType, Tensor};
+use ferrofx_quant::{
+    MinMaxObserver, MovingAverageMinMaxObserver, Observer, ObserverConfig, PerChannelMinMaxObserver, QScheme,
+};
+use proptest::prelude::*;
+use serde_json::Value as J;
+
+fn goldens() -> J {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/quant_goldens.json");
+    let text = std::fs::read_to_string(path).expect("tests/data/quant_goldens.json (scripts/quant/gen_goldens.py)");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn f32s(v: &J) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+fn f64s(v: &J) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+fn i64s(v: &J) -> Vec<i64> {
+    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
+}
+fn usizes(v: &J) -> Vec<usize> {
+    i64s(v).into_iter().map(|x| x as usize).collect()
+}
+fn u8s(v: &J) -> Vec<u8> {
+    i64s(v).into_iter().map(|x| x as u8).collect()
+}
+fn i8s(v: &J) -> Vec<i8> {
+    i64s(v).into_iter().map(|x| x as i8).collect()
+}
+fn ulps(a: f32, b: f32) -> u32 {
+    (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+}
+
+// ---------------------------------------------------------------------------------------------
+// observers
+
+fn config_of(case: &J) -> ObserverConfig {
+    ObserverConfig {
+        dtype: DType::parse(case["dtype"].as_str().unwrap()).unwrap(),
+        qscheme: QScheme::parse(case["qscheme"].as_str().unwrap()).unwrap(),
+        reduce_range: case["reduce_range"].as_bool().unwrap(),
+        eps: f32::EPSILON,
+    }
+}
+
+#[test]
+fn observers_match_torch_ao_quantization() {
+    let g = goldens();
+    let cases = g["observers"].as_array().unwrap();
+    assert!(cases.len() >= 15);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let config = config_of(case);
+        let obs: Box<dyn Observer> = match case["observer"].as_str().unwrap() {
+            "MinMaxObserver" => Box::new(MinMaxObserver::try_new(config).unwrap()),
+            "MovingAverageMinMaxObserver" => Box::new(
+                MovingAverageMinMaxObserver::new(config, case["averaging_constant"].as_f64().unwrap()).unwrap(),
+            ),
+            "PerChannelMinMaxObserver" => {
+                Box::new(PerChannelMinMaxObserver::new(config, case["ch_axis"].as_i64().unwrap()).unwrap())
+            }
+            other => panic!("unknown observer {other}"),
+        };
+        for b in case["batches"].as_array().unwrap() {
+            let x = Tensor::from_vec(f32s(&b["data"]), &usizes(&b["shape"])).unwrap();
+            obs.observe(&x).unwrap();
+        }
+        let (lo, hi) = obs.min_max();
+        assert_eq!(lo, f32s(&case["min_val"]), "{name}: min_val");
+        assert_eq!(hi, f32s(&case["max_val"]), "{name}: max_val");
+        let qp = obs.calculate_qparams().unwrap();
+        let want: Vec<f32> = i64s(&case["scale_bits"]).into_iter().map(|b| f32::from_bits(b as u32)).collect();
+        assert_eq!(qp.scale.len(), want.len(), "{name}");
+        for (i, (&got, &w)) in qp.scale.iter().zip(&want).enumerate() {
+            assert!(ulps(got, w) <= 1, "{name}: scale[{i}] = {got:e}, PyTorch {w:e}");
+        }
+        assert_eq!(qp.zero_point, i64s(&case["zero_point"]), "{name}: zero_point");
+    }
+}
+
+#[test]
+fn observer_errors_name_the_observer_and_the_cause() {
+    let obs = MinMaxObserver::new(ObserverConfig::default());
+    let e = obs.calculate_qparams().unwrap_err().to_string();
+    assert!(e.contains("MinMaxObserver") && e.contains("saw no data"), "{e}");
+    obs.observe(&Tensor::from_vec(vec![1.0f32, f32::NAN, f32::INFINITY], &[3]).unwrap()).unwrap();
+    let e = obs.calculate_qparams().unwrap_err().to_string();
+    assert!(e.contains("2 NaN or infinite values among 3"), "{e}");
+    obs.reset();
+    obs.observe(&Tensor::from_vec(vec![1.0f32, 3.0], &[2]).unwrap()).unwrap();
+    assert!(obs.calculate_qparams().is_ok());
+
+    let e = obs.observe(&Tensor::from_vec(vec![1i64], &[1]).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("floating point"), "{e}");
+
+    let pc = PerChannelMinMaxObserver::new(ObserverConfig::per_channel_weight(), 1).unwrap();
+    let e = pc.calculate_qparams().unwrap_err().to_string();
+    assert!(e.contains("PerChannelMinMaxObserver") && e.contains("no statistics"), "{e}");
+    let e = pc.observe(&Tensor::from_vec(vec![1.0f32], &[1]).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("ch_axis 1 is out of range"), "{e}");
+    pc.observe(&Tensor::from_vec(vec![1.0f32; 6], &[2, 3]).unwrap()).unwrap();
+    let e = pc.observe(&Tensor::from_vec(vec![1.0f32; 4], &[2, 2]).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("has 2 channels along axis 1, but earlier ones had 3"), "{e}");
+
+    let bad = ObserverConfig { reduce_range: true, qscheme: QScheme::PerTensorSymmetric, ..Default::default() };
+    assert!(MinMaxObserver::try_new(bad).unwrap_err().to_string().contains("cannot reduce range"));
+    let e = MinMaxObserver::try_new(ObserverConfig::per_channel_weight()).unwrap_err().to_string();
+    assert!(e.contains("PerChannelMinMaxObserver"), "{e}");
+    let e = MovingAverageMinMaxObserver::new(ObserverConfig::default(), 0.0).unwrap_err().to_string();
+    assert!(e.contains("averaging_constant"), "{e}");
+    let f16 = ObserverConfig { dtype: DType::F16, ..Default::default() };
+    assert!(MinMaxObserver::try_new(f16).unwrap_err().to_string().contains("uint8 (quint8) or int8"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// quantize / dequantize
+
+#[test]
+fn quantize_and_dequantize_match_pytorch() {
+    let g = goldens();
+    let mut n = 0;
+    for case in g["ops"].as_array().unwrap() {
+        let op = case["op"].as_str().unwrap();
+        if !op.starts_with("quantize_per") {
+            continue;
+        }
+        n += 1;
+        let dtype = DType::parse(case["dtype"].as_str().unwrap()).unwrap();
+        let x = Tensor::from_vec(f32s(&case["input"]), &usizes(&case["shape"])).unwrap();
+        let (q, back) = if op == "quantize_per_tensor" {
+            let (s, z) = (case["scale"].as_f64().unwrap(), case["zero_point"].as_i64().unwrap());
+            let q = quantize_per_tensor(&x, s, z, dtype).unwrap();
+            let d = dequantize(&q, s, z).unwrap();
+            (q, d)
+        } else {
+            let s = f64s(&case["scales"]);
+            let z = i64s(&case["zero_points"]);
+            let st = Tensor::from_vec(s.clone(), &[s.len()]).unwrap();
+            let zt = Tensor::from_vec(z.clone(), &[z.len()]).unwrap();
+            let axis = case["axis"].as_i64().unwrap();
+            let q = quantize_per_channel(&x, &st, &zt, axis, dtype).unwrap();
+            let d = dequantize_per_channel(&q, &st, &zt, axis).unwrap();
+            (q, d)
+        };
+        assert_eq!(q.dtype(), dtype);
+        let got: Vec<i64> = q.to_vec_f64().unwrap().into_iter().map(|v| v as i64).collect();
+        assert_eq!(got, i64s(&case["q"]), "{op} {dtype}: integer values");
+        let want: Vec<f32> = i64s(&case["dequant_bits"]).into_iter().map(|b| f32::from_bits(b as u32)).collect();
+        for (i, (a, b)) in back.to_vec::<f32>().unwrap().iter().zip(&want).enumerate() {
+            assert!(ulps(*a, *b) <= 1, "{op} {dtype}: dequantized[{i}] = {a}, PyTorch {b}");
+        }
+    }
+    assert_eq!(n, 4);
+}
+
+#[test]
+fn quantize_rounds_half_to_even_and_clamps() {
+    // scale 1: x * 1 is exact, so the half-way cases are exactly half-way
+    let x = Tensor::from_vec(vec![0.5f32, 1.5, 2.5, -0.5, -1.5, 300.0, -300.0, f32::NAN], &[8]).unwrap();
+    let q = quantize_per_tensor(&x, 1.0, 0, DType::I8).unwrap();
+    assert_eq!(q.to_vec::<i8>().unwrap(), vec![0, 2, 2, 0, -2, 127, -128, -128]);
+    let q = quantize_per_tensor(&x, 1.0, 100, DType::U8).unwrap();
+    assert_eq!(q.to_vec::<u8>().unwrap(), vec![100, 102, 102, 100, 98, 255, 0, 0]);
+    // non-contiguous and float64 inputs
+    let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[2, 2]).unwrap().t().unwrap();
+    let q = quantize_per_tensor(&x, 0.5, 0, DType::U8).unwrap();
+    assert_eq!(q.to_vec::<u8>().unwrap(), vec![2, 6, 4, 8]);
+}
+
+#[test]
+fn quantize_errors_name_the_op_and_argument() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    let err = |r: ferrofx_core::Result<Tensor>| r.unwrap_err().to_string();
+    let e = err(quantize_per_tensor(&x, 0.0, 0, DType::U8));
+    assert!(e.contains("quantize_per_tensor") && e.contains("scale must be a positive finite"), "{e}");
+    let e = err(quantize_per_tensor(&x, f64::NAN, 0, DType::U8));
+    assert!(e.contains("scale"), "{e}");
+    let e = err(quantize_per_tensor(&x, 0.1, 256, DType::U8));
+    assert!(e.contains("zero_point must be in 0..=255 for uint8, got 256"), "{e}");
+    let e = err(quantize_per_tensor(&x, 0.1, 0, DType::F16));
+    assert!(e.contains("expected a quantized dtype"), "{e}");
+    let xi = Tensor::from_vec(vec![1i64, 2], &[2]).unwrap();
+    let e = err(quantize_per_tensor(&xi, 0.1, 0, DType::U8));
+    assert!(e.contains("floating point input"), "{e}");
+    let e = err(dequantize(&x, 0.1, 0));
+    assert!(e.contains("dequantize") && e.contains("expected a quantized input"), "{e}");
+    let s = Tensor::from_vec(vec![0.1f32, 0.2, 0.3], &[3]).unwrap();
+    let z = Tensor::from_vec(vec![0i64, 0, 0], &[3]).unwrap();
+    let e = err(quantize_per_channel(&x, &s, &z, 0, DType::I8));
+    assert!(e.contains("one value per channel of axis 0 (size 2)"), "{e}");
+    let e = err(quantize_per_channel(&x, &s, &z, 3, DType::I8));
+    assert!(e.contains("axis 3 is out of range"), "{e}");
+    let s2 = Tensor::from_vec(vec![0.1f32, -0.2], &[2]).unwrap();
+    let z2 = Tensor::from_vec(vec![0i64, 0], &[2]).unwrap();
+    let e = err(quantize_per_channel(&x, &s2, &z2, 0, DType::I8));
+    assert!(e.contains("scales[1] must be a positive finite"), "{e}");
+}
+
+#[test]
+fn gradients_stop_at_quantize_as_in_pytorch() {
+    // quantized tensors are integer tensors, which never require grad: as in PyTorch 2.15,
+    // `quantize_per_tensor(x.requires_grad_())` has no grad_fn and a backward through
+    // `dequantize` finds nothing to differentiate
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap().requires_grad_(true).unwrap();
+    let q = quantize_per_tensor(&x, 0.1, 0, DType::U8).unwrap();
+    assert!(!q.requires_grad());
+    let y = dequantize(&q, 0.1, 0).unwrap().sum().unwrap();
+    let e = ferrofx_core::autograd::backward(&[y], &[None], false, false).unwrap_err().to_string();
+    assert!(e.contains("does not require grad and does not have a grad_fn"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 compute ops against PyTorch (fbgemm)
+
+fn u8t(v: &J, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(u8s(v), shape).unwrap()
+}
+fn i8t(v: &J, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(i8s(v), shape).unwrap()
+}
+fn f32t(v: &[f32]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()
+}
+
+/// Number of outputs differing from PyTorch's and the largest difference.
+fn diff(got: &[u8], want: &[u8]) -> (usize, i32) {
+    let d = got.iter().zip(want).map(|(&a, &b)| (a as i32 - b as i32).abs());
+    (d.clone().filter(|&x| x > 0).count(), d.max().unwrap_or(0))
+}
+
+fn run_golden_op(case: &J) -> (Vec<u8>, Vec<u8>) {
+    let op = case["op"].as_str().unwrap();
+    let bias = (!case["bias"].is_null()).then(|| f32t(&f32s(&case["bias"])));
+    let y = match op {
+        "quantized_linear" => {
+            let x = u8t(&case["input"], &usizes(&case["input_shape"]));
+            let w = i8t(&case["weight"], &usizes(&case["weight_shape"]));
+            quantized_linear(
+                &x,
+                case["input_scale"].as_f64().unwrap(),
+                case["input_zero_point"].as_i64().unwrap(),
+                &w,
+                &f32t(&f32s(&case["weight_scale"])),
+                bias.as_ref(),
+                case["output_scale"].as_f64().unwrap(),
+                case["output_zero_point"].as_i64().unwrap(),
+                case["relu"].as_bool().unwrap(),
+            )
+        }
+        "quantized_conv2d" => {
+            let u = |k: &str| case[k].as_u64().unwrap() as usize;
+            let i = |k: &str| case[k].as_i64().unwrap();
+            let x = u8t(&case["input"], &[u("n"), u("c"), u("h"), u("w")]);
+            let w = i8t(&case["weight"], &usizes(&case["weight_shape"]));
+            let conv = QuantizedConv2dArgs {
+                stride: [i("stride"); 2],
+                padding: [i("padding"); 2],
+                dilation: [i("dilation"); 2],
+                groups: i("groups"),
+                relu: case["relu"].as_bool().unwrap(),
+            };
+            let y = quantized_conv2d(
+                &x,
+                case["input_scale"].as_f64().unwrap(),
+                case["input_zero_point"].as_i64().unwrap(),
+                &w,
+                &f32t(&f32s(&case["weight_scale"])),
+                bias.as_ref(),
+                case["output_scale"].as_f64().unwrap(),
+                case["output_zero_point"].as_i64().unwrap(),
+                &conv,
+            );
+            if let Ok(y) = &y {
+                assert_eq!(y.shape(), usizes(&case["output_shape"]).as_slice());
+            }
+            y
+        }
+        "quantized_add" => {
+            let shape = usizes(&case["shape"]);
+            quantized_add(
+                &u8t(&case["input"], &shape),
+                case["input_scale"].as_f64().unwrap(),
+                case["input_zero_point"].as_i64().unwrap(),
+                &u8t(&case["other"], &shape),
+                case["other_scale"].as_f64().unwrap(),
+                case["other_zero_point"].as_i64().unwrap(),
+                case["output_scale"].as_f64().unwrap(),
+                case["output_zero_point"].as_i64().unwrap(),
+                case["relu"].as_bool().unwrap(),
+            )
+        }
+        "quantized_adaptive_avg_pool2d" => {
+            let (s, z) = (case["scale"].as_f64().unwrap(), case["zero_point"].as_i64().unwrap());
+            let x = u8t(&case["input"], &usizes(&case["shape"]));
+            let y = quantized_adaptive_avg_pool2d(&x, &i64s(&case["output_size"]), s, z, s, z);
+            if let Ok(y) = &y {
+                assert_eq!(y.shape(), usizes(&case["output_shape"]).as_slice());
+            }
+            y
+        }
+        other => panic!("unexpected op {other}"),
+    };
+    (y.unwrap().to_vec::<u8>().unwrap(), u8s(&case["output"]))
+}
+
+#[test]
+fn int8_ops_match_pytorch_fbgemm() {
+    let g = goldens();
+    let mut n = 0;
+    for case in g["ops"].as_array().unwrap() {
+        let op = case["op"].as_str().unwrap();
+        if !op.starts_with("quantized_") {
+            continue;
+        }
+        n += 1;
+        let (got, want) = run_golden_op(case);
+        assert_eq!(got.len(), want.len(), "{op}");
+        let (count, max) = diff(&got, &want);
+        // fbgemm's requantisation and the vectorised add's FMA dequantisation are followed
+        // exactly; PyTorch's scalar tail (past the last full 64-byte vector) dequantizes
+        // without the FMA, which may move a value on a rounding boundary by one step
+        let allowed = if op == "quantized_add" { got.len() % 64 } else { 0 };
+        assert!(
+            count <= allowed && max <= 1,
+            "{op} (case {n}): {count} of {} outputs differ from PyTorch's (max by {max})",
+            got.len()
+        );
+        // and the reference kernels give the same bytes
+        let (reference, _) = with_reference_kernels(|| run_golden_op(case));
+        assert_eq!(reference, got, "{op}: reference and {} kernels differ", int8_kernel());
+    }
+    assert_eq!(n, 13);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fast path == reference, bit for bit, on random shapes
+
+#[test]
+fn the_fast_path_is_the_one_the_cpu_supports() {
+    let k = int8_kernel();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512bw") {
+        assert_eq!(k, "avx512-vnni");
+    }
+    assert_eq!(with_reference_kernels(int8_kernel), "reference");
+    assert_eq!(int8_kernel(), k, "the override ends with the closure");
+}
+
+fn lcg_bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn linear_fast_equals_reference(m in 1usize..40, k in 0usize..200, n in 1usize..40, zp in 0i64..256,
+                                     relu in any::<bool>(), seed in any::<u64>(), per_tensor in any::<bool>()) {
+        let x = Tensor::from_vec(lcg_bytes(seed, m * k), &[m, k]).unwrap();
+        let wv: Vec<i8> = lcg_bytes(seed ^ 1, n * k).into_iter().map(|b| b as i8).collect();
+        let w = Tensor::from_vec(wv, &[n, k]).unwrap();
+        let ws: Vec<f32> = (0..if per_tensor { 1 } else { n }).map(|j| 0.001 + j as f32 * 0.0003).collect();
+        let b: Vec<f32> = (0..n).map(|j| j as f32 * 0.1 - 1.0).collect();
+        let run = || quantized_linear(&x, 0.02, zp, &w, &f32t(&ws), Some(&f32t(&b)), 0.05, 128, relu).unwrap().to_vec::<u8>().unwrap();
+        let fast = run();
+        let reference = with_reference_kernels(run);
+        prop_assert_eq!(fast, reference);
+    }
+
+    #[test]
+    fn conv_fast_equals_reference(batch in 1usize..3, cg in 1usize..5, groups in 1usize..3, ocg in 1usize..6,
+                                   h in 1usize..12, w in 1usize..12, kh in 1usize..4, kw in 1usize..4,
+                                   stride in 1i64..3, pad in 0i64..3, dil in 1i64..3, relu in any::<bool>(), seed in any::<u64>()) {
+        let c = cg * groups;
+        let oc = ocg * groups;
+        let x = Tensor::from_vec(lcg_bytes(seed, batch * c * h * w), &[batch, c, h, w]).unwrap();
+        let wv: Vec<i8> = lcg_bytes(seed ^ 7, oc * cg * kh * kw).into_iter().map(|b| b as i8).collect();
+        let wt = Tensor::from_vec(wv, &[oc, cg, kh, kw]).unwrap();
+        let ws: Vec<f32> = (0..oc).map(|j| 0.002 + j as f32 * 0.0001).collect();
+        let conv = QuantizedConv2dArgs { stride: [stride, 1], padding: [pad, pad], dilation: [dil, 1], groups: groups as i64, relu };
+        let run = || quantized_conv2d(&x, 0.03, 77, &wt, &f32t(&ws), None, 0.1, 100, &conv).map(|y| y.to_vec::<u8>().unwrap());
+        let fast = run();
+        let reference = with_reference_kernels(run);
+        match (fast, reference) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => {
+                prop_assert_eq!(a.to_string(), b.to_string());
+                prop_assert!(a.to_string().contains("smaller than the dilated kernel"), "{}", a);
+            }
+            (a, b) => prop_assert!(false, "fast {:?} vs reference {:?}", a.map(|v| v.len()), b.map(|v| v.len())),
+        }
+    }
+}
+
+#[test]
+fn large_linear_and_conv_split_over_threads_like_the_single_call() {
+    // big enough to take the parallel paths (rows, then channels, then images)
+    let (m, k, n) = (70, 300, 50);
+    let x = Tensor::from_vec(lcg_bytes(3, m * k), &[m, k]).unwrap();
+    let w = Tensor::from_vec(lcg_bytes(4, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
+    let ws = f32t(&[0.0004]);
+    for rows in [1usize, 3, 70] {
+        let xr = x.narrow(0, 0, rows as i64).unwrap();
+        let run = || quantized_linear(&xr, 0.02, 3, &w, &ws, None, 0.5, 0, false).unwrap().to_vec::<u8>().unwrap();
+        assert_eq!(run(), with_reference_kernels(run), "{rows} rows");
+    }
+    let x = Tensor::from_vec(lcg_bytes(5, 2 * 8 * 20 * 20), &[2, 8, 20, 20]).unwrap();
+    let w = Tensor::from_vec(lcg_bytes(6, 32 * 8 * 9).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[32, 8, 3, 3])
+        .unwrap();
+    let conv = QuantizedConv2dArgs { padding: [1, 1], ..Default::default() };
+    for batch in [1usize, 2] {
+        let xb = x.narrow(0, 0, batch as i64).unwrap();
+        let run = || quantized_conv2d(&xb, 0.02, 9, &w, &ws, None, 0.3, 20, &conv).unwrap().to_vec::<u8>().unwrap();
+        assert_eq!(run(), with_reference_kernels(run), "batch {batch}");
+    }
+}
+
+#[test]
+fn quantized_linear_approximates_the_float_linear() {
+    // the int8 result is within one output step of quantize(float linear on the dequantized operands)
+    let (m, k, n) = (6, 90, 11);
+    let xq = Tensor::from_vec(lcg_bytes(11, m * k), &[m, k]).unwrap();
+    let wq: Vec<i8> = lcg_bytes(12, n * k).into_iter().map(|b| (b as i8) / 2).collect();
+    let ws: Vec<f32> = (0..n).map(|j| 0.003 + 0.001 * j as f32).collect();
+    let bias: Vec<f32> = (0..n).map(|j| 0.5 - 0.1 * j as f32).collect();
+    let (xs, xz, ys, yz) = (0.01f32, 128i64, 0.08f32, 90i64);
+    let y = quantized_linear(
+        &xq,
+        xs as f64,
+        xz,
+        &Tensor::from_vec(wq.clone(), &[n, k]).unwrap(),
+        &f32t(&ws),
+        Some(&f32t(&bias)),
+        ys as f64,
+        yz,
+        false,
+    )
+    .unwrap()
+    .to_vec::<u8>()
+    .unwrap();
+    let xv = xq.to_vec::<u8>().unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = bias[j] as f64;
+            for t in 0..k {
+                acc += (xv[i * k + t] as f64 - xz as f64) * xs as f64 * wq[j * k + t] as f64 * ws[j] as f64;
+            }
+            let want = ((acc / ys as f64).round() + yz as f64).clamp(0.0, 255.0);
+            assert!((y[i * n + j] as f64 - want).abs() <= 1.0, "({i}, {j}): {} vs {want}", y[i * n + j]);
+        }
+    }
+}
+
+#[test]
+fn int8_op_errors_name_the_op_shapes_and_fix() {
+    let x = Tensor::from_vec(vec![1u8; 6], &[2, 3]).unwrap();
+    let w = Tensor::from_vec(vec![1i8; 6], &[2, 3]).unwrap();
+    let ws = f32t(&[0.1, 0.1]);
+    let err = |r: ferrofx_core::Result<Tensor>| r.unwrap_err().to_string();
+    let xf = Tensor::from_vec(vec![1.0f32; 6], &[2, 3]).unwrap();
+    let e = err(quantized_linear(&xf, 0.1, 0, &w, &ws, None, 0.1, 0, false));
+    assert!(
+        e.contains("quantized_linear")
+            && e.contains("input must be uint8, got float32")
+            && e.contains("quantize_per_tensor"),
+        "{e}"
+    );
+    let w4 = Tensor::from_vec(vec![1i8; 8], &[2, 4]).unwrap();
+    let e = err(quantized_linear(&x, 0.1, 0, &w4, &ws, None, 0.1, 0, false));
+    assert!(e.contains("input [2, 3] and weight [2, 4] do not fit"), "{e}");
+    let e = err(quantized_linear(&x, 0.1, 0, &w, &f32t(&[0.1, 0.1, 0.1]), None, 0.1, 0, false));
+    assert!(e.contains("weight_scale must have shape [2] (or [1])"), "{e}");
+    let e = err(quantized_linear(&x, 0.1, 0, &w, &ws, Some(&f32t(&[1.0])), 0.1, 0, false));
+    assert!(e.contains("bias must have shape [2]"), "{e}");
+    let e = err(quantized_linear(&x, 0.1, 0, &w, &ws, None, -1.0, 0, false));
+    assert!(e.contains("output_scale must be a positive finite"), "{e}");
+    let e = err(quantized_linear(&x, 0.1, 300, &w, &ws, None, 0.1, 0, false));
+    assert!(e.contains("input_zero_point must be in 0..=255"), "{e}");
+
+    let x4 = Tensor::from_vec(vec![1u8; 2 * 4 * 5 * 5], &[2, 4, 5, 5]).unwrap();
+    let wc = Tensor::from_vec(vec![1i8; 6 * 2 * 3 * 3], &[6, 2, 3, 3]).unwrap();
+    let wcs = f32t(&[0.1; 6]);
+    let conv = |groups: i64, padding: i64, dilation: i64| QuantizedConv2dArgs {
+        groups,
+        padding: [padding; 2],
+        dilation: [dilation; 2],
+        ..Default::default()
+    };
+    assert_eq!(quantized_conv2d(&x4, 0.1, 0, &wc, &wcs, None, 0.1, 0, &conv(2, 0, 1)).unwrap().shape(), &[2, 6, 3, 3]);
+    let e = err(quantized_conv2d(&x4, 0.1, 0, &wc, &wcs, None, 0.1, 0, &conv(1, 0, 1)));
+    assert!(e.contains("quantized_conv2d") && e.contains("groups=1") && e.contains("weight [6, 2, 3, 3]"), "{e}");
+    let e = err(quantized_conv2d(&x4, 0.1, 0, &wc, &wcs, None, 0.1, 0, &conv(2, 0, 3)));
+    assert!(e.contains("smaller than the dilated kernel"), "{e}");
+    let e = err(quantized_conv2d(&x, 0.1, 0, &wc, &wcs, None, 0.1, 0, &conv(2, 0, 1)));
+    assert!(e.contains("expected a 4-D input"), "{e}");
+    let e = err(quantized_conv2d(&x4, 0.1, 0, &wc, &wcs, None, 0.1, 0, &conv(2, -1, 1)));
+    assert!(e.contains("padding non-negative"), "{e}");
+
+    let e = err(quantized_adaptive_avg_pool2d(&x, &[1, 1], 0.1, 0, 0.1, 0));
+    assert!(e.contains("quantized_adaptive_avg_pool2d") && e.contains("got [2, 3]"), "{e}");
+    let e = err(quantized_adaptive_avg_pool2d(&x4, &[0, 1], 0.1, 0, 0.1, 0));
+    assert!(e.contains("output_size must be positive"), "{e}");
+
+    let e = err(quantized_add(&x, 0.1, 0, &x4, 0.1, 0, 0.1, 0, false));
+    assert!(e.contains("quantized_add") && e.contains("must have the same shape"), "{e}");
+}
+
+#[test]
+fn int8_ops_count_integer_work() {
+    let x = Tensor::from_vec(vec![1u8; 4 * 8], &[4, 8]).unwrap();
+    let w = Tensor::from_vec(vec![1i8; 3 * 8], &[3, 8]).unwrap();
+    let args = [
+        (&x).into(),
+        0.1f64.into(),
+        0i64.into(),
+        (&w).into(),
+        (&f32t(&[0.1])).into(),
+        ferrofx_core::Value::None,
+        0.1f64.into(),
+        0i64.into(),
+        false.into(),
+    ];
+    let op = ferrofx_core::op::lookup("quantized_linear").expect("registered");
+    let meta = (op.meta)(&args).unwrap();
+    assert_eq!(meta[0].shape.as_slice(), &[4, 3]);
+    let cost = (op.cost)(&args, &meta);
+    assert_eq!(cost.flops, 2 * 4 * 8 * 3);
+    for name in [
+        "quantize_per_tensor",
+        "quantize_per_channel",
+        "dequantize",
+        "dequantize_per_channel",
+        "quantized_conv2d",
+        "quantized_add",
+    ] {
+        let o = ferrofx_core::op::lookup(name).expect(name);
+        assert!(o.backward.is_none(), "{name}");
+    }
+}
+
+#[test]
+fn max_pool_and_flatten_pass_uint8_through() {
+    // max pooling commutes with the monotone quantization map, so the float op on the uint8
+    // tensor is the quantized max-pool (what convert relies on for pass-through patterns)
+    let x = Tensor::from_vec(
+        (0..2 * 3 * 6 * 6).map(|i| ((i * 37) % 101) as f32 * 0.07 - 3.0).collect::<Vec<_>>(),
+        &[2, 3, 6, 6],
+    )
+    .unwrap();
+    let (s, z) = (0.05, 70);
+    let q = quantize_per_tensor(&x, s, z, DType::U8).unwrap();
+    let pooled_q = ferrofx_core::ops::pool::max_pool2d(&q, &[3], &[2], &[1], &[1], false).unwrap();
+    assert_eq!(pooled_q.dtype(), DType::U8);
+    let pooled_f =
+        ferrofx_core::ops::pool::max_pool2d(&dequantize(&q, s, z).unwrap(), &[3], &[2], &[1], &[1], false).unwrap();
+    assert_eq!(
+        pooled_q.to_vec::<u8>().unwrap(),
+        quantize_per_tensor(&pooled_f, s, z, DType::U8).unwrap().to_vec::<u8>().unwrap()
+    );
+    let flat = pooled_q.reshape(&[2, -1]).unwrap();
+    assert_eq!((flat.dtype(), flat.shape()), (DType::U8, &[2usize, 27][..]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// the ops are ordinary registry ops: they trace, print, interpret, save and load
+
+#[derive(ferrofx_nn::Module)]
+struct QLinearBlock {
+    #[module(buffer)]
+    w: Tensor,
+    #[module(buffer)]
+    w_scale: Tensor,
+    #[module(buffer)]
+    bias: Tensor,
+}
+
+impl ferrofx_nn::Module for QLinearBlock {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        let q = quantize_per_tensor(x, 0.05, 128, DType::U8)?;
+        let y = quantized_linear(&q, 0.05, 128, &self.w, &self.w_scale, Some(&self.bias), 0.1, 100, true)?;
+        dequantize(&y, 0.1, 100)
+    }
+}
+
+#[test]
+fn int8_graphs_trace_print_and_round_trip_through_fxm_bytes() {
+    use ferrofx_nn::{Module, ModuleStructure};
+    let (k, n) = (40, 6);
+    let m = QLinearBlock {
+        w: Tensor::from_vec(lcg_bytes(21, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap(),
+        w_scale: f32t(&(0..n).map(|j| 0.001 + 0.0005 * j as f32).collect::<Vec<_>>()),
+        bias: f32t(&(0..n).map(|j| 0.2 * j as f32 - 0.5).collect::<Vec<_>>()),
+    };
+    let x =
+        Tensor::from_vec((0..3 * k).map(|i| ((i * 29) % 61) as f32 * 0.1 - 3.0).collect::<Vec<_>>(), &[3, k]).unwrap();
+    let eager = m.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let gm = ferrofx_fx::trace_with_inputs(&m, &[ferrofx_core::Value::from(&x)]).unwrap();
+    let text = gm.graph().to_string();
+    for op in ["quantize_per_tensor", "quantized_linear", "dequantize"] {
+        assert!(text.contains(op), "{op} missing from the graph:\n{text}");
+    }
+    assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), eager);
+    let bytes = gm.to_bytes().unwrap();
+    let loaded = ferrofx_fx::GraphModule::from_bytes(&bytes).unwrap();
+    assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), eager);
+    // the weight is saved and loaded as int8
+    let mut seen = Vec::new();
+    loaded.visit_tensors(&mut |name, _, t| seen.push((name.to_string(), t.dtype(), t.shape().to_vec())));
+    assert!(seen.contains(&("w".to_string(), DType::I8, vec![n, k])), "{seen:?}");
+}
