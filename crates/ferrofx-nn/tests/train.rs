@@ -341,9 +341,11 @@ fn chain(n: usize, w: &Tensor) -> Vec<SequentialFn> {
     (0..n)
         .map(|i| {
             let w = w.clone();
-            let f: SequentialFn =
-                if i % 2 == 0 { Arc::new(move |t: &Tensor| t.mul(&w)?.tanh()) } else { Arc::new(|t: &Tensor| t.sin()) };
-            f
+            if i % 2 == 0 {
+                Arc::new(move |t: &Tensor| t.mul(&w)?.tanh()) as SequentialFn
+            } else {
+                Arc::new(|t: &Tensor| t.sin())
+            }
         })
         .collect()
 }
@@ -384,4 +386,27 @@ fn checkpoint_sequential_matches_eager_and_lowers_peak_activation_memory() {
     );
     let e = checkpoint_sequential(&chain(3, &leaf(&[1.0])), 4, &leaf(&[1.0])).unwrap_err();
     assert!(e.message().contains("segments must be between 1 and the number of functions (3), got 4"), "{e}");
+}
+
+#[test]
+fn memory_tracking_is_per_thread_and_trackers_nest() {
+    let t = MemoryTracker::start();
+    std::thread::spawn(|| Tensor::from_vec(vec![0.0f32; 1000], &[1000]).unwrap()).join().unwrap();
+    assert_eq!(t.stats().allocations(), 0, "another thread's buffers are not counted");
+    let _x = Tensor::from_vec(vec![0.0f64; 10], &[10]).unwrap();
+    assert_eq!(t.stats().live(Category::Other), 80);
+    let a = Tensor::from_vec(vec![1i32; 4], &[4]).unwrap();
+    let inner = MemoryTracker::start();
+    let v = a.reshape(&[2, 2]).unwrap();
+    let b = a.to_dtype(ferrofx_core::DType::F64).unwrap();
+    assert_eq!(inner.stats().live_total(), 32, "only b: the view shares a's buffer");
+    assert_eq!(t.stats().live_total(), 80 + 16);
+    drop(inner);
+    drop(b);
+    assert_eq!(t.stats().live_total(), 80 + 16);
+    assert_eq!(t.stats().peak_total(), 80 + 16);
+    drop(a);
+    drop(v);
+    t.reset_peak();
+    assert_eq!(t.stats().peak_total(), 80);
 }

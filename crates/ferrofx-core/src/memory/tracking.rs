@@ -279,34 +279,3 @@ impl std::fmt::Display for MemoryStats {
         f.write_str(")")
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tensor::Tensor;
-
-    #[test]
-    fn nothing_is_counted_without_a_tracker_on_this_thread() {
-        let t = MemoryTracker::start();
-        std::thread::spawn(|| Tensor::from_vec(vec![0.0f32; 1000], &[1000]).unwrap()).join().unwrap();
-        assert_eq!(t.stats().allocations(), 0);
-        let _x = Tensor::from_vec(vec![0.0f64; 10], &[10]).unwrap();
-        assert_eq!(t.stats().live(Category::Other), 80);
-    }
-
-    #[test]
-    fn nested_trackers_count_in_the_innermost_and_views_are_free() {
-        let outer = MemoryTracker::start();
-        let a = Tensor::from_vec(vec![1i32; 4], &[4]).unwrap();
-        let inner = MemoryTracker::start();
-        let _v = a.reshape(&[2i64, 2]).unwrap();
-        let b = a.to_dtype(crate::DType::F64).unwrap();
-        assert_eq!(inner.stats().live_total(), 32);
-        assert_eq!(outer.stats().live_total(), 16);
-        drop(inner);
-        drop(b);
-        assert_eq!(outer.stats().live_total(), 16);
-        outer.reset_peak();
-        assert_eq!(outer.stats().peak_total(), 16);
-    }
-}
