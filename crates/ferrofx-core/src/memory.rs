@@ -12,6 +12,9 @@
 //!
 //! The error names the op, the shape, the dtype, the bytes requested and the limit.
 //!
+//! [`tracking`] counts live and peak tensor bytes by category (parameters, gradients,
+//! optimizer state, activations) while a [`tracking::MemoryTracker`] is active.
+//!
 //! ```
 //! use ferrofx_core::memory::{alloc_filled, allocation_limit};
 //! use ferrofx_core::{DType, ErrorKind};
@@ -22,6 +25,8 @@
 //! assert!(e.to_string().contains("[1099511627776, 1073741824]"));
 //! assert!(allocation_limit() > 0);
 //! ```
+
+pub mod tracking;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};

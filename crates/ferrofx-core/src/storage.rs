@@ -161,6 +161,8 @@ struct StorageInner {
     writes: AtomicU64,
     /// Data a kernel derived from this buffer (see [`Storage::derived`]).
     derived: Mutex<Option<Derived>>,
+    /// Set when a memory tracker counted this buffer (uncounted when the storage is freed).
+    _tracked: Option<crate::memory::tracking::Tracked>,
 }
 
 impl std::fmt::Debug for StorageInner {
@@ -187,11 +189,13 @@ pub struct Storage(Arc<StorageInner>);
 impl Storage {
     /// Wraps a buffer.
     pub fn new(buf: CpuBuffer) -> Self {
+        let tracked = crate::memory::tracking::on_alloc(buf.len().saturating_mul(buf.dtype().size()));
         Storage(Arc::new(StorageInner {
             data: RwLock::new(buf),
             version: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             derived: Mutex::new(None),
+            _tracked: tracked,
         }))
     }
     /// Wraps a typed vector.

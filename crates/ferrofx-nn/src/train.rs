@@ -1,6 +1,9 @@
 //! The digits training loop (the README's main job): trains [`DigitsCnn`] on the embedded
 //! digits data with Adam and cross-entropy, showing a progress bar (indicatif) and one line per
-//! epoch with the training loss, the test loss and the test accuracy.
+//! epoch with the training loss, the test loss and the test accuracy. Tensor memory is tracked
+//! while training ([`ferrofx_core::memory::tracking`]): the model's parameters, the forward
+//! pass (activations), backward (gradients) and the optimizer step each count under their
+//! category, and [`TrainReport::memory`] holds the peaks.
 //!
 //! ```no_run
 //! let report = ferrofx_nn::train::train_digits(&ferrofx_nn::train::TrainConfig::default()).unwrap();
@@ -12,6 +15,7 @@ use crate::loss::{cross_entropy, CeOpts};
 use crate::optim::{Adam, LrScheduler, OneCycleLR, Optimizer};
 use crate::zoo::DigitsCnn;
 use crate::Module;
+use ferrofx_core::memory::tracking::{category_scope, Category, MemoryStats, MemoryTracker};
 use ferrofx_core::{Result, Tensor};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::time::{Duration, Instant};
@@ -62,6 +66,9 @@ pub struct TrainReport {
     pub test_accuracy: f64,
     /// Wall-clock training time (including the per-epoch evaluation).
     pub elapsed: Duration,
+    /// Tensor memory while training, by category (`memory.peak(Category::Activation)` is the
+    /// peak activation memory of a training step).
+    pub memory: MemoryStats,
 }
 
 /// Loss and accuracy of `model` on `split` (eval mode, no gradients).
@@ -80,10 +87,17 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
     let start = Instant::now();
     let (train, test) = Digits::load()?.split(cfg.test_fraction, cfg.seed)?;
     let gen = ferrofx_core::ops::random::Generator::new(cfg.seed);
-    let mut model = ferrofx_core::ops::random::with_generator(&gen, DigitsCnn::new)?;
+    let tracker = MemoryTracker::start();
+    let mut model = {
+        let _mem = category_scope(Category::Parameter);
+        ferrofx_core::ops::random::with_generator(&gen, DigitsCnn::new)?
+    };
     let steps_per_epoch = train.len().div_ceil(cfg.batch_size.max(1));
     let total = (steps_per_epoch * cfg.epochs) as u64;
-    let mut opt = Adam::new(model.parameters(), cfg.lr, (0.9, 0.999), 1e-8, 0.0)?;
+    let mut opt = {
+        let _mem = category_scope(Category::OptimizerState);
+        Adam::new(model.parameters(), cfg.lr, (0.9, 0.999), 1e-8, 0.0)?
+    };
     let mut sched = OneCycleLR::new(&mut opt, cfg.lr, total.max(2), 0.25, 10.0, 100.0)?;
     let pb = if cfg.progress {
         ProgressBar::new(total)
@@ -105,11 +119,17 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
         ferrofx_core::ops::random::with_generator(&gen, || -> Result<()> {
             for batch in Batches::new(&train, cfg.batch_size, Some(cfg.seed.wrapping_mul(1000) + epoch as u64)) {
                 let (x, y) = batch?;
-                let logits = model.forward(&x)?;
-                let loss = cross_entropy(&logits, &y, &CeOpts::default())?;
+                let loss = {
+                    let _mem = category_scope(Category::Activation);
+                    let logits = model.forward(&x)?;
+                    cross_entropy(&logits, &y, &CeOpts::default())?
+                };
                 opt.zero_grad();
-                loss.backward(None, false, false)?;
-                opt.step()?;
+                loss.backward(None, false, false)?; // allocates under Category::Gradient
+                {
+                    let _mem = category_scope(Category::OptimizerState);
+                    opt.step()?;
+                }
                 step += 1;
                 if step < total {
                     sched.step(&mut opt)?;
@@ -144,7 +164,7 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
     pb.finish_and_clear();
     model.eval();
     let test_accuracy = epochs.last().map(|e| e.test_accuracy).unwrap_or(0.0);
-    Ok(TrainReport { model, epochs, test_accuracy, elapsed: start.elapsed() })
+    Ok(TrainReport { model, epochs, test_accuracy, elapsed: start.elapsed(), memory: tracker.stats() })
 }
 
 /// Predicted classes of `images` (`[N, 1, 8, 8]`).

@@ -92,6 +92,13 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
     let gm = ferrofx_fx::trace_with_inputs(&report.model, &[(&x).into()])?;
     gm.save(&fxm).map_err(|e| format!("cannot write {}: {e}", fxm.display()))?;
     println!(
+        "peak activation memory {} per training step; tensor memory while training: {}",
+        ferrofx_core::memory::format_bytes(
+            report.memory.peak(ferrofx_core::memory::tracking::Category::Activation) as u128
+        ),
+        report.memory
+    );
+    println!(
         "trained digits CNN: test accuracy {:.2}% after {} epochs in {:.1} s; state dict written to {}, runnable traced module to {} (try: ferrofx show {})",
         100.0 * report.test_accuracy,
         a.epochs,

@@ -243,6 +243,8 @@ pub(crate) fn run_backward(
     capture: Option<&[Tensor]>,
     allow_unused: bool,
 ) -> Result<Vec<Option<Tensor>>> {
+    // What backward allocates counts as gradients in the tracked-allocator mode.
+    let _mem = crate::memory::tracking::category_scope(crate::memory::tracking::Category::Gradient);
     let mut root_edges: SmallVec<[Edge; 2]> = SmallVec::new();
     for (i, r) in roots.iter().enumerate() {
         let e = gradient_edge(r);

@@ -23,6 +23,7 @@
 
 mod anomaly;
 mod backward_ctx;
+mod checkpoint;
 mod copy_slices;
 pub mod dot;
 mod engine;
@@ -36,11 +37,15 @@ mod node;
 mod op_node;
 mod raw;
 mod saved;
+pub mod saved_hooks;
 mod tensor_api;
 mod view;
 
 pub use anomaly::{detect_anomaly, is_anomaly_enabled, set_detect_anomaly, AnomalyGuard};
 pub use backward_ctx::{BackwardCtx, MetaSlot};
+pub use checkpoint::{
+    checkpoint, checkpoint_sequential, checkpoint_with, CheckpointFn, CheckpointOptions, SequentialFn,
+};
 pub use copy_slices::{AsStridedBackward, CopySlices};
 pub use dot::to_dot;
 pub use function::{apply_function, Function, FunctionCtx, ONCE_DIFFERENTIABLE_MSG};
@@ -53,6 +58,7 @@ pub use node::{
 };
 pub use op_node::{camel_backward_name, OpNode};
 pub use saved::{legacy_type_name, SavedVariable, SECOND_BACKWARD_MSG};
+pub use saved_hooks::{saved_tensors_hooks, PackHookFn, Packed, SavedTensorsHooksGuard, UnpackHookFn};
 pub use view::{LEAF_VIEW_MSG, NO_GRAD_VIEW_MSG};
 
 pub(crate) use meta::AutogradMeta;

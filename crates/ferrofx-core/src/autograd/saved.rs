@@ -13,8 +13,12 @@ pub const SECOND_BACKWARD_MSG: &str = "Trying to backward through the graph a se
 /// Inputs are saved as the original tensor (so higher-order graphs connect through their
 /// history). Outputs are saved as a storage alias *without* history, which avoids the cycle
 /// output → grad_fn → saved output; on unpack the alias is given the saving node as `grad_fn`.
+///
+/// While [saved-tensor hooks](super::saved_tensors_hooks) are active, the tensor is handed to
+/// the pack hook and only what it returns is kept (see [`super::saved_hooks`]).
 pub struct SavedVariable {
     data: Option<Tensor>,
+    hooked: Option<Box<Hooked>>,
     version: u64,
     output_nr: u32,
     is_output: bool,
@@ -27,10 +31,12 @@ impl SavedVariable {
         SavedVariable {
             version: t.version(),
             data: Some(t.clone()),
+            hooked: None,
             output_nr: 0,
             is_output: false,
             requires_grad: false,
         }
+        .pack_if_hooked()
     }
 
     /// Saves output `output_nr` of the node that will own this saved variable.
@@ -39,10 +45,35 @@ impl SavedVariable {
         SavedVariable {
             version: t.version(),
             data: Some(alias),
+            hooked: None,
             output_nr,
             is_output: true,
             requires_grad: t.requires_grad(),
         }
+        .pack_if_hooked()
+    }
+
+    /// Hands the tensor to the active pack hook, if any, keeping what it returns (and, for a
+    /// saved input, the handle of its history, to reconnect it under `create_graph`).
+    fn pack_if_hooked(mut self) -> SavedVariable {
+        let Some(hooks) = super::saved_hooks::current() else {
+            return self;
+        };
+        let Some(t) = self.data.take() else {
+            return self;
+        };
+        let history = if self.is_output {
+            History::None
+        } else if let Some(g) = t.grad_fn() {
+            History::Node(g, t.output_nr())
+        } else if t.requires_grad() {
+            History::Leaf(t.clone())
+        } else {
+            History::None
+        };
+        let packed = (hooks.pack)(&t);
+        self.hooked = Some(Box::new(Hooked { hooks, packed: Some(packed), history }));
+        self
     }
 
     /// Saves output `output_nr` of a node being created: `will_require_grad` says whether the
@@ -75,18 +106,28 @@ impl SavedVariable {
 
     /// `true` once freed by `release`.
     pub fn is_released(&self) -> bool {
-        self.data.is_none()
+        match &self.hooked {
+            Some(h) => h.packed.is_none(),
+            None => self.data.is_none(),
+        }
     }
 
-    /// Frees the tensor.
+    /// Frees the tensor (or what the pack hook returned).
     pub fn release(&mut self) {
         self.data = None;
+        if let Some(h) = &mut self.hooked {
+            h.packed = None;
+            h.history = History::None;
+        }
     }
 
     /// The saved tensor, checking it was not freed nor modified in place since it was saved.
     /// `owner` is the node that saved it (saved outputs get it back as grad_fn when
     /// `create_graph`).
     pub fn unpack(&self, owner: Option<&NodeRef>, create_graph: bool) -> Result<Tensor> {
+        if let Some(h) = &self.hooked {
+            return self.unpack_hooked(h, owner, create_graph);
+        }
         let Some(t) = &self.data else {
             return Err(Error::autograd("backward", SECOND_BACKWARD_MSG));
         };
@@ -121,8 +162,45 @@ impl SavedVariable {
         Ok(t.clone())
     }
 
+    /// `unpack` of a tensor saved through hooks: the unpack hook's tensor (no version check,
+    /// as PyTorch), reconnected to its history under `create_graph`.
+    fn unpack_hooked(&self, h: &Hooked, owner: Option<&NodeRef>, create_graph: bool) -> Result<Tensor> {
+        let Some(p) = &h.packed else {
+            return Err(Error::autograd("backward", SECOND_BACKWARD_MSG));
+        };
+        let t = (h.hooks.unpack)(p)?;
+        if !create_graph {
+            return Ok(t);
+        }
+        let history = if self.is_output {
+            match owner {
+                Some(o) if self.requires_grad => Some((o.clone(), self.output_nr)),
+                _ => None,
+            }
+        } else {
+            match &h.history {
+                History::Node(g, nr) => Some((g.clone(), *nr)),
+                History::Leaf(l) => return Ok(l.clone()),
+                History::None => None,
+            }
+        };
+        match history {
+            Some((g, nr)) => {
+                let alias = detached_alias(&t);
+                super::set_history(&alias, g, nr);
+                Ok(alias)
+            }
+            None => Ok(t),
+        }
+    }
+
     /// Moves out node handles reachable through the saved tensor (iterative teardown).
     pub(crate) fn take_nodes(&mut self, out: &mut super::node::NodeStack) {
+        if let Some(h) = self.hooked.take() {
+            if let History::Node(g, _) = h.history {
+                out.push(g);
+            }
+        }
         if let Some(t) = self.data.take() {
             if let Ok(imp) = std::sync::Arc::try_unwrap(t.0) {
                 let mut imp = imp;
@@ -132,6 +210,22 @@ impl SavedVariable {
             }
         }
     }
+}
+
+/// A tensor saved through saved-tensor hooks.
+struct Hooked {
+    hooks: std::sync::Arc<super::saved_hooks::HookPair>,
+    /// What the pack hook returned; `None` once released.
+    packed: Option<super::saved_hooks::Packed>,
+    history: History,
+}
+
+/// The history of a hooked saved input, given back to the unpacked tensor under
+/// `create_graph` (PyTorch keeps `grad_fn_` / the grad accumulator for this).
+enum History {
+    None,
+    Leaf(Tensor),
+    Node(NodeRef, u32),
 }
 
 /// A new tensor object sharing `t`'s storage and layout, without autograd history (PyTorch's

@@ -141,6 +141,12 @@ pub fn with_generator<R>(g: &Generator, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The generator random ops use on this thread now: the innermost [`with_generator`]'s, else
+/// the default one (activation checkpointing records and replays its state).
+pub fn current_generator() -> Generator {
+    CURRENT.with(|c| c.borrow().last().cloned()).unwrap_or_else(|| default_generator().clone())
+}
+
 fn next_key() -> u64 {
     let explicit = CURRENT.with(|c| c.borrow().last().cloned());
     match explicit {
