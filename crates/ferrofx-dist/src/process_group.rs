@@ -40,7 +40,7 @@ enum Request {
     AllGatherU64(u64, Reply<Vec<u64>>),
     BroadcastF32 { root: i32, data: Vec<f32>, reply: Reply<Vec<f32>> },
     SendF32 { dest: i32, tag: i32, data: Vec<f32>, reply: Reply<()> },
-    RecvF32 { src: i32, tag: i32, reply: Reply<Vec<f32>> },
+    RecvF32 { src: i32, tag: i32, max_len: usize, reply: Reply<Vec<f32>> },
     Barrier(Reply<()>),
 }
 
@@ -119,9 +119,26 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
                 inflight.push((req, ptr));
                 let _ = reply.send(Ok(()));
             }
-            Request::RecvF32 { src, tag, reply } => {
-                let (data, _status) = world.process_at_rank(src).receive_vec_with_tag::<f32>(tag);
-                let _ = reply.send(Ok(data));
+            Request::RecvF32 { src, tag, max_len, reply } => {
+                // the size comes from the message itself: check it before allocating (a buggy
+                // or hostile peer cannot make this rank allocate what it likes); a message too
+                // large stays unreceived, and the error ends the job
+                let peer = world.process_at_rank(src);
+                let status = peer.probe_with_tag(tag);
+                let count = status.count(f32::equivalent_datatype());
+                match usize::try_from(count) {
+                    Ok(n) if n <= max_len => {
+                        let mut data = vec![0f32; n];
+                        peer.receive_into_with_tag(&mut data[..], tag);
+                        let _ = reply.send(Ok(data));
+                    }
+                    _ => {
+                        let _ = reply.send(Err(format!(
+                            "the message from rank {src} holds {count} values, more than the {max_len} expected; \
+                             it was not received"
+                        )));
+                    }
+                }
             }
             Request::Barrier(reply) => {
                 world.barrier();
@@ -336,10 +353,12 @@ impl ProcessGroup {
         self.call("send", Some(dest), |r| Request::SendF32 { dest: dest as i32, tag, data, reply: r })
     }
 
-    /// Receives a message from rank `src` with `tag`.
-    pub fn recv(&self, src: usize, tag: i32) -> Result<Vec<f32>> {
+    /// Receives a message from rank `src` with `tag`, of at most `max_len` values: the
+    /// message's size is checked before anything is allocated, and a larger message is an
+    /// `Err` naming both ranks and the sizes (it is left unreceived; end the job).
+    pub fn recv(&self, src: usize, tag: i32, max_len: usize) -> Result<Vec<f32>> {
         self.check_peer(src, "recv")?;
-        self.call("recv", Some(src), |r| Request::RecvF32 { src: src as i32, tag, reply: r })
+        self.call("recv", Some(src), |r| Request::RecvF32 { src: src as i32, tag, max_len, reply: r })
     }
 
     /// Waits until every rank reaches the barrier.

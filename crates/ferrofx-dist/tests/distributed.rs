@@ -436,3 +436,62 @@ fn pipeline_resnet18_equals_one_process() {
         );
     }
 }
+
+#[test]
+#[ignore = "an MPI program: run by mismatched_stage_shapes_end_the_job_naming_both_ranks under mpirun"]
+fn worker_pipeline_mismatch() {
+    use ferrofx_dist::{PipelineStage, Schedule};
+    let Some(_dir) = worker_env() else { return };
+    let pg = ProcessGroup::init().unwrap();
+    let (gm, x, y) = resnet_case();
+    let plan = ferrofx_fx::passes::partition_balanced(&gm, pg.world_size()).unwrap();
+    let stage = PipelineStage::new(plan.split(&gm).unwrap(), &pg).unwrap();
+    // rank 0 is given images of another size than the model was split for: its stage runs (the
+    // ResNet pools adaptively) and sends activations of another shape than stage 1 expects
+    let side = match std::env::var("FERROFX_PIPE_FAULT").as_deref() {
+        Ok("large") => 64,
+        _ => 16,
+    };
+    let x = if pg.rank() == 0 { randn(&[PIPE_BATCH as i64, 3, side, side], None).unwrap() } else { x };
+    let rows = PIPE_BATCH / MICRO;
+    let loss_fn = |out: &Tensor, m: usize| {
+        cross_entropy(out, &y.narrow(0, (m * rows) as i64, rows as i64)?.contiguous()?, &CeOpts::default())
+    };
+    if let Err(e) = stage.step(&pg, &[x], MICRO, Schedule::OneFOneB, &loss_fn) {
+        eprintln!("rank {}: error: {e}", pg.rank());
+        std::process::exit(5);
+    }
+    panic!("rank {}: the mismatched shapes were not detected", pg.rank());
+}
+
+#[test]
+fn mismatched_stage_shapes_end_the_job_naming_both_ranks() {
+    if worker_env().is_some() {
+        return;
+    }
+    for (fault, want) in [
+        // smaller than expected: received, then refused with both shapes
+        ("small", "but received a tensor of shape [2, "),
+        // larger than expected: refused before anything is allocated for it
+        ("large", "it was not received"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((ok, text, took)) = launch(
+            2,
+            "worker_pipeline_mismatch",
+            dir.path(),
+            &[("FERROFX_PIPE_FAULT", fault), ("FERROFX_DIST_TIMEOUT_S", "30")],
+        ) else {
+            return;
+        };
+        assert!(!ok, "{fault}: the job must fail:\n{text}");
+        assert!(text.contains(want), "{fault}: {text}");
+        // both ranks and the expected shape are named
+        assert!(text.contains("rank 1 expected output 0 of stage 0"), "{fault}: {text}");
+        assert!(text.contains("from rank 0"), "{fault}: {text}");
+        assert!(text.contains("float32"), "{fault}: {text}");
+        assert!(took < Duration::from_secs(60), "{fault}: took {took:?}:\n{text}");
+        let line = text.lines().find(|l| l.contains(want)).unwrap_or_default();
+        eprintln!("{fault}: ended in {:.1} s: {line}", took.as_secs_f64());
+    }
+}
