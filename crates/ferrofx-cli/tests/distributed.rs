@@ -29,6 +29,9 @@ fn mpirun(n: usize, dir: &Path) -> Command {
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        // the communication thread polls inside MPI while the compute threads run: let it yield
+        // the core (the machine may have fewer cores than threads)
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
         .env("RAYON_NUM_THREADS", "1")
         .env("FERROFX_DIST_TIMEOUT_S", "120");
     cmd
@@ -52,7 +55,10 @@ fn data_parallel_training_equals_one_process() {
         // without MPI the flag is refused with the way to get it
         let (ok, text) = run(ferrofx().args(TRAIN).arg("--data-parallel").arg("-o").arg(&one));
         assert!(!ok, "{text}");
-        assert!(text.contains("--data-parallel needs ferrofx built with MPI") && text.contains("--features mpi"), "{text}");
+        assert!(
+            text.contains("--data-parallel needs ferrofx built with MPI") && text.contains("--features mpi"),
+            "{text}"
+        );
         assert!(!one.exists());
         eprintln!("note: built without the `mpi` feature; the mpirun half of this test is skipped");
         return;
@@ -76,7 +82,10 @@ fn data_parallel_training_equals_one_process() {
     written.sort();
     assert_eq!(written, vec!["dp.fxm".to_string(), "dp.safetensors".to_string()]);
     let worst = max_difference(&one, &dp, BN_CANCELLED);
-    eprintln!("2 ranks data parallel vs one process, one step: largest weight difference {:.3e} (in {})", worst.0, worst.1);
+    eprintln!(
+        "2 ranks data parallel vs one process, one step: largest weight difference {:.3e} (in {})",
+        worst.0, worst.1
+    );
     assert!(worst.0 <= 1e-6, "data-parallel weights differ from one process by {:.3e} in {}", worst.0, worst.1);
     // the BN-cancelled biases: within the one Adam step both runs took (the first one-cycle lr is
     // 0.01 / 10)

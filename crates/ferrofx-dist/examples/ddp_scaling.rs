@@ -104,10 +104,15 @@ fn main() -> Result<()> {
     let [step, compute, comm] = times;
     if pg.rank() == 0 {
         let exposed = (step - compute).max(0.0);
-        let overlap = if comm > 0.0 { (1.0 - exposed / comm).clamp(0.0, 1.0) } else { 1.0 };
+        // one rank has nothing to overlap: its "all-reduce" returns its input
+        let overlap = if pg.world_size() > 1 && comm > 0.0 {
+            format!("{:.0}%", 100.0 * (1.0 - exposed / comm).clamp(0.0, 1.0))
+        } else {
+            "n/a".to_string()
+        };
         println!(
             "{which}: {} ranks x {} threads, global batch {batch}, {params} parameters ({:.1} MB), {steps} steps: \
-             step {:.2} ms ({:.0} samples/s), compute {:.2} ms, all-reduce {:.2} ms, exposed {:.2} ms, overlap {:.0}%",
+             step {:.2} ms ({:.0} samples/s), compute {:.2} ms, all-reduce {:.2} ms, exposed {:.2} ms, overlap {}",
             pg.world_size(),
             std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "?".into()),
             params as f64 * 4.0 / 1e6,
@@ -116,7 +121,7 @@ fn main() -> Result<()> {
             compute * 1e3,
             comm * 1e3,
             exposed * 1e3,
-            100.0 * overlap
+            overlap
         );
     }
     pg.barrier()?;

@@ -95,7 +95,10 @@ pub fn convert_distributed_dropout(gm: &mut GraphModule, pg: &Arc<ProcessGroup>)
     let mut paths = Vec::with_capacity(found.len());
     for (path, d) in found {
         if !gm.add_submodule(&path, Box::new(d))? {
-            return Err(Error::argument("convert_distributed_dropout", format!("cannot replace the module at '{path}'")));
+            return Err(Error::argument(
+                "convert_distributed_dropout",
+                format!("cannot replace the module at '{path}'"),
+            ));
         }
         paths.push(path);
     }

@@ -27,8 +27,8 @@ pub mod sync_batchnorm;
 pub mod train;
 
 pub use ddp::{shard_rows, DistributedDataParallel, Reduction, DEFAULT_BUCKET_CAP_BYTES};
+pub use dropout::{convert_distributed_dropout, DistributedDropout};
 pub use pipeline::{PipelineStage, Schedule};
 pub use process_group::{PendingReduce, ProcessGroup};
 pub use sampler::DistributedSampler;
-pub use dropout::{convert_distributed_dropout, DistributedDropout};
 pub use sync_batchnorm::{convert_sync_batchnorm, SyncBatchNorm};

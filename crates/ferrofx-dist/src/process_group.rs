@@ -201,6 +201,13 @@ impl ProcessGroup {
     /// Joins the MPI job (initialising MPI on the group's communication thread). Call it once
     /// per process: MPI cannot be initialised twice.
     pub fn init() -> Result<ProcessGroup> {
+        // The communication thread waits inside MPI while the compute threads run; Open MPI
+        // busy-polls by default, which on a machine with no spare core takes the compute's
+        // time (measured on 2 cores, 2 ranks: a 0.15 MB all-reduce 89 ms instead of 0.15 ms).
+        // Let it yield unless the user chose otherwise (read by MPI_Init, below).
+        if std::env::var_os("OMPI_MCA_mpi_yield_when_idle").is_none() {
+            std::env::set_var("OMPI_MCA_mpi_yield_when_idle", "1");
+        }
         let (tx, rx) = channel::<Request>();
         let (ready_tx, ready_rx) = channel();
         let thread = std::thread::Builder::new()

@@ -316,7 +316,9 @@ pub fn convert_sync_batchnorm(gm: &mut GraphModule, pg: &Arc<ProcessGroup>) -> R
         .leaf_modules()
         .iter()
         .filter_map(|(path, m)| {
-            m.as_any().downcast_ref::<BatchNorm>().map(|bn| (path.clone(), SyncBatchNorm::from_batch_norm(bn, pg.clone())))
+            m.as_any()
+                .downcast_ref::<BatchNorm>()
+                .map(|bn| (path.clone(), SyncBatchNorm::from_batch_norm(bn, pg.clone())))
         })
         .collect();
     let mut paths = Vec::with_capacity(found.len());

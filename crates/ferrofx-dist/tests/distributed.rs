@@ -109,6 +109,9 @@ fn launch(n: usize, worker: &str, dir: &Path, extra_env: &[(&str, &str)]) -> Opt
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        // the communication thread polls inside MPI while the compute threads run: let it yield
+        // the core (the machine may have fewer cores than threads)
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
         .env("RAYON_NUM_THREADS", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

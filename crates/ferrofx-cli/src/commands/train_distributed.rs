@@ -96,7 +96,8 @@ pub fn run(a: &TrainArgs, cfg: &TrainConfig) -> CliResult<()> {
 pub fn run(a: &TrainArgs, _cfg: &TrainConfig) -> CliResult<()> {
     a.dist.check()?;
     let flag = if a.dist.data_parallel { "--data-parallel" } else { "--pipeline-stages" };
-    Err(format!("{flag} needs ferrofx built with MPI: install Open MPI and libclang (apt-get install openmpi-bin \
+    Err(format!(
+        "{flag} needs ferrofx built with MPI: install Open MPI and libclang (apt-get install openmpi-bin \
          libopenmpi-dev libclang-dev), build with `cargo build --release -p ferrofx-cli --features mpi`, and run it \
          as `mpirun -np 2 target/release/ferrofx train {flag} ...`"
     )
