@@ -72,6 +72,9 @@ impl SyncBatchNorm {
     }
 }
 
+/// Global per-channel mean, biased variance, and element count of one call.
+type BatchStats = (Vec<f64>, Vec<f64>, f64);
+
 /// The per-call statistics of a synchronised batch norm, kept for backward.
 struct SyncBnFn {
     pg: Arc<ProcessGroup>,
@@ -83,8 +86,8 @@ struct SyncBnFn {
     count: f64,
     /// Global biased variance per channel (for the running statistics).
     var: Vec<f64>,
-    /// Hands (mean, biased variance, count) back to the layer for its running statistics.
-    stats: Arc<Mutex<(Vec<f64>, Vec<f64>, f64)>>,
+    /// Hands the statistics back to the layer for its running statistics.
+    stats: Arc<Mutex<BatchStats>>,
 }
 
 fn dims(x: &Tensor) -> Result<(usize, usize, usize)> {
@@ -276,7 +279,7 @@ impl Module for SyncBatchNorm {
             (Some(w), None) => inputs.push(w.clone()),
             _ => {}
         }
-        let stats = Arc::new(Mutex::new((vec![], vec![], 0.0)));
+        let stats: Arc<Mutex<BatchStats>> = Arc::new(Mutex::new((vec![], vec![], 0.0)));
         let f = SyncBnFn {
             pg: self.pg.clone(),
             eps: self.eps,

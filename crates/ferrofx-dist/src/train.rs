@@ -160,7 +160,7 @@ pub fn train_digits_pipeline(
     let bs = cfg.batch_size.max(1);
     let micro = micro_batches.max(1);
     let tail = train.len() % bs;
-    if bs % micro != 0 || tail % micro != 0 {
+    if !bs.is_multiple_of(micro) || !tail.is_multiple_of(micro) {
         return Err(err(
             rank,
             format!(
