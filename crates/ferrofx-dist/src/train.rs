@@ -36,7 +36,7 @@ use std::time::Instant;
 use crate::{dropout::DistributedDropout, sync_batchnorm::SyncBatchNorm};
 
 fn err(rank: usize, msg: impl std::fmt::Display) -> Error {
-    Error::argument("train --data-parallel", format!("rank {rank}: {msg}"))
+    Error::argument("distributed training", format!("rank {rank}: {msg}"))
 }
 
 /// Trains the digits CNN data parallel over the ranks of `pg` (every rank calls it with the
