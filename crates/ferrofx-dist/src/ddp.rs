@@ -277,6 +277,11 @@ impl<M: Module> DistributedDataParallel<M> {
     /// `.grad` is the mean over the ranks (unless inside [`DistributedDataParallel::no_sync`],
     /// where gradients only accumulate locally).
     pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        if self.shared.pg.world_size() == 1 {
+            // a job of one rank: the mean over one rank is the gradient itself (no flattening,
+            // no copies)
+            return loss.backward(None, false, false);
+        }
         let syncing = self.shared.sync.load(Ordering::SeqCst);
         if syncing {
             if let Ok(mut st) = self.shared.state.lock() {

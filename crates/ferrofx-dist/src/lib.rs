@@ -9,17 +9,26 @@
 //!   all-reduce launched from autograd hooks while backward runs, `no_sync`);
 //! * [`DistributedSampler`]: each rank's share of a data set;
 //! * [`PipelineStage`]: one stage per rank of a model cut by `split_module`, micro-batches run
-//!   with the GPipe or 1F1B [`Schedule`].
+//!   with the GPipe or 1F1B [`Schedule`];
+//! * [`SyncBatchNorm`] (global batch statistics) and [`DistributedDropout`] (the global batch's
+//!   masks), with [`convert_sync_batchnorm`] / [`convert_distributed_dropout`] on a traced
+//!   module, which make data-parallel training equal to one process;
+//! * [`train::train_digits_data_parallel`]: `ferrofx train --data-parallel`.
 //!
 //! Model splitting for pipelines lives in the graph layer:
 //! `ferrofx_fx::passes::split_module` and `ferrofx_fx::passes::partition_stages`.
 
 pub mod ddp;
+pub mod dropout;
 pub mod pipeline;
 pub mod process_group;
 pub mod sampler;
+pub mod sync_batchnorm;
+pub mod train;
 
 pub use ddp::{shard_rows, DistributedDataParallel, Reduction, DEFAULT_BUCKET_CAP_BYTES};
+pub use dropout::{convert_distributed_dropout, DistributedDropout};
 pub use pipeline::{PipelineStage, Schedule};
 pub use process_group::{PendingReduce, ProcessGroup};
 pub use sampler::DistributedSampler;
+pub use sync_batchnorm::{convert_sync_batchnorm, SyncBatchNorm};

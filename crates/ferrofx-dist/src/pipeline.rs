@@ -22,7 +22,7 @@
 //! send and receive in micro-batch order, so no further matching is needed.
 
 use crate::process_group::ProcessGroup;
-use ferrofx_core::{Error, Result, Tensor, Value};
+use ferrofx_core::{DType, Error, Result, Tensor, Value};
 use ferrofx_fx::passes::SplitModule;
 use ferrofx_fx::{Argument, GraphModule, Opcode};
 use ferrofx_nn::Module;
@@ -60,6 +60,10 @@ pub struct PipelineStage {
     consumers: Vec<Vec<usize>>,
     /// The output of the whole model (on the last stage: which of its outputs).
     final_output: Option<usize>,
+    /// Per stage input: the shape and dtype the split graph propagated for it.
+    expected: Vec<Option<(Vec<usize>, DType)>>,
+    /// The batch size the shapes were propagated with (model input 0's first dimension).
+    meta_batch: Option<usize>,
 }
 
 /// One micro-batch's state between its forward and backward.
@@ -81,18 +85,54 @@ fn encode(t: &Tensor) -> Result<Vec<f32>> {
     Ok(v)
 }
 
-fn decode(v: Vec<f32>, stage: usize, from: usize) -> Result<Tensor> {
-    let bad = || perr(stage, format!("a malformed message from rank {from}"));
-    let ndim = *v.first().ok_or_else(bad)? as usize;
-    if v.len() < 1 + ndim {
-        return Err(bad());
+/// What a stage expects to receive: the shape (when it can be predicted exactly) and a bound
+/// on the message's length (header included).
+struct Expect {
+    shape: Option<Vec<usize>>,
+    max_len: usize,
+    what: String,
+}
+
+impl Expect {
+    fn exact(shape: &[usize], what: String) -> Expect {
+        Expect { max_len: 1 + shape.len() + shape.iter().product::<usize>(), shape: Some(shape.to_vec()), what }
     }
-    let shape: Vec<usize> = v[1..1 + ndim].iter().map(|&d| d as usize).collect();
-    let data = v[1 + ndim..].to_vec();
-    if shape.iter().product::<usize>() != data.len() {
-        return Err(bad());
+}
+
+/// Decodes `[ndim, dims..., values...]` from rank `from` and checks it against `want`. The
+/// message was already bounded by `want.max_len` before it was received.
+fn decode(v: Vec<f32>, stage: usize, from: usize, want: &Expect) -> Result<Tensor> {
+    let bad = |why: &str| perr(stage, format!("a malformed message from rank {from} ({why}); expected {}", want.what));
+    let ndim = *v.first().ok_or_else(|| bad("empty"))?;
+    if !(ndim >= 0.0 && ndim.fract() == 0.0 && (1.0 + ndim) as usize <= v.len()) {
+        return Err(bad("a bad header"));
     }
-    Tensor::from_vec(data, &shape)
+    let ndim = ndim as usize;
+    let mut shape = Vec::with_capacity(ndim);
+    for &d in &v[1..1 + ndim] {
+        if !(d >= 0.0 && d.fract() == 0.0 && d < 1e15) {
+            return Err(bad("a bad dimension"));
+        }
+        shape.push(d as usize);
+    }
+    let ok_shape = match &want.shape {
+        Some(w) => *w == shape,
+        None => true,
+    };
+    if !ok_shape || shape.iter().product::<usize>() != v.len() - 1 - ndim {
+        return Err(perr(
+            stage,
+            format!(
+                "rank {stage} expected {} from rank {from}, but received a tensor of shape {shape:?} float32 \
+                 ({} values): the two ranks run different models or were given inputs of different shapes",
+                want.what,
+                v.len() - 1 - ndim
+            ),
+        ));
+    }
+    let mut v = v;
+    v.drain(..1 + ndim);
+    Tensor::from_vec(v, &shape)
 }
 
 impl PipelineStage {
@@ -178,7 +218,30 @@ impl PipelineStage {
             }
         }
         let name = split.partitions[stage].clone();
-        split.partition(&name)?;
+        let part = split.partition(&name)?;
+        let expected: Vec<Option<(Vec<usize>, DType)>> = part
+            .graph()
+            .iter()
+            .filter(|n| n.op() == Opcode::Placeholder)
+            .map(|n| n.meta().tensor_meta.as_ref().map(|m| (m.shape.clone(), m.dtype)))
+            .collect();
+        for (k, src) in stage_inputs[stage].iter().enumerate() {
+            if let Source::Stage(s, _) = src {
+                if expected.get(k).and_then(|e| e.as_ref()).is_none() {
+                    return Err(perr(
+                        stage,
+                        format!(
+                            "input {k} (from stage {s}) has no propagated shape: run ShapeProp::propagate on the \
+                             model before split_module, so that each stage knows what it receives"
+                        ),
+                    ));
+                }
+            }
+        }
+        let meta_batch = g
+            .iter()
+            .find(|n| n.op() == Opcode::Placeholder)
+            .and_then(|n| n.meta().tensor_meta.as_ref().and_then(|m| m.shape.first().copied()));
         Ok(PipelineStage {
             stage,
             stages,
@@ -187,6 +250,8 @@ impl PipelineStage {
             inputs: stage_inputs[stage].clone(),
             consumers,
             final_output: if stage + 1 == stages { final_output } else { None },
+            expected,
+            meta_batch,
         })
     }
 
@@ -226,6 +291,43 @@ impl PipelineStage {
         Ok(out)
     }
 
+    /// What input `k` (output `j` of stage `s`) of micro-batch `m` must look like: the
+    /// propagated shape with its batch dimension scaled to the micro-batch.
+    fn expect_input(&self, k: usize, s: usize, j: usize, micro_rows: Option<usize>, m: usize) -> Result<Expect> {
+        let Some(Some((shape, dtype))) = self.expected.get(k) else {
+            return Err(perr(self.stage, format!("input {k} has no propagated shape")));
+        };
+        if *dtype != DType::F32 {
+            return Err(perr(
+                self.stage,
+                format!(
+                    "input {k} (output {j} of stage {s}, rank {s}) is {dtype} in the split graph, but pipeline \
+                     messages carry float32 tensors"
+                ),
+            ));
+        }
+        let mut want = shape.clone();
+        let scaled = match (self.meta_batch, micro_rows, want.first_mut()) {
+            (Some(b), Some(r), Some(d0)) if *d0 == b => {
+                *d0 = r;
+                true
+            }
+            (Some(b), Some(r), _) => b == r,
+            _ => false,
+        };
+        let what = format!("output {j} of stage {s} for micro-batch {m}, of shape {want:?} float32");
+        if scaled {
+            return Ok(Expect::exact(&want, what));
+        }
+        // not batch-major: bound the size by the propagated one, scaled up to the micro-batch
+        let numel: usize = shape.iter().product();
+        let factor = match (self.meta_batch, micro_rows) {
+            (Some(b), Some(r)) if b > 0 => r.div_ceil(b),
+            _ => 1,
+        };
+        Ok(Expect { shape: None, max_len: 1 + shape.len() + numel.saturating_mul(factor.max(1)), what })
+    }
+
     fn forward(
         &self,
         pg: &ProcessGroup,
@@ -236,7 +338,9 @@ impl PipelineStage {
     ) -> Result<InFlight> {
         let mut received = vec![];
         let mut vals = Vec::with_capacity(self.inputs.len());
-        for src in &self.inputs {
+        // rows per micro-batch (model input 0's), to scale the propagated shapes
+        let micro_rows = inputs.first().and_then(|x| x.shape().first().copied()).map(|n| n / micro.max(1));
+        for (k, src) in self.inputs.iter().enumerate() {
             match *src {
                 Source::Input(i) => {
                     let x = inputs.get(i).ok_or_else(|| perr(self.stage, format!("model input {i} was not given")))?;
@@ -251,7 +355,11 @@ impl PipelineStage {
                     vals.push(Value::Tensor(x.narrow(0, (m * rows) as i64, rows as i64)?.contiguous()?));
                 }
                 Source::Stage(s, j) => {
-                    let t = decode(pg.recv(s, TAG_ACT)?, self.stage, s)?.requires_grad_(true)?;
+                    let want = self.expect_input(k, s, j, micro_rows, m)?;
+                    let msg = pg.recv(s, TAG_ACT, want.max_len).map_err(|e| {
+                        perr(self.stage, format!("{e} (rank {} expected {} from rank {s})", self.stage, want.what))
+                    })?;
+                    let t = decode(msg, self.stage, s, &want)?.requires_grad_(true)?;
                     vals.push(Value::Tensor(t.clone()));
                     received.push((s, j, t));
                 }
@@ -283,8 +391,16 @@ impl PipelineStage {
         }
         for (j, cons) in self.consumers.iter().enumerate() {
             let mut total: Option<Tensor> = None;
+            let out_shape = f.outputs[j].shape().to_vec();
             for &c in cons {
-                let g = decode(pg.recv(c, TAG_GRAD)?, self.stage, c)?;
+                let want = Expect::exact(
+                    &out_shape,
+                    format!("the gradient of stage {}'s output {j}, of shape {out_shape:?} float32", self.stage),
+                );
+                let msg = pg.recv(c, TAG_GRAD, want.max_len).map_err(|e| {
+                    perr(self.stage, format!("{e} (rank {} expected {} from rank {c})", self.stage, want.what))
+                })?;
+                let g = decode(msg, self.stage, c, &want)?;
                 total = Some(match total {
                     None => g,
                     Some(t) => t.add(&g)?,

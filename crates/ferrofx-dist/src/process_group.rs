@@ -40,7 +40,7 @@ enum Request {
     AllGatherU64(u64, Reply<Vec<u64>>),
     BroadcastF32 { root: i32, data: Vec<f32>, reply: Reply<Vec<f32>> },
     SendF32 { dest: i32, tag: i32, data: Vec<f32>, reply: Reply<()> },
-    RecvF32 { src: i32, tag: i32, reply: Reply<Vec<f32>> },
+    RecvF32 { src: i32, tag: i32, max_len: usize, reply: Reply<Vec<f32>> },
     Barrier(Reply<()>),
 }
 
@@ -119,9 +119,26 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
                 inflight.push((req, ptr));
                 let _ = reply.send(Ok(()));
             }
-            Request::RecvF32 { src, tag, reply } => {
-                let (data, _status) = world.process_at_rank(src).receive_vec_with_tag::<f32>(tag);
-                let _ = reply.send(Ok(data));
+            Request::RecvF32 { src, tag, max_len, reply } => {
+                // the size comes from the message itself: check it before allocating (a buggy
+                // or hostile peer cannot make this rank allocate what it likes); a message too
+                // large stays unreceived, and the error ends the job
+                let peer = world.process_at_rank(src);
+                let status = peer.probe_with_tag(tag);
+                let count = status.count(f32::equivalent_datatype());
+                match usize::try_from(count) {
+                    Ok(n) if n <= max_len => {
+                        let mut data = vec![0f32; n];
+                        peer.receive_into_with_tag(&mut data[..], tag);
+                        let _ = reply.send(Ok(data));
+                    }
+                    _ => {
+                        let _ = reply.send(Err(format!(
+                            "the message from rank {src} holds {count} values, more than the {max_len} expected; \
+                             it was not received"
+                        )));
+                    }
+                }
             }
             Request::Barrier(reply) => {
                 world.barrier();
@@ -184,6 +201,13 @@ impl ProcessGroup {
     /// Joins the MPI job (initialising MPI on the group's communication thread). Call it once
     /// per process: MPI cannot be initialised twice.
     pub fn init() -> Result<ProcessGroup> {
+        // The communication thread waits inside MPI while the compute threads run; Open MPI
+        // busy-polls by default, which on a machine with no spare core takes the compute's
+        // time (measured on 2 cores, 2 ranks: a 0.15 MB all-reduce 89 ms instead of 0.15 ms).
+        // Let it yield unless the user chose otherwise (read by MPI_Init, below).
+        if std::env::var_os("OMPI_MCA_mpi_yield_when_idle").is_none() {
+            std::env::set_var("OMPI_MCA_mpi_yield_when_idle", "1");
+        }
         let (tx, rx) = channel::<Request>();
         let (ready_tx, ready_rx) = channel();
         let thread = std::thread::Builder::new()
@@ -336,10 +360,12 @@ impl ProcessGroup {
         self.call("send", Some(dest), |r| Request::SendF32 { dest: dest as i32, tag, data, reply: r })
     }
 
-    /// Receives a message from rank `src` with `tag`.
-    pub fn recv(&self, src: usize, tag: i32) -> Result<Vec<f32>> {
+    /// Receives a message from rank `src` with `tag`, of at most `max_len` values: the
+    /// message's size is checked before anything is allocated, and a larger message is an
+    /// `Err` naming both ranks and the sizes (it is left unreceived; end the job).
+    pub fn recv(&self, src: usize, tag: i32, max_len: usize) -> Result<Vec<f32>> {
         self.check_peer(src, "recv")?;
-        self.call("recv", Some(src), |r| Request::RecvF32 { src: src as i32, tag, reply: r })
+        self.call("recv", Some(src), |r| Request::RecvF32 { src: src as i32, tag, max_len, reply: r })
     }
 
     /// Waits until every rank reaches the barrier.

@@ -10,6 +10,7 @@ pub mod onnx;
 pub mod run;
 pub mod show;
 pub mod train;
+pub mod train_distributed;
 
 /// Errors of the CLI: the library's errors plus file-system and argument problems, each already
 /// phrased for the user.

@@ -6,7 +6,7 @@
 
 use super::CliResult;
 use ferrofx_nn::state_dict::save_state_dict;
-use ferrofx_nn::train::{train_digits, TrainConfig};
+use ferrofx_nn::train::{train_digits, TrainConfig, TrainReport};
 use ferrofx_nn::Module;
 use std::path::PathBuf;
 
@@ -35,6 +35,9 @@ pub struct TrainArgs {
     /// Hide the progress bar and the per-epoch lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Training over several processes (under mpirun).
+    #[command(flatten)]
+    pub dist: super::train_distributed::DistArgs,
 }
 
 /// Runs `ferrofx train`.
@@ -76,7 +79,17 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
         test_fraction: a.test_fraction,
         progress: !a.quiet,
     };
+    if a.dist.requested() {
+        return super::train_distributed::run(a, &cfg);
+    }
     let report = train_digits(&cfg)?;
+    save_trained(a, &report)
+}
+
+/// Writes the trained model's state dict at `-o` and its traced module next to it, refusing
+/// weights that diverged.
+pub(crate) fn save_trained(a: &TrainArgs, report: &TrainReport) -> CliResult<()> {
+    let fxm = a.out.with_extension("fxm");
     let sd = report.model.state_dict();
     if let Some((name, _)) =
         sd.iter().find(|(_, t)| t.to_vec_f64().map(|v| v.iter().any(|x| !x.is_finite())).unwrap_or(true))
