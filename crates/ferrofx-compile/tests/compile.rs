@@ -9,7 +9,7 @@ use ferrofx_core::ops::random::{manual_seed, randn};
 use ferrofx_core::{DType, Result, Tensor, Value};
 use ferrofx_fx::interpreter::DefaultInterpreter;
 use ferrofx_fx::{trace_with_inputs, Argument, Graph, GraphModule, Interpreter, Opcode, ShapeProp, Target};
-use ferrofx_nn::zoo::{DigitsCnn, Mlp, MobileNetV2, ResNet, TransformerClassifier};
+use ferrofx_nn::zoo::{DigitsCnn, Mlp};
 use ferrofx_nn::Module;
 use indexmap::IndexMap;
 use proptest::prelude::*;
@@ -276,19 +276,7 @@ fn expressions_are_data_and_bad_ones_are_errors() {
 /// The zoo in eval mode, with an input each.
 fn zoo() -> Vec<(&'static str, Box<dyn Module>, Tensor)> {
     manual_seed(21);
-    let mut out: Vec<(&'static str, Box<dyn Module>, Tensor)> = vec![];
-    let mut add = |name: &'static str, mut m: Box<dyn Module>, x: Tensor| {
-        m.eval();
-        out.push((name, m, x));
-    };
-    add("mlp", Box::new(Mlp::new(64, &[32, 16], 10).unwrap()), randn(&[4, 64], None).unwrap());
-    add("digits_cnn", Box::new(DigitsCnn::new().unwrap()), randn(&[4, 1, 8, 8], None).unwrap());
-    add("resnet18", Box::new(ResNet::resnet18(10).unwrap()), randn(&[2, 3, 64, 64], None).unwrap());
-    add("resnet50", Box::new(ResNet::resnet50(10).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    add("mobilenet_v2", Box::new(MobileNetV2::new(10, 0.5).unwrap()), randn(&[1, 3, 64, 64], None).unwrap());
-    let ids = Tensor::from_vec((0..14).map(|i| (i * 3) % 20).collect::<Vec<i64>>(), &[2, 7]).unwrap();
-    add("transformer", Box::new(TransformerClassifier::new(20, 16, 2, 32, 2, 12, 4, 0.1).unwrap()), ids);
-    out
+    ferrofx_nn::zoo::catalogue().unwrap().into_iter().map(|z| (z.name, z.model, z.input)).collect()
 }
 
 #[test]
