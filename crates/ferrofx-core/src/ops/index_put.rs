@@ -87,13 +87,11 @@ fn slots<'a>(op: &str, x: &Tensor, indices: &'a [Tensor], positions: Option<&[i6
                 ),
             ));
         }
-        for w in 0..p.len() {
-            if p[w] < 0 || (w > 0 && p[w] <= p[w - 1]) {
-                return Err(Error::argument(
-                    op,
-                    format!("positions must be non-negative and strictly increasing (the tuple position of each index tensor), got {p:?}"),
-                ));
-            }
+        if p.iter().any(|&v| v < 0) || p.windows(2).any(|w| w[1] <= w[0]) {
+            return Err(Error::argument(
+                op,
+                format!("positions must be non-negative and strictly increasing (the tuple position of each index tensor), got {p:?}"),
+            ));
         }
     }
     let (mut out, mut dim, mut cursor) = (Vec::with_capacity(indices.len()), 0usize, 0usize);
@@ -130,8 +128,8 @@ fn slots<'a>(op: &str, x: &Tensor, indices: &'a [Tensor], positions: Option<&[i6
     let xs = x.shape();
     for s in out.iter().filter(|s| s.mask) {
         let ms = s.t.shape();
-        for j in 0..ms.len() {
-            if ms[j] != xs[s.dim + j] {
+        for (j, &size) in ms.iter().enumerate() {
+            if size != xs[s.dim + j] {
                 return Err(Error::index(
                     op,
                     format!(
@@ -251,12 +249,10 @@ fn plan(op: &str, x: &Tensor, slots: &[Slot], strides: &[usize]) -> Result<Plan>
             let k = ms.len();
             let mut cs: Vec<Vec<i64>> = (0..k).map(|_| memory::try_vec(op, nnz, 0i64)).collect::<Result<_>>()?;
             let st = contiguous_strides(ms);
-            let mut n = 0;
-            for (p, _) in m.iter().enumerate().filter(|(_, &b)| b) {
-                for j in 0..k {
-                    cs[j][n] = ((p / st[j]) % ms[j]) as i64;
+            for (n, p) in m.iter().enumerate().filter(|(_, &b)| b).map(|(p, _)| p).enumerate() {
+                for (j, c) in cs.iter_mut().enumerate() {
+                    c[n] = ((p / st[j]) % ms[j]) as i64;
                 }
-                n += 1;
             }
             for (j, c) in cs.into_iter().enumerate() {
                 cols.push((s.dim + j, c, vec![nnz]));
