@@ -7,7 +7,9 @@ products (double backward: grad of <u, grad(out, x, v, create_graph=True)>).
 Writes tests/data/golden_grads.safetensors: tensors `<case>/in<i>`, `<case>/v<j>`,
 `<case>/grad<i>`, `<case>/u<i>`, `<case>/hvp<i>`, and metadata "cases" (JSON list of
 {name, op, args, kwargs, grad, second}); args are literals or {"t": i} / {"tl": [i, ...]}
-references to inputs. The Rust runner is crates/ferrofx-core/tests/autograd_golden.rs.
+references to inputs, {"i": nested ints} / {"m": nested bools} literal int64 / bool tensors and
+{"il": [...]} a list of such literals (a `Tensor[]` of index tensors). Cases made with
+`values=True` also store their outputs (`<case>/out<j>`), which the runner compares. The Rust runner is crates/ferrofx-core/tests/autograd_golden.rs.
 
 In-place cases: `prep` maps an input index to a list of [op, *args] calls applied to that input
 before the case's op (e.g. [["clone"], ["select", 0, 1]]: a non-leaf copy, then a view of it);
@@ -53,7 +55,13 @@ T = lambda i: {"t": i}
 CASES = []
 
 
-def case(name, op, inputs, grad, args, fn, kwargs=None, second=False, prep=None, ret=None, names_only=False):
+# Cases whose outputs are compared too (`<case>/out<j>`, metadata "values": true).
+VALUES = set()
+
+
+def case(name, op, inputs, grad, args, fn, kwargs=None, second=False, prep=None, ret=None, names_only=False, values=False):
+    if values:
+        VALUES.add(name)
     CASES.append((name, op, inputs, grad, args, kwargs or {}, fn, second, prep or {}, ret, names_only))
 
 
@@ -310,6 +318,34 @@ case("cs_select_index_copy_", "index_copy_", [rn(3, 4), rn(2)], [0, 1], [T(0), 0
 case("dropout_train", "dropout", [rn(3, 4)], [0], [T(0), 0.5, True], lambda a: F.dropout(a, 0.5, True), names_only=True)
 case("native_dropout", "native_dropout", [rn(3, 4)], [0], [T(0), 0.5, True], lambda a: torch.native_dropout(a, 0.5, True), names_only=True)
 
+# index / index_put (advanced indexing, `x[i0, i1]`, `x[mask]`, `x[:, i] = v`): outputs (`values`),
+# gradients and names. `{"il": [...]}` is the registry's `Tensor[] indices`; PyTorch's `None`
+# entries are the `positions` keyword (the tuple position of each index tensor).
+IL = lambda *xs: {"il": list(xs)}
+I = lambda v: {"i": v}
+M = lambda v: {"m": v}
+A = torch.ops.aten
+MASK34 = [[True, False, True, True], [False, False, True, False], [True, True, False, False]]
+case("index_put_rows_dup", "index_put", [rn(4, 3), rn(3)], [0, 1], [T(0), IL(I([3, 1, 3])), T(1)],
+     lambda a, b: a.index_put((ix([3, 1, 3]),), b), second=True, values=True)
+case("index_put_accumulate", "index_put", [rn(4, 3), rn(2, 3)], [0, 1], [T(0), IL(I([[0], [2]]), I([1, 1, 0])), T(1)],
+     lambda a, b: a.index_put((ix([[0], [2]]), ix([1, 1, 0])), b, accumulate=True), {"accumulate": True}, values=True)
+case("index_put_nonadjacent", "index_put", [rn(2, 3, 4), rn(3)], [0, 1], [T(0), IL(I([1, 0]), I([3, -1])), T(1)],
+     lambda a, b: A.index_put(a, [ix([1, 0]), None, ix([3, -1])], b), {"positions": [0, 2]}, values=True)
+case("index_put_mask", "index_put", [rn(3, 4), torch.randn((), dtype=D)], [0, 1], [T(0), IL(M(MASK34)), T(1)],
+     lambda a, b: a.index_put((mk(sum(MASK34, []), (3, 4)),), b), values=True)
+case("index_put__clone", "index_put_", [rn(3, 4), rn(3, 1)], [0, 1], [T(0), IL(I([2, 0])), T(1)],
+     lambda a, b: A.index_put_(a.clone(), [None, ix([2, 0])], b), {"positions": [1]}, prep={0: CL}, values=True)
+case("cs_select_index_put_", "index_put_", [rn(3, 4), rn(2)], [0, 1], [T(0), IL(I([3, 0])), T(1)],
+     through(lambda y: y.select(0, 1), lambda v, b: v.index_put_((ix([3, 0]),), b)),
+     prep={0: [["clone"], ["select", 0, 1]]}, ret=0, values=True)
+case("index_rows", "index", [rn(4, 3)], [0], [T(0), IL(I([2, 0, 2]))], lambda a: a[ix([2, 0, 2])], second=True, values=True)
+case("index_cols_mask", "index", [rn(2, 3, 4)], [0], [T(0), IL(M([True, False, True]))],
+     lambda a: a[:, mk([True, False, True], (3,))], {"positions": [1]}, values=True)
+case("index_nonadjacent", "index", [rn(2, 3, 4)], [0], [T(0), IL(I([[1], [0]]), I([0, 3, 3]))],
+     lambda a: a[ix([[1], [0]]), :, ix([0, 3, 3])], {"positions": [0, 2]}, values=True)
+case("index_mask2d", "index", [rn(3, 4)], [0], [T(0), IL(M(MASK34))], lambda a: a[mk(sum(MASK34, []), (3, 4))], values=True)
+
 torch.set_rng_state(_RNG)
 
 
@@ -333,6 +369,9 @@ def main():
             tensors[f"{name}/in{i}"] = x.contiguous()
         for j, v in enumerate(vs):
             tensors[f"{name}/v{j}"] = v
+        if name in VALUES:
+            for j, o in enumerate(outs):
+                tensors[f"{name}/out{j}"] = o.detach().clone().contiguous()
         for i, g in zip(grad, gs):
             tensors[f"{name}/grad{i}"] = (g if g is not None else torch.zeros_like(xs[i])).detach().clone().contiguous()
         if second:
@@ -350,6 +389,8 @@ def main():
             m["prep"] = {str(k): v for k, v in prep.items()}
         if ret is not None:
             m["ret"] = ret
+        if name in VALUES:
+            m["values"] = True
         meta.append(m)
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, "..", "..", "tests", "data", "golden_grads.safetensors")

@@ -129,6 +129,14 @@ pub fn cases() -> Vec<Case> {
             let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
             Ok(vec![op::call("index_copy_", vec![t(&y), Value::Int(1), t(&idx(&[0, 2], &[2])), t(&x[1])], vec![])?.remove(0)])
         })),
+        // index / index_put (issue 16: advanced indexing, x[i0, :, i1], x[idx] += v, x[mask] = v).
+        case("index", vec![leaf(rnd(&[2, 3, 4], 0))], kw("index", |x| vec![t(&x[0]), Value::Tensors(vec![idx(&[1, 0], &[2]), idx(&[3, -1, 3], &[3, 1])])], vec![("positions", ints(&[0, 2]))])),
+        case("index_put", vec![leaf(rnd(&[4, 3], 0)), leaf(rnd(&[2, 3], 1))], kw("index_put", |x| vec![t(&x[0]), Value::Tensors(vec![idx(&[0, 2], &[2, 1]), idx(&[1, 1, 0], &[3])]), t(&x[1])], vec![("accumulate", Value::Bool(true))])),
+        case("index_put_", vec![leaf(rnd(&[2, 3], 0)), leaf(rnd(&[], 1))], Box::new(|x| {
+            let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
+            let m = mask(&[true, false, true, false, false, true], &[2, 3]);
+            Ok(vec![op::call("index_put_", vec![t(&y), Value::Tensors(vec![m]), t(&x[1])], vec![])?.remove(0)])
+        })),
         case("scatter_add_", vec![x23(), leaf(rnd(&[2, 2], 4))], Box::new(|x| {
             let y = op::call("mul", vec![t(&x[0]), Value::Float(1.0)], vec![])?.remove(0);
             Ok(vec![op::call("scatter_add_", vec![t(&y), Value::Int(1), t(&idx(&[2, 2, 1, 2], &[2, 2])), t(&x[1])], vec![])?.remove(0)])
@@ -352,6 +360,8 @@ pub const SECOND_ORDER: &[&str] = &[
     "cat",
     "gather",
     "index_select",
+    "index",
+    "index_put",
     "masked_select",
     "pad",
     "matmul",

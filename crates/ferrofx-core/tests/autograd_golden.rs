@@ -6,6 +6,8 @@
 //! Each case also compares the `grad_fn` name of every output with PyTorch's (issue 16: node
 //! names as PyTorch 2.15 gives them; `names_only` cases, random ops, check nothing else).
 //!
+//! Cases marked `values` (index / index_put) compare the outputs with PyTorch's too.
+//!
 //! In-place cases (issue 16) may `prep` an input with a chain of ops (a non-leaf `clone`, then
 //! views of it) and return (`ret`) the base the in-place op wrote through (CopySlices).
 
@@ -55,6 +57,16 @@ fn to_value(j: &Json, inputs: &[Tensor]) -> Result<Value, String> {
                 flatten(v, &mut shape, 0, &mut flat);
                 let d: Vec<i64> = flat.iter().map(|x| x.as_i64().unwrap_or(0)).collect();
                 Value::Tensor(Tensor::from_vec(d, &shape).map_err(|e| e.to_string())?)
+            } else if let Some(l) = o.get("il") {
+                // A list of literal index tensors (`index` / `index_put`'s `Tensor[] indices`).
+                let mut ts = vec![];
+                for x in l.as_array().ok_or("bad il")? {
+                    match to_value(x, inputs)? {
+                        Value::Tensor(t) => ts.push(t),
+                        other => return Err(format!("il entries must be tensors, got {other:?}")),
+                    }
+                }
+                Value::Tensors(ts)
             } else if let Some(v) = o.get("m") {
                 let (mut shape, mut flat) = (vec![], vec![]);
                 flatten(v, &mut shape, 0, &mut flat);
@@ -155,6 +167,11 @@ fn run_case(st: &SafeTensors, c: &Json, names: &mut Vec<String>) -> Result<bool,
     }
     if c.get("names_only").and_then(|v| v.as_bool()).unwrap_or(false) {
         return Ok(false);
+    }
+    if c.get("values").and_then(|v| v.as_bool()).unwrap_or(false) {
+        for (j, o) in outs.iter().enumerate() {
+            close(name, &format!("out{j}"), o, &load_tensor(st, &format!("{name}/out{j}"))?)?;
+        }
     }
     let vs: Vec<Option<Tensor>> =
         (0..outs.len()).map(|j| load_tensor(st, &format!("{name}/v{j}")).map(Some)).collect::<Result<_, _>>()?;

@@ -850,3 +850,237 @@ fn clamp_min_and_clamp_max_are_ops_with_pytorch_names() {
         .contains("a leaf Variable that requires grad is being used in an in-place operation."));
     assert!(err_of(x.clamp_min(&t32(&[1.0, 2.0], &[2]))).contains("clamp_min"));
 }
+
+// ---- index / index_put (advanced indexing, x[idx] = v) ----
+
+fn ix(v: &[i64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), shape).unwrap()
+}
+fn mk(v: &[bool], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), shape).unwrap()
+}
+
+#[test]
+fn index_places_the_index_shape_as_pytorch() {
+    // x = torch.arange(24.).view(2, 3, 4)
+    let x = t32(&(0..24).map(|v| v as f32).collect::<Vec<_>>(), &[2, 3, 4]);
+    // x[[0, 1], [2, 0]].tolist() -> [[8, 9, 10, 11], [12, 13, 14, 15]]
+    let r = x.index(&[Some(&ix(&[0, 1], &[2])), Some(&ix(&[2, 0], &[2]))]).unwrap();
+    assert_eq!(r.shape(), &[2, 4]);
+    assert_eq!(vals(&r), vec![8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0]);
+    // x[:, [2, -1]].shape -> [2, 2, 4]; [1] -> [[20..23], [20..23]] (-1 wraps to 2)
+    let r = x.index(&[None, Some(&ix(&[2, -1], &[2]))]).unwrap();
+    assert_eq!(r.shape(), &[2, 2, 4]);
+    assert_eq!(vals(&r)[8..], [20.0, 21.0, 22.0, 23.0, 20.0, 21.0, 22.0, 23.0]);
+    // Not adjacent: x[[1, 0], :, [3, 1]] -> shape [2, 3], [[15, 19, 23], [1, 5, 9]]
+    let r = x.index(&[Some(&ix(&[1, 0], &[2])), None, Some(&ix(&[3, 1], &[2]))]).unwrap();
+    assert_eq!(r.shape(), &[2, 3]);
+    assert_eq!(vals(&r), vec![15.0, 19.0, 23.0, 1.0, 5.0, 9.0]);
+    // Broadcast indices: x[[[0], [1]], [[2, 1]]].shape -> [2, 2, 4]
+    let r = x.index(&[Some(&ix(&[0, 1], &[2, 1])), Some(&ix(&[2, 1], &[1, 2]))]).unwrap();
+    assert_eq!(r.shape(), &[2, 2, 4]);
+    assert_eq!(vals(&r)[..4], [8.0, 9.0, 10.0, 11.0]);
+    // A mask: x[m] with m = [[T, F, T], [F, T, F]] -> shape [3, 4], rows 0, 2, 4 of x.view(6, 4)
+    let m = mk(&[true, false, true, false, true, false], &[2, 3]);
+    let r = x.index(&[Some(&m)]).unwrap();
+    assert_eq!(r.shape(), &[3, 4]);
+    assert_eq!(vals(&r)[4..8], [8.0, 9.0, 10.0, 11.0]);
+    assert_eq!(vals(&r)[8..], [16.0, 17.0, 18.0, 19.0]);
+    // x[:, :, [T, F, F, T]].shape -> [2, 3, 2]
+    let r = x.index(&[None, None, Some(&mk(&[true, false, false, true], &[4]))]).unwrap();
+    assert_eq!(r.shape(), &[2, 3, 2]);
+    assert_eq!(vals(&r)[..4], [0.0, 3.0, 4.0, 7.0]);
+    // An empty index: x[torch.tensor([], dtype=torch.long)].shape -> [0, 3, 4]
+    assert_eq!(x.index(&[Some(&ix(&[], &[0]))]).unwrap().shape(), &[0, 3, 4]);
+    // Without a mask the shape is known without data (tracing with shapes works).
+    let d = ferrofx_core::op::lookup("index").unwrap();
+    let m = (d.meta)(&[
+        x.clone().into(),
+        Value::Tensors(vec![ix(&[1, 0], &[2]), ix(&[3, 1], &[2])]),
+        Value::Ints(vec![0, 2]),
+    ])
+    .unwrap();
+    assert_eq!(m[0].shape.as_slice(), &[2, 3]);
+}
+
+#[test]
+fn index_put_writes_as_pytorch() {
+    // y = torch.zeros(5); y.index_put_((tensor([1, 3, 1]),), tensor([1., 2., 3.])) -> [0, 3, 0, 2, 0]
+    // (last write wins on CPU); accumulate=True -> [0, 4, 0, 2, 0]
+    let i = ix(&[1, 3, 1], &[3]);
+    let v = t32(&[1.0, 2.0, 3.0], &[3]);
+    let y = t32(&[0.0; 5], &[5]);
+    let r = y.index_put_(&[Some(&i)], &v, false).unwrap();
+    assert!(r.same(&y));
+    assert_eq!(vals(&y), vec![0.0, 3.0, 0.0, 2.0, 0.0]);
+    assert_eq!(vals(&t32(&[0.0; 5], &[5]).index_put(&[Some(&i)], &v, true).unwrap()), vec![0.0, 4.0, 0.0, 2.0, 0.0]);
+    // bool accumulates as `or`: b = zeros(3, bool); b.index_put_((tensor([0, 0, 2]),),
+    //   tensor([True, True, False]), accumulate=True) -> [True, False, False]
+    let b = Tensor::from_vec(vec![false; 3], &[3]).unwrap();
+    b.index_put_(&[Some(&ix(&[0, 0, 2], &[3]))], &mk(&[true, true, false], &[3]), true).unwrap();
+    assert_eq!(b.to_vec::<bool>().unwrap(), vec![true, false, false]);
+    // int64: n.index_put_((tensor([2, 2]),), tensor([4, 5]), accumulate=True) -> [0, 0, 9]
+    let n = ix(&[0, 0, 0], &[3]);
+    n.index_put_(&[Some(&ix(&[2, 2], &[2]))], &ix(&[4, 5], &[2]), true).unwrap();
+    assert_eq!(n.to_vec::<i64>().unwrap(), vec![0, 0, 9]);
+    // z = zeros(2, 3); z[:, [2, 0]] = tensor([1., 2.]) -> [[2, 0, 1], [2, 0, 1]] (values broadcast)
+    let z = t32(&[0.0; 6], &[2, 3]);
+    z.index_put_(&[None, Some(&ix(&[2, 0], &[2]))], &t32(&[1.0, 2.0], &[2]), false).unwrap();
+    assert_eq!(vals(&z), vec![2.0, 0.0, 1.0, 2.0, 0.0, 1.0]);
+    // z[m] = tensor([1., 2., 3.]) -> [[1, 0, 2], [0, 3, 0]]
+    let z = t32(&[0.0; 6], &[2, 3]);
+    z.index_put_(&[Some(&mk(&[true, false, true, false, true, false], &[2, 3]))], &t32(&[1.0, 2.0, 3.0], &[3]), false)
+        .unwrap();
+    assert_eq!(vals(&z), vec![1.0, 0.0, 2.0, 0.0, 3.0, 0.0]);
+    // Into a non-contiguous destination (a transposed view): written through.
+    let base = t32(&[0.0; 6], &[2, 3]);
+    base.t().unwrap().index_put_(&[Some(&ix(&[2], &[1])), Some(&ix(&[0], &[1]))], &t32(&[7.0], &[]), false).unwrap();
+    assert_eq!(vals(&base), vec![0.0, 0.0, 7.0, 0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn index_put_autograd_follows_pytorch() {
+    // a = torch.arange(6.).view(2, 3) (a leaf); v = torch.tensor([10., 20.], requires_grad=True)
+    let a = leaf32(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]);
+    let v = leaf32(&[10.0, 20.0], &[2]);
+    let (r, c) = (ix(&[1, 1], &[2]), ix(&[0, 0], &[2]));
+    // w = (a * 1).index_put((tensor([1, 1]), tensor([0, 0])), v): IndexPutBackward0 with
+    // next_functions (MulBackward0, AccumulateGrad); w.sum().backward():
+    //   a.grad -> [[1, 1, 1], [0, 1, 1]], v.grad -> [1., 1.]
+    let w = a.mul(1.0).unwrap().index_put(&[Some(&r), Some(&c)], &v, false).unwrap();
+    assert_eq!(name(&w), "IndexPutBackward0");
+    assert_eq!(next_names(&w)[0], "MulBackward0");
+    assert_eq!(next_names(&w).last().unwrap(), "AccumulateGrad");
+    sum(&w).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![1.0, 1.0, 1.0, 0.0, 1.0, 1.0]);
+    assert_eq!(vals(&v.grad().unwrap()), vec![1.0, 1.0]);
+    // accumulate=True, (w * w).sum().backward(): w -> [[0, 1, 2], [33, 4, 5]],
+    //   a.grad -> [[0, 2, 4], [66, 8, 10]], v.grad -> [66., 66.]
+    a.zero_grad();
+    v.zero_grad();
+    let w = a.mul(1.0).unwrap().index_put(&[Some(&r), Some(&c)], &v, true).unwrap();
+    assert_eq!(vals(&w), vec![0.0, 1.0, 2.0, 33.0, 4.0, 5.0]);
+    sum(&w.mul(&w).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![0.0, 2.0, 4.0, 66.0, 8.0, 10.0]);
+    assert_eq!(vals(&v.grad().unwrap()), vec![66.0, 66.0]);
+    // c = a * 1; c.index_put_(...): version 0 -> 1, grad_fn IndexPutBackward0
+    let c1 = a.mul(1.0).unwrap();
+    let v0 = c1.version();
+    c1.index_put_(&[Some(&ix(&[0], &[1]))], &t32(&[5.0], &[]), false).unwrap();
+    assert_eq!((v0, c1.version()), (0, 1));
+    assert_eq!(name(&c1), "IndexPutBackward0");
+    // Through a view: c[1].index_put_((tensor([2, 0]),), v) -> c.grad_fn CopySlices,
+    //   c -> [[0, 1, 2], [20, 4, 10]]; (c * arange(6).view(2, 3)).sum().backward():
+    //   a.grad -> [[0, 1, 2], [0, 4, 0]], v.grad -> [5., 3.] (fresh grads)
+    a.zero_grad();
+    v.zero_grad();
+    let c2 = a.mul(1.0).unwrap();
+    c2.select(0, 1).unwrap().index_put_(&[Some(&ix(&[2, 0], &[2]))], &v, false).unwrap();
+    assert_eq!(name(&c2), "CopySlices");
+    assert_eq!(vals(&c2), vec![0.0, 1.0, 2.0, 20.0, 4.0, 10.0]);
+    let k = t32(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]);
+    sum(&c2.mul(&k).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![0.0, 1.0, 2.0, 0.0, 4.0, 0.0]);
+    assert_eq!(vals(&v.grad().unwrap()), vec![5.0, 3.0]);
+    // A plain base written through a view with values requiring grad gets history:
+    // p = zeros(2, 3); p[0].index_put_((tensor([1]),), v[:1]) -> CopySlices, requires_grad True
+    let p = t32(&[0.0; 6], &[2, 3]);
+    p.select(0, 0).unwrap().index_put_(&[Some(&ix(&[1], &[1]))], &v.narrow(0, 0, 1).unwrap(), false).unwrap();
+    assert_eq!(name(&p), "CopySlices");
+    assert!(p.requires_grad());
+    // In place on a leaf / a view of a leaf: PyTorch's errors.
+    let e = err_of(a.index_put_(&[Some(&ix(&[0], &[1]))], &t32(&[1.0], &[]), false));
+    assert!(e.contains("a leaf Variable that requires grad is being used in an in-place operation."), "{e}");
+    let e = err_of(a.select(0, 0).unwrap().index_put_(&[Some(&ix(&[0], &[1]))], &t32(&[1.0], &[]), false));
+    assert!(e.contains("a view of a leaf Variable that requires grad is being used in an in-place operation."), "{e}");
+    // e = a.exp(); e.index_put_(...); e.sum().backward() -> "... [torch.FloatTensor [2, 3]],
+    // which is output 0 of Exp, is at version 1; expected version 0 instead."
+    let ex = a.exp().unwrap();
+    ex.index_put_(&[Some(&ix(&[0], &[1]))], &t32(&[1.0], &[]), false).unwrap();
+    let e = err_of(sum(&ex).backward(None, false, false));
+    assert!(
+        e.contains(
+            "[torch.FloatTensor [2, 3]], which is output 0 of Exp, is at version 1; expected version 0 instead."
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn index_autograd_follows_pytorch() {
+    let a = leaf32(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]);
+    // q = a[[[T, F, T], [F, T, T]]] -> IndexBackward0, [0, 2, 4, 5];
+    // (q * [1, 2, 3, 4]).sum().backward(): a.grad -> [[1, 0, 2], [0, 3, 4]]
+    let q = a.index(&[Some(&mk(&[true, false, true, false, true, true], &[2, 3]))]).unwrap();
+    assert_eq!(name(&q), "IndexBackward0");
+    assert_eq!(vals(&q), vec![0.0, 2.0, 4.0, 5.0]);
+    sum(&q.mul(&t32(&[1.0, 2.0, 3.0, 4.0], &[4])).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![1.0, 0.0, 2.0, 0.0, 3.0, 4.0]);
+    // Repeated rows add up: (a[[1, 1, 0]] * arange(9).view(3, 3)).sum().backward():
+    //   a.grad -> [[6, 7, 8], [3, 5, 7]]
+    a.zero_grad();
+    let k = t32(&(0..9).map(|v| v as f32).collect::<Vec<_>>(), &[3, 3]);
+    sum(&a.index(&[Some(&ix(&[1, 1, 0], &[3]))]).unwrap().mul(&k).unwrap()).backward(None, false, false).unwrap();
+    assert_eq!(vals(&a.grad().unwrap()), vec![6.0, 7.0, 8.0, 3.0, 5.0, 7.0]);
+    // The index tensor is saved: idx = tensor([0, 1, 1]); g = a[:, idx]; idx.add_(1);
+    // g.sum().backward() -> "one of the variables needed for gradient computation has been
+    // modified by an inplace operation: [torch.LongTensor [3]] is at version 1; expected
+    // version 0 instead."
+    let idx = ix(&[0, 1, 1], &[3]);
+    let g = a.index(&[None, Some(&idx)]).unwrap();
+    add_(&idx, &ix(&[1], &[])).unwrap();
+    let e = err_of(sum(&g).backward(None, false, false));
+    assert!(
+        e.contains(
+            "modified by an inplace operation: [torch.LongTensor [3]] is at version 1; expected version 0 instead."
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn index_put_errors_name_the_problem_as_pytorch() {
+    // PyTorch 2.15's errors for x = torch.zeros(3, 4).index_put_(indices, values):
+    let x = t32(&[0.0; 12], &[3, 4]);
+    let one = t32(&[1.0], &[]);
+    let f = t32(&[0.5], &[1]);
+    let cases: Vec<(Vec<Option<Tensor>>, Tensor, &str)> = vec![
+        (vec![Some(f.clone())], one.clone(), "tensors used as indices must be long, int, byte or bool tensors"),
+        (vec![Some(ix(&[5], &[1]))], one.clone(), "index 5 is out of bounds for dimension 0 with size 3"),
+        (vec![Some(ix(&[-5], &[1]))], one.clone(), "index -5 is out of bounds for dimension 0 with size 3"),
+        (vec![Some(ix(&[1], &[1])), Some(ix(&[7], &[1]))], one.clone(), "index 7 is out of bounds for dimension 1 with size 4"),
+        (vec![Some(mk(&[true, false], &[1, 2]))], one.clone(), "The shape of the mask [1, 2] at index 0 does not match the shape of the indexed tensor [3, 4] at index 0"),
+        (vec![Some(mk(&[true; 3], &[3])), Some(mk(&[true; 3], &[3]))], one.clone(), "The shape of the mask [3] at index 0 does not match the shape of the indexed tensor [3, 4] at index 1"),
+        (vec![Some(ix(&[0, 1], &[2])), Some(ix(&[0, 1, 2], &[3]))], one.clone(), "shape mismatch: indexing tensors could not be broadcast together with shapes [2], [3]"),
+        (vec![Some(ix(&[0, 1], &[2]))], t32(&[1.0; 3], &[3]), "shape mismatch: value tensor of shape [3] cannot be broadcast to indexing result of shape [2, 4]"),
+        (vec![Some(ix(&[0, 1], &[2]))], t32(&[1.0; 8], &[1, 2, 4]), "shape mismatch: value tensor of shape [1, 2, 4] cannot be broadcast to indexing result of shape [2, 4]"),
+        (vec![Some(ix(&[0, 1], &[2]))], t64(&[1.0; 4], &[4]), "Index put requires the source and destination dtypes match, got Float for the destination and Double for the source."),
+        (vec![Some(ix(&[0], &[1])), Some(ix(&[0], &[1])), Some(ix(&[0], &[1]))], one.clone(), "too many indices for tensor of dimension 2 (got 3)"),
+        (vec![], one.clone(), "at least one index must be provided"),
+        (vec![None], one.clone(), "at least one index must be provided"),
+    ];
+    for (idx, v, want) in &cases {
+        let refs: Vec<Option<&Tensor>> = idx.iter().map(|t| t.as_ref()).collect();
+        let e = err_of(x.index_put(&refs, v, false));
+        assert!(e.starts_with("index_put: ") && e.contains(want), "{e}\nwant: {want}");
+        let e = err_of(x.clone_tensor().unwrap().index_put_(&refs, v, true));
+        assert!(e.starts_with("index_put_: ") && e.contains(want), "{e}\nwant: {want}");
+        if !want.contains("value tensor") && !want.contains("Index put") {
+            let e = err_of(x.index(&refs));
+            assert!(e.starts_with("index: ") && e.contains(want), "{e}\nwant: {want}");
+        }
+    }
+    // int32 and uint8 indices are accepted (uint8 as a mask), as PyTorch.
+    let i32x = Tensor::from_vec(vec![0i32, 1], &[2]).unwrap();
+    assert_eq!(x.index(&[Some(&i32x)]).unwrap().shape(), &[2, 4]);
+    let u8m = Tensor::from_vec(vec![1u8, 0, 1], &[3]).unwrap();
+    assert_eq!(x.index(&[Some(&u8m)]).unwrap().shape(), &[2, 4]);
+    // Bad positions are argument errors; nothing panics on hostile sizes.
+    let d = ferrofx_core::op::lookup("index").unwrap();
+    for pos in [vec![1, 0], vec![-1], vec![0, 1]] {
+        let r = (d.kernel)(&[x.clone().into(), Value::Tensors(vec![ix(&[0], &[1])]), Value::Ints(pos)]);
+        assert!(r.is_err());
+    }
+    let r = (d.kernel)(&[x.clone().into(), Value::Tensors(vec![ix(&[0], &[1])]), Value::Ints(vec![i64::MAX])]);
+    assert!(err_of(r).contains("too many indices"));
+}

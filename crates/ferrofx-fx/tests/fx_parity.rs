@@ -1174,3 +1174,55 @@ fn module_level_replacement_removes_the_modules_it_no_longer_calls() {
     assert!(err(gm.get_submodule("1")).contains("has no attribute `1`"));
     assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
 }
+
+// ----- advanced indexing is a registry op: traced, run, saved -----
+
+/// `y = x.index_put((None, cols), 1.0); return y[rows] * 2` with constant index tensors.
+#[derive(Module)]
+struct SetItem {
+    #[module(skip)]
+    cols: Tensor,
+    #[module(skip)]
+    rows: Tensor,
+}
+
+impl Module for SetItem {
+    fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+        let one = Tensor::from_vec(vec![1.0f32], &[])?;
+        let y = x.index_put(&[None, Some(&self.cols)], &one, false)?;
+        &y.index(&[Some(&self.rows)])? * 2.0
+    }
+}
+
+#[test]
+fn index_put_and_index_trace_run_and_save_as_registry_ops() {
+    // FX on the same module records call_function index_put.default / index.Tensor (aten), here
+    // the registry's index_put / index, with the index tensors as constants; the traced module
+    // gives eager's result: x = arange(6).view(2, 3), cols = [2, 0], rows = [1, 1, 0] ->
+    // [[2, 8, 2], [2, 8, 2], [2, 2, 2]]
+    let m = SetItem {
+        cols: Tensor::from_vec(vec![2i64, 0], &[2]).unwrap(),
+        rows: Tensor::from_vec(vec![1i64, 1, 0], &[3]).unwrap(),
+    };
+    let gm = symbolic_trace(&m).unwrap();
+    let calls: Vec<String> = gm
+        .graph()
+        .iter()
+        .filter(|n| matches!(n.op(), Opcode::CallFunction | Opcode::CallMethod))
+        .map(|n| n.target().name().to_string())
+        .collect();
+    assert!(calls.iter().any(|t| t == "index_put") && calls.iter().any(|t| t == "index"), "{calls:?}");
+    let x = Tensor::from_vec((0..6).map(|v| v as f32).collect::<Vec<_>>(), &[2, 3]).unwrap();
+    let want = vec![2.0f32, 8.0, 2.0, 2.0, 8.0, 2.0, 2.0, 2.0, 2.0];
+    assert_eq!(m.forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    assert_eq!(gm.forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    let back = ferrofx_fx::GraphModule::from_bytes(&gm.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
+    // An index out of range is the op's error at run time, naming dim and size.
+    let bad = SetItem {
+        cols: Tensor::from_vec(vec![3i64], &[1]).unwrap(),
+        rows: Tensor::from_vec(vec![0i64], &[1]).unwrap(),
+    };
+    let e = symbolic_trace(&bad).unwrap().forward(&x).unwrap_err().to_string();
+    assert!(e.contains("index 3 is out of bounds for dimension 1 with size 3"), "{e}");
+}

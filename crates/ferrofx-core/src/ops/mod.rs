@@ -12,6 +12,7 @@ pub mod embedding;
 pub mod fused;
 pub mod index;
 pub mod index_copy;
+pub mod index_put;
 pub mod inplace;
 pub mod join;
 pub mod kernel;
@@ -62,6 +63,7 @@ pub(crate) fn builtin_ops() -> impl Iterator<Item = &'static &'static OpDef> {
         clamp_bound::OPS,
         index_copy::OPS,
         quantized::OPS,
+        index_put::OPS,
         crate::autograd::formulas::OPS,
     ]
     .into_iter()

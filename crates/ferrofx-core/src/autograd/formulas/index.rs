@@ -160,6 +160,57 @@ pub fn index_copy_backward(ctx: &BackwardCtx<'_>) -> Grads {
     Ok(vec![gi, None, None, gs])
 }
 
+/// `index_put(input, indices, values, accumulate, positions)` (and `index_put_`), PyTorch's
+/// formula: `input` gets `accumulate ? grad : grad.index_put(indices, 0)`, `values` gets
+/// `grad.index(indices)` summed back to its shape (it was broadcast); the index tensors none.
+pub fn index_put_backward(ctx: &BackwardCtx<'_>) -> Grads {
+    let op = ctx.op().name;
+    let indices = ctx.input_list(1)?;
+    let accumulate = bool_(op, ctx.args(), 3)?;
+    let positions = ctx.arg(4).clone();
+    let g = g0(ctx)?;
+    let list = Value::Tensors(indices.to_vec());
+    let gi = if ctx.needs_grad(0) {
+        Some(if accumulate {
+            g.clone()
+        } else {
+            let z = zeros(&[], g.dtype())?;
+            one(
+                &crate::ops::index_put::INDEX_PUT,
+                &[g.into(), list.clone(), z.into(), Value::Bool(false), positions.clone()],
+            )?
+        })
+    } else {
+        None
+    };
+    let gv = if ctx.needs_grad(2) {
+        let vm = ctx.input_meta(2)?;
+        let s = one(&crate::ops::index_put::INDEX, &[g.into(), list, positions])?;
+        Some(if s.shape() != &vm.shape[..] { s.sum_to_size(&shape_i64(&vm.shape))? } else { s })
+    } else {
+        None
+    };
+    let mut out = Vec::with_capacity(indices.len() + 2);
+    out.push(gi);
+    out.extend(std::iter::repeat_n(None, indices.len()));
+    out.push(gv);
+    Ok(out)
+}
+
+/// `index(input, indices, positions)`: PyTorch's `index_backward`, the gradient put with
+/// `accumulate` into zeros of the input's shape (repeated positions sum).
+pub fn index_backward(ctx: &BackwardCtx<'_>) -> Grads {
+    let m = ctx.input_meta(0)?;
+    let indices = ctx.input_list(1)?;
+    let g = g0(ctx)?;
+    let z = zeros(&m.shape, g.dtype())?;
+    let gi = one(
+        &crate::ops::index_put::INDEX_PUT,
+        &[z.into(), Value::Tensors(indices.to_vec()), g.into(), Value::Bool(true), ctx.arg(2).clone()],
+    )?;
+    Ok(vec![Some(gi)])
+}
+
 /// `index_select(input, dim, index)`: `index_select_backward`.
 pub fn index_select_backward_formula(ctx: &BackwardCtx<'_>) -> Grads {
     let m = ctx.input_meta(0)?;
