@@ -21,6 +21,7 @@ use crate::ddp::{shard_rows, DistributedDataParallel, Reduction};
 use crate::dropout::convert_distributed_dropout;
 use crate::process_group::ProcessGroup;
 use crate::sync_batchnorm::convert_sync_batchnorm;
+use ferrofx_core::memory::tracking::{category_scope, Category, MemoryTracker};
 use ferrofx_core::ops::random::{with_generator, Generator};
 use ferrofx_core::{Error, Result, Tensor};
 use ferrofx_nn::datasets::{Batches, Digits};
@@ -52,6 +53,8 @@ fn err(rank: usize, msg: impl std::fmt::Display) -> Error {
 /// ```
 pub fn train_digits_data_parallel(cfg: &TrainConfig, pg: Arc<ProcessGroup>) -> Result<TrainReport> {
     let start = Instant::now();
+    // this rank's tensor memory, by category (as the single-process loop reports it)
+    let tracker = MemoryTracker::start();
     let (rank, world) = (pg.rank(), pg.world_size());
     let (train, test) = Digits::load()?.split(cfg.test_fraction, cfg.seed)?;
     let bs = cfg.batch_size.max(1);
@@ -98,12 +101,18 @@ pub fn train_digits_data_parallel(cfg: &TrainConfig, pg: Arc<ProcessGroup>) -> R
                 let (a, b) = shard_rows(rows, rank, world);
                 let xs = x.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
                 let ys = y.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
-                let logits = ddp.forward(&xs)?;
-                // this rank's share of the global batch's mean loss
-                let loss = cross_entropy(&logits, &ys, &sum_opts)?.div(rows as f64)?;
+                let loss = {
+                    let _mem = category_scope(Category::Activation);
+                    let logits = ddp.forward(&xs)?;
+                    // this rank's share of the global batch's mean loss
+                    cross_entropy(&logits, &ys, &sum_opts)?.div(rows as f64)?
+                };
                 opt.zero_grad();
                 ddp.backward(&loss)?;
-                opt.step()?;
+                {
+                    let _mem = category_scope(Category::OptimizerState);
+                    opt.step()?;
+                }
                 step += 1;
                 if step < total {
                     sched.step(&mut opt)?;
@@ -132,7 +141,7 @@ pub fn train_digits_data_parallel(cfg: &TrainConfig, pg: Arc<ProcessGroup>) -> R
     drop(ddp);
     model.eval();
     let test_accuracy = epochs.last().map(|e| e.test_accuracy).unwrap_or(0.0);
-    Ok(TrainReport { model, epochs, test_accuracy, elapsed: start.elapsed() })
+    Ok(TrainReport { model, epochs, test_accuracy, elapsed: start.elapsed(), memory: tracker.stats() })
 }
 
 /// This rank's stage state (parameters, then buffers, as float32), in a fixed order.
@@ -155,6 +164,8 @@ pub fn train_digits_pipeline(
     schedule: crate::Schedule,
 ) -> Result<Option<TrainReport>> {
     let start = Instant::now();
+    // this rank's tensor memory, by category (as the single-process loop reports it)
+    let tracker = MemoryTracker::start();
     let (rank, world) = (pg.rank(), pg.world_size());
     let (train, test) = Digits::load()?.split(cfg.test_fraction, cfg.seed)?;
     let bs = cfg.batch_size.max(1);
@@ -198,8 +209,15 @@ pub fn train_digits_pipeline(
                     cross_entropy(out, &ym, &CeOpts::default())
                 };
                 stage.module()?.zero_grad();
-                let loss = stage.step(pg, &[x], micro, schedule, &loss_fn)?;
-                opt.step()?;
+                let loss = {
+                    // forward activations (the engine counts the backward's own tensors as gradients)
+                    let _mem = category_scope(Category::Activation);
+                    stage.step(pg, &[x], micro, schedule, &loss_fn)?
+                };
+                {
+                    let _mem = category_scope(Category::OptimizerState);
+                    opt.step()?;
+                }
                 step += 1;
                 if step < total {
                     sched.step(&mut opt)?;
@@ -254,5 +272,5 @@ pub fn train_digits_pipeline(
         last.test_loss = test_loss;
         last.test_accuracy = acc;
     }
-    Ok(Some(TrainReport { model, epochs, test_accuracy: acc, elapsed: start.elapsed() }))
+    Ok(Some(TrainReport { model, epochs, test_accuracy: acc, elapsed: start.elapsed(), memory: tracker.stats() }))
 }
