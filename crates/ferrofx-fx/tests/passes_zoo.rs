@@ -9,7 +9,7 @@ use ferrofx_fx::passes::manager::PassManager;
 use ferrofx_fx::passes::{constant_fold::fold_constants, eliminate_common_subexpressions, fuse, simplify};
 use ferrofx_fx::{symbolic_trace, trace_with_inputs, GraphModule, Target};
 use ferrofx_nn::functional as F;
-use ferrofx_nn::zoo::{DigitsCnn, Mlp, MobileNetV2, ResNet, TransformerClassifier};
+use ferrofx_nn::zoo::DigitsCnn;
 use ferrofx_nn::Module;
 
 static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
