@@ -8,6 +8,7 @@ use ferrofx_core::ops::quantized::{
     quantized_adaptive_avg_pool2d, quantized_add, quantized_conv2d, quantized_linear, with_reference_kernels,
     QuantizedConv2dArgs,
 };
+use ferrofx_core::ops::quantized::{int8_kernels_available, with_int8_kernel};
 use ferrofx_core::{DType, Tensor};
 use ferrofx_quant::{
     MinMaxObserver, MovingAverageMinMaxObserver, Observer, ObserverConfig, PerChannelMinMaxObserver, QScheme,
@@ -340,6 +341,11 @@ fn int8_ops_match_pytorch_fbgemm() {
         // and the reference kernels give the same bytes
         let (reference, _) = with_reference_kernels(|| run_golden_op(case));
         assert_eq!(reference, got, "{op}: reference and {} kernels differ", int8_kernel());
+        // as does every other kernel this CPU has (the AVX2 path on an AVX-512 machine)
+        for name in int8_kernels_available() {
+            let (other, _) = with_int8_kernel(name, || run_golden_op(case)).unwrap();
+            assert_eq!(other, got, "{op}: {name} and {} kernels differ", int8_kernel());
+        }
     }
     assert_eq!(n, 13);
 }
@@ -625,4 +631,152 @@ fn int8_graphs_trace_print_and_round_trip_through_fxm_bytes() {
     let mut seen = Vec::new();
     loaded.visit_tensors(&mut |name, _, t| seen.push((name.to_string(), t.dtype(), t.shape().to_vec())));
     assert!(seen.contains(&("w".to_string(), DType::I8, vec![n, k])), "{seen:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// every int8 kernel the CPU has (AVX-512 VNNI, AVX2) == the reference, bit for bit
+
+#[test]
+fn every_kernel_path_is_listed_and_can_be_forced() {
+    let names = int8_kernels_available();
+    assert_eq!(names.first().copied(), Some(int8_kernel()), "the default is the fastest available");
+    assert_eq!(names.last().copied(), Some("reference"));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        assert!(names.contains(&"avx2"), "{names:?}");
+    }
+    for n in &names {
+        assert_eq!(with_int8_kernel(n, int8_kernel).unwrap(), *n);
+    }
+    let err = with_int8_kernel("amx", int8_kernel).unwrap_err().to_string();
+    assert!(err.contains("\"amx\"") && err.contains("reference"), "{err}");
+}
+
+/// A random convolution on every kernel: the bytes of each, the reference's first.
+#[allow(clippy::too_many_arguments)]
+fn conv_on_every_kernel(
+    seed: u64,
+    x_shape: [usize; 4],
+    w_shape: [usize; 4],
+    conv: &QuantizedConv2dArgs,
+    zp: i64,
+    out_zp: i64,
+    per_tensor: bool,
+    bias: bool,
+) -> Vec<(&'static str, Result<Vec<u8>, String>)> {
+    let oc = w_shape[0];
+    let x = Tensor::from_vec(lcg_bytes(seed, x_shape.iter().product()), &x_shape).unwrap();
+    let wv: Vec<i8> = lcg_bytes(seed ^ 7, w_shape.iter().product()).into_iter().map(|b| b as i8).collect();
+    let w = Tensor::from_vec(wv, &w_shape).unwrap();
+    let ws: Vec<f32> = (0..if per_tensor { 1 } else { oc }).map(|j| 0.0005 + (j % 7) as f32 * 0.0002).collect();
+    let b: Vec<f32> = (0..oc).map(|j| (j as f32 * 0.37).sin() * 3.0).collect();
+    let ws = f32t(&ws);
+    let b = f32t(&b);
+    let run = || {
+        quantized_conv2d(&x, 0.03, zp, &w, &ws, bias.then_some(&b), 0.07, out_zp, conv)
+            .map(|y| y.to_vec::<u8>().unwrap())
+            .map_err(|e| e.to_string())
+    };
+    let mut names = int8_kernels_available();
+    names.rotate_right(1); // the reference first
+    names.into_iter().map(|n| (n, with_int8_kernel(n, run).unwrap())).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn conv_every_kernel_equals_reference(batch in 1usize..3, cg in 1usize..10, groups in 1usize..4, ocg in 1usize..20,
+                                          h in 1usize..20, w in 1usize..20, kh in 1usize..5, kw in 1usize..5,
+                                          sh in 1usize..4, sw in 1usize..4, ph in 0usize..3, pw in 0usize..3,
+                                          dh in 1usize..3, dw in 1usize..3, relu in any::<bool>(), zp in 0i64..256,
+                                          out_zp in 0i64..256, per_tensor in any::<bool>(), bias in any::<bool>(),
+                                          seed in any::<u64>()) {
+        let conv = QuantizedConv2dArgs {
+            stride: [sh as i64, sw as i64],
+            padding: [ph as i64, pw as i64],
+            dilation: [dh as i64, dw as i64],
+            groups: groups as i64,
+            relu,
+        };
+        let runs = conv_on_every_kernel(seed, [batch, cg * groups, h, w], [ocg * groups, cg, kh, kw], &conv, zp, out_zp,
+                                        per_tensor, bias);
+        let (_, reference) = &runs[0];
+        for (name, got) in &runs[1..] {
+            prop_assert_eq!(got, reference, "{} vs reference", name);
+        }
+    }
+
+    #[test]
+    fn linear_every_kernel_equals_reference(m in 1usize..20, k in 0usize..100, n in 1usize..20, zp in 0i64..256,
+                                            relu in any::<bool>(), seed in any::<u64>()) {
+        let x = Tensor::from_vec(lcg_bytes(seed, m * k), &[m, k]).unwrap();
+        let wv: Vec<i8> = lcg_bytes(seed ^ 1, n * k).into_iter().map(|b| b as i8).collect();
+        let w = Tensor::from_vec(wv, &[n, k]).unwrap();
+        let ws: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0003).collect();
+        let run = || quantized_linear(&x, 0.02, zp, &w, &f32t(&ws), None, 0.05, 128, relu).unwrap().to_vec::<u8>().unwrap();
+        let reference = with_reference_kernels(run);
+        for name in int8_kernels_available() {
+            prop_assert_eq!(with_int8_kernel(name, run).unwrap(), reference.clone(), "{}", name);
+        }
+    }
+}
+
+#[test]
+fn resnet_shaped_convs_on_every_kernel_equal_the_reference() {
+    // the register tiles' full sizes and tails (channels past 8, pixels past 48), multi-row
+    // pixel vectors (7-wide rows), stride-2 phases, 1x1 and 7x7 kernels, batch 1 split over
+    // channel blocks and batch 3 over images
+    let cases: &[([usize; 4], [usize; 4], [i64; 2], [i64; 2])] = &[
+        ([1, 3, 40, 38], [16, 3, 7, 7], [2, 2], [3, 3]),
+        ([1, 64, 14, 14], [72, 64, 3, 3], [1, 1], [1, 1]),
+        ([3, 32, 7, 7], [40, 32, 3, 3], [1, 1], [1, 1]),
+        ([1, 48, 15, 15], [27, 48, 3, 3], [2, 2], [1, 1]),
+        ([2, 40, 14, 14], [64, 40, 1, 1], [2, 2], [0, 0]),
+        ([1, 36, 9, 10], [130, 36, 1, 1], [1, 1], [0, 0]),
+    ];
+    for (i, &(xs, wsh, stride, padding)) in cases.iter().enumerate() {
+        let conv = QuantizedConv2dArgs { stride, padding, relu: i % 2 == 0, ..Default::default() };
+        let runs = conv_on_every_kernel(i as u64, xs, wsh, &conv, 60, 70, false, true);
+        for (name, got) in &runs[1..] {
+            assert_eq!(got, &runs[0].1, "{name}: x {xs:?} w {wsh:?}");
+        }
+    }
+}
+
+#[test]
+fn saturating_and_non_finite_requantisation_is_the_same_on_every_kernel() {
+    // huge and NaN biases, a tiny output scale: every output clamps (or NaN → the zero point),
+    // exactly as the scalar reference's cast does
+    let x = Tensor::from_vec(lcg_bytes(9, 2 * 5 * 6 * 6), &[2, 5, 6, 6]).unwrap();
+    let w = Tensor::from_vec(lcg_bytes(10, 6 * 5 * 9).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[6, 5, 3, 3])
+        .unwrap();
+    let ws = f32t(&[1e-3, 2e-3, 1e-3, 1e-3, 1e-3, 5e-4]);
+    let b = f32t(&[3e38, -3e38, f32::NAN, 0.0, 1e9, -1e9]);
+    for out_scale in [1e-30, 0.05] {
+        let conv = QuantizedConv2dArgs { padding: [1, 1], ..Default::default() };
+        let run = || quantized_conv2d(&x, 0.5, 3, &w, &ws, Some(&b), out_scale, 17, &conv).unwrap().to_vec::<u8>().unwrap();
+        let reference = with_reference_kernels(run);
+        for name in int8_kernels_available() {
+            assert_eq!(with_int8_kernel(name, run).unwrap(), reference, "{name}, output scale {out_scale}");
+        }
+    }
+}
+
+#[test]
+fn packed_weights_are_cached_per_weight_and_follow_a_strided_view() {
+    // the same weight in two convolutions of different inputs, then a non-contiguous view of it
+    let w = Tensor::from_vec(lcg_bytes(12, 8 * 4 * 3 * 3).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[8, 4, 3, 3])
+        .unwrap();
+    let ws = f32t(&[0.002]);
+    let conv = QuantizedConv2dArgs::default();
+    for (seed, hw) in [(1u64, 5usize), (2, 9), (1, 5)] {
+        let x = Tensor::from_vec(lcg_bytes(seed, 4 * hw * hw), &[1, 4, hw, hw]).unwrap();
+        let run = || quantized_conv2d(&x, 0.1, 5, &w, &ws, None, 0.2, 9, &conv).unwrap().to_vec::<u8>().unwrap();
+        assert_eq!(run(), with_reference_kernels(run));
+    }
+    let wt = w.transpose(2, 3).unwrap(); // a strided view: packed for the call, not cached
+    let x = Tensor::from_vec(lcg_bytes(3, 4 * 6 * 6), &[1, 4, 6, 6]).unwrap();
+    let run = || quantized_conv2d(&x, 0.1, 5, &wt, &ws, None, 0.2, 9, &conv).unwrap().to_vec::<u8>().unwrap();
+    assert_eq!(run(), with_reference_kernels(run));
 }

@@ -7,6 +7,7 @@
 //! [`super::gemm`] against the weight rows, writing the channel-major output directly. Images
 //! run in parallel; a single image splits its output channels over threads.
 
+use super::conv2d_packed::{self, PackedWeight};
 use super::gemm::{gemm_requant, row_sums, Operands, Path, RequantParams};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
 use crate::dtype::DType;
@@ -19,42 +20,43 @@ use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
 use smallvec::smallvec;
+use std::sync::Arc;
 
 const OP: &str = "quantized_conv2d";
 
 /// The checked geometry of one call.
 #[derive(Debug, Clone, Copy)]
-struct Geom {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    oc: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    stride: [usize; 2],
-    pad: [usize; 2],
-    dil: [usize; 2],
-    groups: usize,
+pub(super) struct Geom {
+    pub(super) n: usize,
+    pub(super) c: usize,
+    pub(super) h: usize,
+    pub(super) w: usize,
+    pub(super) oc: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) oh: usize,
+    pub(super) ow: usize,
+    pub(super) stride: [usize; 2],
+    pub(super) pad: [usize; 2],
+    pub(super) dil: [usize; 2],
+    pub(super) groups: usize,
 }
 
 impl Geom {
     /// Channels per group (input).
-    fn cg(&self) -> usize {
+    pub(super) fn cg(&self) -> usize {
         self.c / self.groups
     }
     /// Output channels per group.
-    fn ocg(&self) -> usize {
+    pub(super) fn ocg(&self) -> usize {
         self.oc / self.groups
     }
     /// The GEMM's reduction length (one weight row).
-    fn kg(&self) -> usize {
+    pub(super) fn kg(&self) -> usize {
         self.cg() * self.kh * self.kw
     }
     /// Output positions per image.
-    fn p(&self) -> usize {
+    pub(super) fn p(&self) -> usize {
         self.oh * self.ow
     }
 }
@@ -220,6 +222,14 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let relu = bool_(OP, args, 12)?;
     let shape = [g.n, g.oc, g.oh, g.ow];
     let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
+    if path != Path::Reference && g.cg() > 0 && !out.is_empty() {
+        // the fast path: packed weights (cached on the weight's storage) and a direct
+        // convolution on the packed input
+        let pw = packed_weight(w, &g)?;
+        let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
+        x.with_contiguous::<u8, _>(OP, |xv| conv2d_packed::conv(path, &g, xv, &pw, &rq, a_zp as u8, &mut out))??;
+        return Ok(smallvec![Tensor::from_vec(out, &shape)?]);
+    }
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     w.with_contiguous::<i8, _>(OP, |wv| -> Result<()> {
         let kg = g.kg();
@@ -251,6 +261,26 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
         })?
     })??;
     Ok(smallvec![Tensor::from_vec(out, &shape)?])
+}
+
+/// The weights packed for the fast kernels: cached on the weight tensor's storage (packed once
+/// per weight, re-packed after any write to it), or packed for this call when the weight is a
+/// non-contiguous view.
+fn packed_weight(w: &Tensor, g: &Geom) -> Result<Arc<PackedWeight>> {
+    const KEY: usize = 0x18c8; // quantized_conv2d packed int8 weights
+    let len = g.oc * g.kg();
+    if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
+        if lay.is_contiguous() {
+            let off = lay.offset();
+            let cached = st.derived(&[KEY, off, g.oc, g.cg(), g.kh, g.kw], |buf| {
+                buf.as_slice::<i8>().and_then(|v| v.get(off..off + len)).map(|ws| Arc::new(PackedWeight::new(ws, g)))
+            });
+            if let Some(p) = cached.as_ref() {
+                return Ok(Arc::clone(p));
+            }
+        }
+    }
+    w.with_contiguous::<i8, _>(OP, |wv| Arc::new(PackedWeight::new(wv, g)))
 }
 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {

@@ -18,7 +18,7 @@
 use std::cell::Cell;
 
 thread_local! {
-    static FORCE_REFERENCE: Cell<bool> = const { Cell::new(false) };
+    static FORCED: Cell<Option<Path>> = const { Cell::new(None) };
 }
 
 /// Runs `f` with the int8 ops of this thread on the portable reference kernels (the fast path
@@ -29,23 +29,55 @@ thread_local! {
 /// assert_eq!(with_reference_kernels(int8_kernel), "reference");
 /// ```
 pub fn with_reference_kernels<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
+    with_path(Path::Reference, f)
+}
+
+fn with_path<R>(path: Path, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<Path>);
     impl Drop for Reset {
         fn drop(&mut self) {
-            FORCE_REFERENCE.with(|c| c.set(self.0));
+            FORCED.with(|c| c.set(self.0));
         }
     }
-    let _reset = Reset(FORCE_REFERENCE.with(|c| c.replace(true)));
+    let _reset = Reset(FORCED.with(|c| c.replace(Some(path))));
     f()
 }
 
-/// The int8 GEMM implementation this thread's ops use: `"avx512-vnni"` or `"reference"`.
-pub fn int8_kernel() -> &'static str {
-    match Path::select() {
-        Path::Reference => "reference",
-        #[cfg(target_arch = "x86_64")]
-        Path::Vnni => "avx512-vnni",
+/// Runs `f` with the int8 ops of this thread on the named kernels (one of
+/// [`int8_kernels_available`]), for example to test the AVX2 path on a CPU that also has
+/// AVX-512 VNNI. A name the CPU cannot run is an error that lists the ones it can.
+///
+/// ```
+/// use ferrofx_core::ops::quantized::{int8_kernel, int8_kernels_available, with_int8_kernel};
+/// for name in int8_kernels_available() {
+///     assert_eq!(with_int8_kernel(name, int8_kernel).unwrap(), name);
+/// }
+/// assert!(with_int8_kernel("amx", int8_kernel).is_err());
+/// ```
+pub fn with_int8_kernel<R>(name: &str, f: impl FnOnce() -> R) -> crate::error::Result<R> {
+    match Path::available().into_iter().find(|p| p.name() == name) {
+        Some(p) => Ok(with_path(p, f)),
+        None => Err(crate::error::Error::argument(
+            "with_int8_kernel",
+            format!("no int8 kernel named {name:?} runs on this CPU; available: {:?}", int8_kernels_available()),
+        )),
     }
+}
+
+/// The int8 kernels this CPU can run, fastest first (`"avx512-vnni"`, `"avx2"`, and always
+/// `"reference"`).
+///
+/// ```
+/// use ferrofx_core::ops::quantized::int8_kernels_available;
+/// assert_eq!(int8_kernels_available().last(), Some(&"reference"));
+/// ```
+pub fn int8_kernels_available() -> Vec<&'static str> {
+    Path::available().into_iter().map(Path::name).collect()
+}
+
+/// The int8 implementation this thread's ops use: `"avx512-vnni"`, `"avx2"` or `"reference"`.
+pub fn int8_kernel() -> &'static str {
+    Path::select().name()
 }
 
 /// Which implementation runs (decided on the calling thread, before work is split).
@@ -53,24 +85,48 @@ pub fn int8_kernel() -> &'static str {
 pub(crate) enum Path {
     Reference,
     #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
     Vnni,
 }
 
 impl Path {
-    pub(crate) fn select() -> Path {
-        if FORCE_REFERENCE.with(|c| c.get()) {
-            return Path::Reference;
+    fn name(self) -> &'static str {
+        match self {
+            Path::Reference => "reference",
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Path::Vnni => "avx512-vnni",
         }
+    }
+
+    /// The paths this CPU runs, fastest first.
+    fn available() -> Vec<Path> {
+        let mut v = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512vnni")
                 && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
                 && std::arch::is_x86_feature_detected!("avx512f")
             {
-                return Path::Vnni;
+                v.push(Path::Vnni);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                v.push(Path::Avx2);
             }
         }
-        Path::Reference
+        v.push(Path::Reference);
+        v
+    }
+
+    pub(crate) fn select() -> Path {
+        if let Some(p) = FORCED.with(|c| c.get()) {
+            return p;
+        }
+        static BEST: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| Path::available()[0])
     }
 }
 
@@ -106,12 +162,15 @@ pub(crate) struct Requant<'a> {
 
 impl Requant<'_> {
     /// fbgemm's `requantize_` for float bias: `lrintf((acc - a_zp * colsum + bias') * mult) +
-    /// out_zp`, clamped.
+    /// out_zp`, clamped. Values past the i64 range (and infinities) saturate to the clamp
+    /// bounds and NaN gives the zero point (fbgemm's `lrintf` returns `INT_MIN` for anything
+    /// past the i32 range, so it clamps such huge positive values to 0; only a degenerate
+    /// output scale or bias gets there).
     #[inline(always)]
     pub(crate) fn apply(&self, acc: i32, j: usize) -> u8 {
         let raw = acc.wrapping_sub(self.a_zp.wrapping_mul(self.b_sums[j]));
         let v = (raw as f32 + self.bias_term[j]) * self.multiplier[j];
-        let q = v.round_ties_even() as i64 + self.out_zp as i64;
+        let q = (v.round_ties_even() as i64).saturating_add(self.out_zp as i64);
         q.clamp(self.lo as i64, self.hi as i64) as u8
     }
 }
@@ -180,9 +239,12 @@ pub(crate) fn gemm_requant(path: Path, p: &Operands<'_>, r: &Requant<'_>, out: &
     match path {
         Path::Reference => reference(p, r, out, ldm, ldn),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Path::Vnni` is only selected when the CPU has AVX-512 F/BW/VNNI; the bounds
-        // the kernel reads and writes were checked just above.
+        // SAFETY: `Path::Vnni` is only selected when the CPU has AVX-512 F/BW/VL/VNNI; the
+        // bounds the kernel reads and writes were checked just above.
         Path::Vnni => unsafe { vnni::gemm(p, r, out, ldm, ldn) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Avx2` is only selected when the CPU has AVX2; bounds checked above.
+        Path::Avx2 => unsafe { avx2::gemm(p, r, out, ldm, ldn) },
     }
 }
 
@@ -253,6 +315,92 @@ mod vnni {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn gemm(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+        let o = out.as_mut_ptr();
+        let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);
+        let mut i = 0;
+        while i < m4 {
+            let mut j = 0;
+            while j < n4 {
+                block::<4, 4>(p, r, o, ldm, ldn, i, j);
+                j += 4;
+            }
+            while j < p.n {
+                block::<4, 1>(p, r, o, ldm, ldn, i, j);
+                j += 1;
+            }
+            i += 4;
+        }
+        while i < p.m {
+            let mut j = 0;
+            while j < n4 {
+                block::<1, 4>(p, r, o, ldm, ldn, i, j);
+                j += 4;
+            }
+            while j < p.n {
+                block::<1, 1>(p, r, o, ldm, ldn, i, j);
+                j += 1;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// AVX2 without VNNI: u8 and s8 are widened to i16 (`vpmovzxbw`/`vpmovsxbw`) and multiplied
+/// pairwise into i32 with `vpmaddwd`, which is exact for every input (a pair sum is at most
+/// 2 * 255 * 128 in magnitude). `vpmaddubsw` would be twice as dense but saturates its i16 pair
+/// sums unless activations are kept to 7 bits, so it is not used.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Operands, Requant};
+    use std::arch::x86_64::*;
+
+    /// An `MR x NR` block of outputs at rows `i0..`, columns `j0..`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn block<const MR: usize, const NR: usize>(
+        p: &Operands<'_>,
+        r: &Requant<'_>,
+        out: *mut u8,
+        ldm: usize,
+        ldn: usize,
+        i0: usize,
+        j0: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_si256(); NR]; MR];
+        let k16 = p.k / 16 * 16;
+        let mut k0 = 0;
+        while k0 < k16 {
+            let mut av = [_mm256_setzero_si256(); MR];
+            for (x, v) in av.iter_mut().enumerate() {
+                *v = _mm256_cvtepu8_epi16(_mm_loadu_si128(p.a.as_ptr().add((i0 + x) * p.lda + k0) as *const __m128i));
+            }
+            let mut bv = [_mm256_setzero_si256(); NR];
+            for (y, v) in bv.iter_mut().enumerate() {
+                *v = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.b.as_ptr().add((j0 + y) * p.ldb + k0) as *const __m128i));
+            }
+            for (row, a) in acc.iter_mut().zip(av.iter()) {
+                for (c, b) in row.iter_mut().zip(bv.iter()) {
+                    *c = _mm256_add_epi32(*c, _mm256_madd_epi16(*a, *b));
+                }
+            }
+            k0 += 16;
+        }
+        for (x, row) in acc.iter().enumerate() {
+            for (y, c) in row.iter().enumerate() {
+                let mut lanes = [0i32; 8];
+                _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, *c);
+                let mut s = lanes.iter().fold(0i32, |s, &v| s.wrapping_add(v));
+                let (a, b) = (&p.a[(i0 + x) * p.lda..], &p.b[(j0 + y) * p.ldb..]);
+                for kk in k16..p.k {
+                    s = s.wrapping_add(a[kk] as i32 * b[kk] as i32);
+                }
+                *out.add((i0 + x) * ldm + (j0 + y) * ldn) = r.apply(s, j0 + y);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
     pub(super) unsafe fn gemm(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
         let o = out.as_mut_ptr();
         let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);

@@ -25,6 +25,7 @@
 mod adaptive_avg_pool2d;
 mod add;
 mod conv2d;
+mod conv2d_packed;
 mod gemm;
 mod linear;
 mod quantize;
@@ -32,7 +33,7 @@ mod quantize;
 pub use adaptive_avg_pool2d::{quantized_adaptive_avg_pool2d, QUANTIZED_ADAPTIVE_AVG_POOL2D};
 pub use add::{quantized_add, QUANTIZED_ADD};
 pub use conv2d::{quantized_conv2d, QuantizedConv2dArgs, QUANTIZED_CONV2D};
-pub use gemm::{int8_kernel, with_reference_kernels};
+pub use gemm::{int8_kernel, int8_kernels_available, with_int8_kernel, with_reference_kernels};
 pub use linear::{quantized_linear, QUANTIZED_LINEAR};
 pub use quantize::{
     dequantize, dequantize_per_channel, quantize_per_channel, quantize_per_tensor, DEQUANTIZE, DEQUANTIZE_PER_CHANNEL,

@@ -1,0 +1,597 @@
+//! The fast path of `quantized_conv2d`: a direct convolution on a packed input, with
+//! pre-packed weights and register-blocked AVX-512 VNNI / AVX2 micro-kernels. No im2col.
+//!
+//! **Input packing** (per image, O(input) work): the zero-point-padded input is split into its
+//! `stride_h x stride_w` phases (phase `(a, b)` holds padded rows `a, a + sh, ...` and columns
+//! `b, b + sw, ...`) and each phase is stored as `[groups * ceil(C_g / 4)][lp][4]`: four
+//! channels interleaved per pixel (channels past `C_g` hold the zero point; their weights are
+//! 0), planes `lp` pixels long (`hs * wq` plus a slack row). In a phase every kernel tap
+//! `(ki, kj)` of every stride and dilation is a plain shift of the flat pixel index
+//! (`(ki * dh / sh) * wq + kj * dw / sw` in phase `(ki * dh % sh, kj * dw % sw)`), so the output
+//! pixels `q = oh * wq + ow` of a tile read one contiguous run of 4-byte pixels per tap and
+//! channel quad: the GEMM operand is read in place. Columns `ow >= OW` of the flat index
+//! (the padding, at most `(wq - OW) / wq` of the work) are computed and not stored.
+//!
+//! **Weights** are packed once per weight tensor as `[OC][quads * kH * kW]` words of four int8
+//! channels (zero-padded), with their row sums, and cached on the weight's storage
+//! ([`crate::storage::Storage::derived`]: any write to the weights invalidates it).
+//!
+//! **Micro-kernels**: an output tile is `MR` output channels x `NV` vectors of pixels. Per
+//! (quad, tap) the kernel loads `NV` pixel vectors and broadcasts one weight word per channel;
+//! AVX-512 VNNI: `vpdpbusd` of 16 pixels x 4 channels (8 x 3 tile: 24 accumulators, 48
+//! pixels); AVX2: the u8 and s8 bytes widened to i16 in registers and `vpmaddwd` (exact), 8
+//! pixels per vector, 4 x 2 tile. The requantisation is vectorised over the pixels of a
+//! channel (same f32 operations in the same order as [`super::gemm::Requant::apply`], NaN and
+//! out-of-range values handled as the scalar cast does), so the result is bit-identical to the
+//! reference (im2col + scalar GEMM), whose i32 sums hold the same terms.
+//!
+//! **Threads**: work items are (image, block of output channels); with one image the channels
+//! are split in `>= 4 x threads` blocks so both cores work at batch 1.
+
+use super::conv2d::Geom;
+use super::gemm::{Path, RequantParams};
+use crate::error::{Error, Result};
+use rayon::prelude::*;
+
+const OP: &str = "quantized_conv2d";
+
+/// Weights packed for the micro-kernels, with their row sums.
+pub(super) struct PackedWeight {
+    /// Words per output channel: `ceil(C_g / 4) * kH * kW`.
+    kq: usize,
+    /// `[OC][kq]` little-endian words of four int8 weights (channels `4q..4q+4`, 0 past `C_g`),
+    /// word `t = (quad * kH + ki) * kW + kj`.
+    w: Vec<i32>,
+    /// `sum` of each output channel's int8 weights.
+    pub(super) sums: Vec<i32>,
+}
+
+impl PackedWeight {
+    /// Packs `w` (`[OC][C_g][kH][kW]`, contiguous).
+    pub(super) fn new(w: &[i8], g: &Geom) -> PackedWeight {
+        let (cg, kh, kw) = (g.cg(), g.kh, g.kw);
+        let quads = cg.div_ceil(4);
+        let kq = quads * kh * kw;
+        let row = cg * kh * kw;
+        let mut packed = vec![0i32; g.oc * kq];
+        let mut sums = vec![0i32; g.oc];
+        for (j, (dst, sum)) in packed.chunks_mut(kq.max(1)).zip(sums.iter_mut()).enumerate() {
+            let src = &w[j * row..(j + 1) * row];
+            *sum = src.iter().map(|&v| v as i32).sum();
+            for q in 0..quads {
+                for ki in 0..kh {
+                    for kj in 0..kw {
+                        let mut bytes = [0u8; 4];
+                        for (e, b) in bytes.iter_mut().enumerate() {
+                            let c = q * 4 + e;
+                            if c < cg {
+                                *b = src[(c * kh + ki) * kw + kj] as u8;
+                            }
+                        }
+                        dst[(q * kh + ki) * kw + kj] = i32::from_le_bytes(bytes);
+                    }
+                }
+            }
+        }
+        PackedWeight { kq, w: packed, sums }
+    }
+}
+
+/// The packed input's geometry and the per-word read offsets.
+struct Plan {
+    /// Phases in use, as `(row phase, column phase)`.
+    phases: Vec<(usize, usize)>,
+    /// Channel quads per group.
+    quads: usize,
+    /// Rows and row length of a phase.
+    hs: usize,
+    wq: usize,
+    /// Pixels per plane (`hs * wq` plus slack for the last tile's over-read).
+    lp: usize,
+    /// Byte offset of each weight word's operand from the group's base (`kq` of them).
+    aoff: Vec<usize>,
+    /// Bytes of one image's packed input, and of one group's planes within a phase.
+    image_bytes: usize,
+    group_bytes: usize,
+}
+
+fn overflow() -> Error {
+    Error::limit(OP, "the packed input of this convolution does not fit in memory (size overflows usize)")
+}
+
+impl Plan {
+    fn new(g: &Geom) -> Result<Plan> {
+        let (sh, sw) = (g.stride[0], g.stride[1]);
+        let hp = g.h.checked_add(2 * g.pad[0]).ok_or_else(overflow)?;
+        let wp = g.w.checked_add(2 * g.pad[1]).ok_or_else(overflow)?;
+        let (hs, wq) = (hp.div_ceil(sh), wp.div_ceil(sw));
+        let lp = hs.checked_mul(wq).and_then(|v| v.checked_add(wq + 16)).ok_or_else(overflow)?;
+        let quads = g.cg().div_ceil(4);
+        let mut phases: Vec<(usize, usize)> = Vec::new();
+        let mut taps = Vec::with_capacity(g.kh * g.kw);
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let (ri, cj) = (ki * g.dil[0], kj * g.dil[1]);
+                let ph = (ri % sh, cj % sw);
+                let idx = match phases.iter().position(|&p| p == ph) {
+                    Some(i) => i,
+                    None => {
+                        phases.push(ph);
+                        phases.len() - 1
+                    }
+                };
+                taps.push((idx, (ri / sh) * wq + cj / sw));
+            }
+        }
+        let planes_per_phase = g.groups.checked_mul(quads).ok_or_else(overflow)?;
+        let plane_bytes = lp.checked_mul(4).ok_or_else(overflow)?;
+        let group_bytes = quads.checked_mul(plane_bytes).ok_or_else(overflow)?;
+        let image_bytes = phases
+            .len()
+            .checked_mul(planes_per_phase)
+            .and_then(|v| v.checked_mul(plane_bytes))
+            .ok_or_else(overflow)?;
+        let mut aoff = Vec::with_capacity(quads * taps.len());
+        for q in 0..quads {
+            for &(phase, shift) in &taps {
+                aoff.push(((phase * planes_per_phase + q) * lp + shift) * 4);
+            }
+        }
+        Ok(Plan { phases, quads, hs, wq, lp, aoff, image_bytes, group_bytes })
+    }
+}
+
+/// Packs one image (`C x H x W` bytes) into `dst` (`plan.image_bytes`).
+fn pack_image(g: &Geom, plan: &Plan, x: &[u8], zp: u8, dst: &mut [u8]) {
+    let plane_bytes = plan.lp * 4;
+    let planes_per_phase = g.groups * plan.quads;
+    dst.par_chunks_mut(plane_bytes).enumerate().for_each(|(i, plane)| {
+        let (phase, rest) = (i / planes_per_phase, i % planes_per_phase);
+        let (gi, q) = (rest / plan.quads, rest % plan.quads);
+        pack_plane(g, plan, plan.phases[phase], x, gi * g.cg(), q, zp, plane);
+    });
+}
+
+/// One plane: channels `c0 + 4q ..+4` of phase `(a, b)`.
+#[allow(clippy::too_many_arguments)]
+fn pack_plane(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize, q: usize, zp: u8, plane: &mut [u8]) {
+    plane.fill(zp);
+    let (sh, sw) = (g.stride[0], g.stride[1]);
+    let (ph, pw) = (g.pad[0], g.pad[1]);
+    let hw = g.h * g.w;
+    // columns of the phase whose padded column `ws * sw + b` is inside the image
+    let ws_lo = pw.saturating_sub(b).div_ceil(sw);
+    let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
+    if ws_lo >= ws_hi {
+        return;
+    }
+    let pad_row = vec![zp; g.w];
+    for hs in 0..plan.hs {
+        let hpad = hs * sh + a;
+        if hpad < ph || hpad - ph >= g.h {
+            continue;
+        }
+        let ih = hpad - ph;
+        let rows: [&[u8]; 4] = std::array::from_fn(|e| {
+            let c = q * 4 + e;
+            if c < g.cg() {
+                &x[(c0 + c) * hw + ih * g.w..(c0 + c) * hw + (ih + 1) * g.w]
+            } else {
+                &pad_row[..]
+            }
+        });
+        let out = &mut plane[(hs * plan.wq + ws_lo) * 4..(hs * plan.wq + ws_hi) * 4];
+        let iw0 = ws_lo * sw + b - pw;
+        if sw == 1 {
+            interleave4(&rows, iw0, out);
+        } else {
+            for (k, px) in out.chunks_exact_mut(4).enumerate() {
+                let iw = iw0 + k * sw;
+                px.copy_from_slice(&[rows[0][iw], rows[1][iw], rows[2][iw], rows[3][iw]]);
+            }
+        }
+    }
+}
+
+/// `out[4i + e] = rows[e][iw0 + i]` (four channel rows interleaved per pixel).
+fn interleave4(rows: &[&[u8]; 4], iw0: usize, out: &mut [u8]) {
+    let n = out.len() / 4;
+    let r: [&[u8]; 4] = std::array::from_fn(|e| &rows[e][iw0..iw0 + n]);
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        while i + 16 <= n {
+            // SAFETY: SSE2 is part of x86-64; the 16-byte loads read `r[e][i..i + 16]` and the
+            // stores write `out[4i..4i + 64]`, both in bounds (`i + 16 <= n`).
+            unsafe {
+                let l = |e: usize| _mm_loadu_si128(r[e].as_ptr().add(i) as *const __m128i);
+                let (c0, c1, c2, c3) = (l(0), l(1), l(2), l(3));
+                let (t0, t1) = (_mm_unpacklo_epi8(c0, c1), _mm_unpackhi_epi8(c0, c1));
+                let (t2, t3) = (_mm_unpacklo_epi8(c2, c3), _mm_unpackhi_epi8(c2, c3));
+                let o = out.as_mut_ptr().add(4 * i) as *mut __m128i;
+                _mm_storeu_si128(o, _mm_unpacklo_epi16(t0, t2));
+                _mm_storeu_si128(o.add(1), _mm_unpackhi_epi16(t0, t2));
+                _mm_storeu_si128(o.add(2), _mm_unpacklo_epi16(t1, t3));
+                _mm_storeu_si128(o.add(3), _mm_unpackhi_epi16(t1, t3));
+            }
+            i += 16;
+        }
+    }
+    for k in i..n {
+        out[4 * k..4 * k + 4].copy_from_slice(&[r[0][k], r[1][k], r[2][k], r[3][k]]);
+    }
+}
+
+/// Where a tile's requantised bytes go: channel `j`'s `[OH][OW]` plane of the image output,
+/// from flat pixels `q = oh * wq + ow`.
+struct Sink {
+    out: *mut u8,
+    /// `OH * OW`, `OW`, the flat row length and the number of flat pixels `OH * wq`.
+    p: usize,
+    ow: usize,
+    wq: usize,
+    qtot: usize,
+}
+
+impl Sink {
+    /// The runs of lanes `l` (flat pixels `qs + l`, `l < lanes`) that are real outputs, as
+    /// `(first lane, end lane, output index of the first lane)`.
+    #[inline(always)]
+    fn runs(&self, qs: usize, lanes: usize, mut f: impl FnMut(usize, usize, usize)) {
+        let end = (qs + lanes).min(self.qtot);
+        let mut row = qs / self.wq;
+        loop {
+            let rs = row * self.wq;
+            if rs >= end {
+                break;
+            }
+            let (lo, hi) = (rs.max(qs), (rs + self.ow).min(end));
+            if hi > lo {
+                f(lo - qs, hi - qs, row * self.ow + (lo - rs));
+            }
+            row += 1;
+        }
+    }
+
+    /// Stores `vals` (lane `l` = flat pixel `qs + l`) of channel `j` (scalar copy per run).
+    #[inline(always)]
+    fn store(&self, j: usize, qs: usize, vals: &[u8]) {
+        self.runs(qs, vals.len(), |lo, hi, o| {
+            // SAFETY: `o + (hi - lo) <= p` (the run is inside row `o / OW`), `j < OC` of this
+            // image's output, which the caller's slice holds.
+            unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr().add(lo), self.out.add(j * self.p + o), hi - lo) };
+        });
+    }
+}
+
+/// Output channels per register tile, and vectors of pixels per tile, of each path.
+#[cfg(target_arch = "x86_64")]
+const VNNI_MR: usize = 8;
+#[cfg(target_arch = "x86_64")]
+const VNNI_NV: usize = 3;
+#[cfg(target_arch = "x86_64")]
+const AVX2_MR: usize = 4;
+#[cfg(target_arch = "x86_64")]
+const AVX2_NV: usize = 2;
+
+/// Output channels `j0..j1` (one group) of one image.
+#[allow(clippy::too_many_arguments)]
+fn conv_block(
+    path: Path,
+    g: &Geom,
+    plan: &Plan,
+    xp: &[u8],
+    pw: &PackedWeight,
+    rq: &RequantParams,
+    j0: usize,
+    j1: usize,
+    out: &mut [u8],
+) {
+    let gi = j0 / g.ocg();
+    let a = &xp[gi * plan.group_bytes..];
+    let sink = Sink { out: out.as_mut_ptr(), p: g.p(), ow: g.ow, wq: plan.wq, qtot: g.oh * plan.wq };
+    // every read of the kernels stays inside this image's planes (see the module docs)
+    assert!(out.len() >= (j1 - j0) * g.p() && pw.w.len() >= j1 * pw.kq && plan.aoff.len() == pw.kq);
+    assert!(plan.aoff.iter().all(|&o| gi * plan.group_bytes + o + (sink.qtot + 16) * 4 <= xp.len()));
+    let _ = (a, &sink, rq);
+    match path {
+        Path::Reference => unreachable!("the reference path uses im2col"),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Vnni` is selected only on CPUs with AVX-512 F/BW/VL/VNNI; bounds as
+        // asserted above.
+        Path::Vnni => unsafe { vnni::run(a, plan, pw, rq, j0, j1, &sink) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Avx2` is selected only on CPUs with AVX2; bounds as above.
+        Path::Avx2 => unsafe { avx2::run(a, plan, pw, rq, j0, j1, &sink) },
+    }
+}
+
+/// Runs the convolution of `x` (`N x C x H x W`) into `out` (`N x OC x OH x OW`) on a fast path.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv(
+    path: Path,
+    g: &Geom,
+    x: &[u8],
+    pw: &PackedWeight,
+    rq: &RequantParams,
+    zp: u8,
+    out: &mut [u8],
+) -> Result<()> {
+    let plan = Plan::new(g)?;
+    let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
+    let total = plan.image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
+    let mut xp = crate::memory::try_vec(OP, total, 0u8)?;
+    if plan.image_bytes > 0 {
+        xp.par_chunks_mut(plan.image_bytes)
+            .enumerate()
+            .for_each(|(i, d)| pack_image(g, &plan, &x[i * img_in..(i + 1) * img_in], zp, d));
+    }
+    // work items: (image, output channels j0..j1 within one group)
+    let threads = rayon::current_num_threads().max(1);
+    let per_image = (4 * threads).div_ceil(g.n).max(1);
+    let ocg = g.ocg();
+    let cs = ocg.div_ceil(per_image.div_ceil(g.groups).max(1)).next_multiple_of(8).min(ocg).max(1);
+    let mut items: Vec<(usize, usize, usize, &mut [u8])> = Vec::new();
+    for (i, mut rest) in out.chunks_mut(img_out).enumerate() {
+        for gi in 0..g.groups {
+            let mut j = gi * ocg;
+            while j < (gi + 1) * ocg {
+                let j1 = (j + cs).min((gi + 1) * ocg);
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut((j1 - j) * g.p());
+                items.push((i, j, j1, head));
+                rest = tail;
+                j = j1;
+            }
+        }
+    }
+    let xp = &xp;
+    items.into_par_iter().for_each(|(i, j0, j1, o)| {
+        conv_block(path, g, &plan, &xp[i * plan.image_bytes..(i + 1) * plan.image_bytes], pw, rq, j0, j1, o)
+    });
+    Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::{PackedWeight, Plan, RequantParams, Sink, VNNI_MR, VNNI_NV};
+    use std::arch::x86_64::*;
+
+    /// One tile: output channels `j..j + MR` (row `r` of the block written at `(j - j0 + r)` of
+    /// the sink), flat pixels `q0..q0 + 16 * NV`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const MR: usize, const NV: usize>(
+        a: *const u8,
+        aoff: &[usize],
+        w: *const i32,
+        kq: usize,
+        rq: &RequantParams,
+        j: usize,
+        jrow: usize,
+        q0: usize,
+        sink: &Sink,
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); NV]; MR];
+        let a0 = a.add(q0 * 4);
+        for (t, &off) in aoff.iter().enumerate() {
+            let ap = a0.add(off);
+            let mut av = [_mm512_setzero_si512(); NV];
+            for (v, x) in av.iter_mut().enumerate() {
+                *x = _mm512_loadu_si512(ap.add(v * 64) as *const _);
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let b = _mm512_set1_epi32(*w.add(r * kq + t));
+                for (c, x) in row.iter_mut().zip(av.iter()) {
+                    *c = _mm512_dpbusd_epi32(*c, *x, b);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            let jj = j + r;
+            let zsum = _mm512_set1_epi32(rq.a_zp.wrapping_mul(rq.b_sums[jj]));
+            let bias = _mm512_set1_ps(rq.bias_term[jj]);
+            let mult = _mm512_set1_ps(rq.multiplier[jj]);
+            let lo = _mm512_set1_ps((rq.lo - rq.out_zp) as f32);
+            let hi = _mm512_set1_ps((rq.hi - rq.out_zp) as f32);
+            let zp = _mm512_set1_epi32(rq.out_zp);
+            for (v, c) in row.iter().enumerate() {
+                let f = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(*c, zsum)), bias), mult);
+                // NaN → 0 (as `NaN as i64`), then clamp and round half to even
+                let f = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), f);
+                let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
+                let bytes = _mm512_cvtepi32_epi8(q);
+                let qs = q0 + v * 16;
+                let base = sink.out.wrapping_add((jrow + r) * sink.p);
+                if sink.wq == sink.ow {
+                    let n = sink.qtot.saturating_sub(qs).min(16);
+                    let mask = ((1u32 << n) - 1) as u16;
+                    _mm_mask_storeu_epi8(base.add(qs) as *mut i8, mask, bytes);
+                } else {
+                    sink.runs(qs, 16, |l0, l1, o| {
+                        let mask = (((1u32 << l1) - 1) & !((1u32 << l0) - 1)) as u16;
+                        // lane l goes to `o + (l - l0)`: only lanes l0..l1 are written
+                        let p = base.wrapping_add(o).wrapping_sub(l0);
+                        _mm_mask_storeu_epi8(p as *mut i8, mask, bytes);
+                    });
+                }
+            }
+        }
+    }
+
+    /// Tiles of `MR` channels at `j` over all pixels.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows<const MR: usize>(
+        a: *const u8,
+        plan: &Plan,
+        pw: &PackedWeight,
+        rq: &RequantParams,
+        j: usize,
+        jrow: usize,
+        sink: &Sink,
+    ) {
+        let w = pw.w.as_ptr().add(j * pw.kq);
+        let nvec = sink.qtot.div_ceil(16);
+        let mut v = 0;
+        while v + VNNI_NV <= nvec {
+            tile::<MR, VNNI_NV>(a, &plan.aoff, w, pw.kq, rq, j, jrow, v * 16, sink);
+            v += VNNI_NV;
+        }
+        match nvec - v {
+            2 => tile::<MR, 2>(a, &plan.aoff, w, pw.kq, rq, j, jrow, v * 16, sink),
+            1 => tile::<MR, 1>(a, &plan.aoff, w, pw.kq, rq, j, jrow, v * 16, sink),
+            _ => {}
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn run(
+        a: &[u8],
+        plan: &Plan,
+        pw: &PackedWeight,
+        rq: &RequantParams,
+        j0: usize,
+        j1: usize,
+        sink: &Sink,
+    ) {
+        let a = a.as_ptr();
+        let mut j = j0;
+        while j + VNNI_MR <= j1 {
+            rows::<VNNI_MR>(a, plan, pw, rq, j, j - j0, sink);
+            j += VNNI_MR;
+        }
+        for step in [4, 2, 1] {
+            if j + step <= j1 {
+                match step {
+                    4 => rows::<4>(a, plan, pw, rq, j, j - j0, sink),
+                    2 => rows::<2>(a, plan, pw, rq, j, j - j0, sink),
+                    _ => rows::<1>(a, plan, pw, rq, j, j - j0, sink),
+                }
+                j += step;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{PackedWeight, Plan, RequantParams, Sink, AVX2_MR, AVX2_NV};
+    use std::arch::x86_64::*;
+
+    /// One tile: output channels `j..j + MR`, flat pixels `q0..q0 + 8 * NV`. Per word, the 8
+    /// pixels x 4 channels of a vector split into even channels (`& 0xff` per i16) and odd
+    /// channels (`>> 8`), the weight word into sign-extended i16 pairs `(w0, w2)`, `(w1, w3)`;
+    /// `vpmaddwd` sums each pair exactly into i32.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    unsafe fn tile<const MR: usize, const NV: usize>(
+        a: *const u8,
+        aoff: &[usize],
+        w: *const i32,
+        kq: usize,
+        rq: &RequantParams,
+        j: usize,
+        jrow: usize,
+        q0: usize,
+        sink: &Sink,
+    ) {
+        let mut acc = [[_mm256_setzero_si256(); NV]; MR];
+        let a0 = a.add(q0 * 4);
+        let low = _mm256_set1_epi16(0xff);
+        for (t, &off) in aoff.iter().enumerate() {
+            let ap = a0.add(off);
+            let mut even = [_mm256_setzero_si256(); NV];
+            let mut odd = [_mm256_setzero_si256(); NV];
+            for v in 0..NV {
+                let x = _mm256_loadu_si256(ap.add(v * 32) as *const __m256i);
+                even[v] = _mm256_and_si256(x, low);
+                odd[v] = _mm256_srli_epi16::<8>(x);
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let b = _mm256_set1_epi32(*w.add(r * kq + t));
+                let (we, wo) = (_mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(b)), _mm256_srai_epi16::<8>(b));
+                for (v, c) in row.iter_mut().enumerate() {
+                    let s = _mm256_add_epi32(_mm256_madd_epi16(even[v], we), _mm256_madd_epi16(odd[v], wo));
+                    *c = _mm256_add_epi32(*c, s);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            let jj = j + r;
+            let zsum = _mm256_set1_epi32(rq.a_zp.wrapping_mul(rq.b_sums[jj]));
+            let bias = _mm256_set1_ps(rq.bias_term[jj]);
+            let mult = _mm256_set1_ps(rq.multiplier[jj]);
+            let lo = _mm256_set1_ps((rq.lo - rq.out_zp) as f32);
+            let hi = _mm256_set1_ps((rq.hi - rq.out_zp) as f32);
+            let zp = _mm256_set1_epi32(rq.out_zp);
+            let mut vals = [0u8; 16];
+            for (v, c) in row.iter().enumerate() {
+                let f = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(*c, zsum)), bias), mult);
+                let f = _mm256_and_ps(f, _mm256_cmp_ps::<_CMP_ORD_Q>(f, f));
+                let f = _mm256_min_ps(_mm256_max_ps(f, lo), hi);
+                let q = _mm256_add_epi32(_mm256_cvtps_epi32(f), zp);
+                let mut lanes = [0i32; 8];
+                _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, q);
+                for (d, &s) in vals[v * 8..v * 8 + 8].iter_mut().zip(&lanes) {
+                    *d = s as u8;
+                }
+            }
+            sink.store(jrow + r, q0, &vals[..8 * NV]);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn rows<const MR: usize>(
+        a: *const u8,
+        plan: &Plan,
+        pw: &PackedWeight,
+        rq: &RequantParams,
+        j: usize,
+        jrow: usize,
+        sink: &Sink,
+    ) {
+        let w = pw.w.as_ptr().add(j * pw.kq);
+        let nvec = sink.qtot.div_ceil(8);
+        let mut v = 0;
+        while v + AVX2_NV <= nvec {
+            tile::<MR, AVX2_NV>(a, &plan.aoff, w, pw.kq, rq, j, jrow, v * 8, sink);
+            v += AVX2_NV;
+        }
+        if nvec > v {
+            tile::<MR, 1>(a, &plan.aoff, w, pw.kq, rq, j, jrow, v * 8, sink);
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn run(
+        a: &[u8],
+        plan: &Plan,
+        pw: &PackedWeight,
+        rq: &RequantParams,
+        j0: usize,
+        j1: usize,
+        sink: &Sink,
+    ) {
+        let a = a.as_ptr();
+        let mut j = j0;
+        while j + AVX2_MR <= j1 {
+            rows::<AVX2_MR>(a, plan, pw, rq, j, j - j0, sink);
+            j += AVX2_MR;
+        }
+        for step in [2, 1] {
+            if j + step <= j1 {
+                match step {
+                    2 => rows::<2>(a, plan, pw, rq, j, j - j0, sink),
+                    _ => rows::<1>(a, plan, pw, rq, j, j - j0, sink),
+                }
+                j += step;
+            }
+        }
+    }
+}
