@@ -58,11 +58,8 @@ const BATCHES: [usize; 2] = [1, 8];
 /// The case id of layer `s` at `batch` (`_f32` appended for the float case).
 fn id(s: Shape, batch: usize, float: bool) -> String {
     let (ci, co, k, st, hw) = s;
-    let base = if k == 0 {
-        format!("qlinear_{ci}x{co}_b{batch}")
-    } else {
-        format!("qconv_{ci}x{co}_k{k}s{st}_{hw}_b{batch}")
-    };
+    let base =
+        if k == 0 { format!("qlinear_{ci}x{co}_b{batch}") } else { format!("qconv_{ci}x{co}_k{k}s{st}_{hw}_b{batch}") };
     if float {
         format!("{base}_f32")
     } else {
@@ -152,9 +149,8 @@ fn setup(index: usize) -> Result<Runner> {
 }
 
 /// `(shape, batch)` of case pair `i` (cases `2i`: int8, `2i + 1`: float).
-static CASES: std::sync::LazyLock<Vec<(Shape, usize)>> = std::sync::LazyLock::new(|| {
-    SHAPES.iter().flat_map(|&(s, _, _)| BATCHES.iter().map(move |&b| (s, b))).collect()
-});
+static CASES: std::sync::LazyLock<Vec<(Shape, usize)>> =
+    std::sync::LazyLock::new(|| SHAPES.iter().flat_map(|&(s, _, _)| BATCHES.iter().map(move |&b| (s, b))).collect());
 
 macro_rules! setups {
     ($($i:literal)*) => {
@@ -207,7 +203,10 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 
 /// The per-layer table (ms; ratios > 1: ferrofx int8 is faster) and the per-network sums;
 /// empty when no case of the group ran.
-pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>, torch: Option<&BTreeMap<String, f64>>) -> String {
+pub fn summary(
+    ours: &BTreeMap<&str, std::result::Result<f64, String>>,
+    torch: Option<&BTreeMap<String, f64>>,
+) -> String {
     let get_ours = |id: &str| ours.get(id).and_then(|r| r.as_ref().ok().copied());
     let get_torch = |id: &str| torch.and_then(|t| t.get(id).copied());
     if !CASES.iter().any(|&(s, b)| get_ours(&id(s, b, false)).is_some()) {

@@ -755,7 +755,8 @@ fn saturating_and_non_finite_requantisation_is_the_same_on_every_kernel() {
     let b = f32t(&[3e38, -3e38, f32::NAN, 0.0, 1e9, -1e9]);
     for out_scale in [1e-30, 0.05] {
         let conv = QuantizedConv2dArgs { padding: [1, 1], ..Default::default() };
-        let run = || quantized_conv2d(&x, 0.5, 3, &w, &ws, Some(&b), out_scale, 17, &conv).unwrap().to_vec::<u8>().unwrap();
+        let run =
+            || quantized_conv2d(&x, 0.5, 3, &w, &ws, Some(&b), out_scale, 17, &conv).unwrap().to_vec::<u8>().unwrap();
         let reference = with_reference_kernels(run);
         for name in int8_kernels_available() {
             assert_eq!(with_int8_kernel(name, run).unwrap(), reference, "{name}, output scale {out_scale}");
@@ -766,8 +767,9 @@ fn saturating_and_non_finite_requantisation_is_the_same_on_every_kernel() {
 #[test]
 fn packed_weights_are_cached_per_weight_and_follow_a_strided_view() {
     // the same weight in two convolutions of different inputs, then a non-contiguous view of it
-    let w = Tensor::from_vec(lcg_bytes(12, 8 * 4 * 3 * 3).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[8, 4, 3, 3])
-        .unwrap();
+    let w =
+        Tensor::from_vec(lcg_bytes(12, 8 * 4 * 3 * 3).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[8, 4, 3, 3])
+            .unwrap();
     let ws = f32t(&[0.002]);
     let conv = QuantizedConv2dArgs::default();
     for (seed, hw) in [(1u64, 5usize), (2, 9), (1, 5)] {

@@ -126,11 +126,8 @@ impl Plan {
         let planes_per_phase = g.groups.checked_mul(quads).ok_or_else(overflow)?;
         let plane_bytes = lp.checked_mul(4).ok_or_else(overflow)?;
         let group_bytes = quads.checked_mul(plane_bytes).ok_or_else(overflow)?;
-        let image_bytes = phases
-            .len()
-            .checked_mul(planes_per_phase)
-            .and_then(|v| v.checked_mul(plane_bytes))
-            .ok_or_else(overflow)?;
+        let image_bytes =
+            phases.len().checked_mul(planes_per_phase).and_then(|v| v.checked_mul(plane_bytes)).ok_or_else(overflow)?;
         let mut aoff = Vec::with_capacity(quads * taps.len());
         for q in 0..quads {
             for &(phase, shift) in &taps {
