@@ -9,7 +9,8 @@ Same shapes, scales and zero points as the Rust side (the data differs: it does 
 time of these kernels).
 
 Imported by scripts/bench_reference.py (`cases()` maps id -> setup returning (fn, inner)); run
-alone it prints one JSON line per case: `.venv/bin/python scripts/quant/bench_qconv.py [--quick]`.
+alone it prints one JSON line per case:
+`.venv/bin/python scripts/quant/bench_qconv.py [--quick] [--threads N] [--filter S]`.
 """
 
 import json
@@ -78,9 +79,17 @@ def main():
     import torch
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from bench_reference import median_secs
-    torch.set_num_threads(2)
-    quick = "--quick" in sys.argv
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--filter", default="")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    quick = a.quick
     for cid, setup in cases().items():
+        if a.filter not in cid:
+            continue
         fn, inner = setup()
         with torch.no_grad():
             print(json.dumps({"id": cid, "seconds": median_secs(fn, inner, quick)}), flush=True)

@@ -727,7 +727,8 @@ fn resnet_shaped_convs_on_every_kernel_equal_the_reference() {
     // the register tiles' full sizes and tails (channels past 8, pixels past 48), multi-row
     // pixel vectors (7-wide rows), stride-2 phases, 1x1 and 7x7 kernels, batch 1 split over
     // channel blocks and batch 3 over images
-    let cases: &[([usize; 4], [usize; 4], [i64; 2], [i64; 2])] = &[
+    type ConvCase = ([usize; 4], [usize; 4], [i64; 2], [i64; 2]); // input, weight, stride, padding
+    let cases: &[ConvCase] = &[
         ([1, 3, 40, 38], [16, 3, 7, 7], [2, 2], [3, 3]),
         ([1, 64, 14, 14], [72, 64, 3, 3], [1, 1], [1, 1]),
         ([3, 32, 7, 7], [40, 32, 3, 3], [1, 1], [1, 1]),

@@ -14,14 +14,14 @@
 //!
 //! **Weights** are packed once per weight tensor as `[OC][quads * kH * kW]` words of four int8
 //! channels (zero-padded), with their row sums, and cached on the weight's storage
-//! ([`crate::storage::Storage::derived`]: any write to the weights invalidates it).
+//! (`Storage::derived`: any write to the weights invalidates it).
 //!
 //! **Micro-kernels**: an output tile is `MR` output channels x `NV` vectors of pixels. Per
 //! (quad, tap) the kernel loads `NV` pixel vectors and broadcasts one weight word per channel;
 //! AVX-512 VNNI: `vpdpbusd` of 16 pixels x 4 channels (8 x 3 tile: 24 accumulators, 48
 //! pixels); AVX2: the u8 and s8 bytes widened to i16 in registers and `vpmaddwd` (exact), 8
 //! pixels per vector, 4 x 2 tile. The requantisation is vectorised over the pixels of a
-//! channel (same f32 operations in the same order as [`super::gemm::Requant::apply`], NaN and
+//! channel (same f32 operations in the same order as `Requant::apply` in `gemm.rs`, NaN and
 //! out-of-range values handled as the scalar cast does), so the result is bit-identical to the
 //! reference (im2col + scalar GEMM), whose i32 sums hold the same terms.
 //!

@@ -391,9 +391,10 @@ mod avx2 {
                 let mut lanes = [0i32; 8];
                 _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, *c);
                 let mut s = lanes.iter().fold(0i32, |s, &v| s.wrapping_add(v));
-                let (a, b) = (&p.a[(i0 + x) * p.lda..], &p.b[(j0 + y) * p.ldb..]);
-                for kk in k16..p.k {
-                    s = s.wrapping_add(a[kk] as i32 * b[kk] as i32);
+                let a = &p.a[(i0 + x) * p.lda + k16..(i0 + x) * p.lda + p.k];
+                let b = &p.b[(j0 + y) * p.ldb + k16..(j0 + y) * p.ldb + p.k];
+                for (&u, &v) in a.iter().zip(b) {
+                    s = s.wrapping_add(u as i32 * v as i32);
                 }
                 *out.add((i0 + x) * ldm + (j0 + y) * ldn) = r.apply(s, j0 + y);
             }
