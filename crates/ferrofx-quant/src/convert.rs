@@ -73,7 +73,7 @@ impl Converter<'_> {
     }
 
     fn call(&mut self, target: &str, args: Vec<Argument>, name: &str) -> Result<NodeId> {
-        let t = Target::op(target)?;
+        let t = Target::op(target).map_err(graph_err)?;
         self.g.create_node(Opcode::CallFunction, t, args, Kwargs::new(), Some(name), None).map_err(graph_err)
     }
 

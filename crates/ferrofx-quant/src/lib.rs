@@ -46,7 +46,7 @@ pub mod qparams;
 pub use convert::{convert, convert_excluding, QuantMeta, QUANT_META};
 pub use numeric::{mixed_precision, numeric_report, LayerSqnr, MixedPrecision};
 pub use histogram::HistogramObserver;
-pub use observer_module::ObserverModule;
+pub use observer_module::{ObserverGuard, ObserverModule};
 pub use prepare::prepare;
 pub use qconfig::{ObserverKind, ObserverSpec, QConfig, QConfigMapping, QConfigSource};
 pub use observer::{MinMaxObserver, MovingAverageMinMaxObserver, Observer, PerChannelMinMaxObserver};

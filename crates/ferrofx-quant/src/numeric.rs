@@ -8,6 +8,7 @@
 //! replaces, and its [`QuantMeta`](crate::QuantMeta) dequantizes it.
 
 use crate::convert::{convert_excluding, QuantMeta, QUANT_META};
+use crate::observer_module::ObserverGuard;
 use ferrofx_core::ops::quantized::dequantize;
 use ferrofx_core::{Error, Result, Tensor, Value};
 use ferrofx_fx::interpreter::default_run_node;
@@ -81,6 +82,8 @@ fn quantized_nodes(q: &GraphModule) -> Vec<(String, String, QuantMeta)> {
 /// assert!(report[0].sqnr_db > 25.0, "{report:?}");
 /// ```
 pub fn numeric_report(prepared: &GraphModule, quantized: &GraphModule, batches: &[Tensor]) -> Result<Vec<LayerSqnr>> {
+    // the float runs must not change what the observers recorded
+    let _frozen = ObserverGuard::disable(prepared);
     let nodes = quantized_nodes(quantized);
     let wanted: HashSet<String> = nodes.iter().map(|(n, _, _)| n.clone()).collect();
     let mut signal: HashMap<&str, f64> = HashMap::new();

@@ -8,18 +8,31 @@ use ferrofx_core::{Result, Tensor};
 use ferrofx_nn::module::ModuleStructure;
 use ferrofx_nn::{Module, TensorKind};
 use std::any::Any;
+use ferrofx_fx::GraphModule;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An observer inserted by [`prepare`](crate::prepare); prints as the observer's class name.
 #[derive(Clone)]
 pub struct ObserverModule {
     observer: Arc<dyn Observer>,
+    enabled: Arc<AtomicBool>,
 }
 
 impl ObserverModule {
-    /// Wraps an observer.
+    /// Wraps an observer (enabled).
     pub fn new(observer: Box<dyn Observer>) -> ObserverModule {
-        ObserverModule { observer: Arc::from(observer) }
+        ObserverModule { observer: Arc::from(observer), enabled: Arc::new(AtomicBool::new(true)) }
+    }
+
+    /// Whether forward records statistics (PyTorch's `enable_observer` / `disable_observer`).
+    pub fn set_enabled(&self, enabled: bool) {
+        self.enabled.store(enabled, Ordering::Relaxed);
+    }
+
+    /// See [`ObserverModule::set_enabled`].
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
     }
 
     /// The observer.
@@ -52,7 +65,9 @@ impl ModuleStructure for ObserverModule {
 
 impl Module for ObserverModule {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.observer.observe(x)?;
+        if self.is_enabled() {
+            self.observer.observe(x)?;
+        }
         Ok(x.clone())
     }
     /// A copy that shares the statistics (calibrating either calibrates both).
@@ -67,5 +82,36 @@ impl Module for ObserverModule {
             _ => String::new(),
         };
         format!("dtype={}, qscheme={}{range}", c.dtype, c.qscheme.name())
+    }
+}
+
+/// Disables every observer of a prepared module while it lives (restoring each one's previous
+/// state on drop): runs for evaluation that must not change the calibration.
+pub struct ObserverGuard<'a> {
+    saved: Vec<(&'a ObserverModule, bool)>,
+}
+
+impl<'a> ObserverGuard<'a> {
+    /// Disables the observers of `gm`.
+    pub fn disable(gm: &'a GraphModule) -> ObserverGuard<'a> {
+        let saved = gm
+            .leaf_modules()
+            .values()
+            .filter_map(|m| m.as_any().downcast_ref::<ObserverModule>())
+            .map(|o| {
+                let was = o.is_enabled();
+                o.set_enabled(false);
+                (o, was)
+            })
+            .collect();
+        ObserverGuard { saved }
+    }
+}
+
+impl Drop for ObserverGuard<'_> {
+    fn drop(&mut self) {
+        for (o, was) in &self.saved {
+            o.set_enabled(*was);
+        }
     }
 }

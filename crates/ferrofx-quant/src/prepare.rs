@@ -35,7 +35,7 @@ pub(crate) fn copy_graph_module(gm: &GraphModule, who: &str) -> Result<GraphModu
         })?;
         modules.insert(p.clone(), copy);
     }
-    GraphModule::from_parts(graph, modules, gm.attributes().clone(), gm.traced_type_name(), gm.is_training())
+    GraphModule::from_parts(graph, modules, gm.attributes().clone(), gm.traced_type_name(), false)
 }
 
 /// Checks every `set_module_name` entry names a module of `gm`.
@@ -87,10 +87,14 @@ fn check_module_names(gm: &GraphModule, mapping: &QConfigMapping) -> Result<()> 
 /// ```
 pub fn prepare(gm: &GraphModule, mapping: &QConfigMapping, example_inputs: &[Value]) -> Result<GraphModule> {
     mapping.validate(OP)?;
-    if gm.is_training() {
+    // modules that behave differently in training (BatchNorm, Dropout) must be in eval mode
+    if let Some((path, m)) = gm.leaf_modules().iter().find(|(_, m)| m.local_training() == Some(true)) {
         return Err(Error::argument(
             OP,
-            "the model is in training mode: call .eval() before post-training quantization (BatchNorm folds with its running statistics)",
+            format!(
+                "the model is in training mode (module `{path}`, {}): call .eval() before post-training quantization (BatchNorm folds with its running statistics)",
+                m.type_name()
+            ),
         ));
     }
     check_module_names(gm, mapping)?;
