@@ -78,10 +78,10 @@ impl Converter<'_> {
     }
 
     fn mark(&mut self, id: NodeId, q: QValue) -> Result<()> {
-        self.g.meta_mut(id).map_err(graph_err)?.insert(
-            QUANT_META,
-            QuantMeta { scale: q.scale, zero_point: q.zero_point, dtype: DType::U8 },
-        );
+        self.g
+            .meta_mut(id)
+            .map_err(graph_err)?
+            .insert(QUANT_META, QuantMeta { scale: q.scale, zero_point: q.zero_point, dtype: DType::U8 });
         Ok(())
     }
 
@@ -92,7 +92,10 @@ impl Converter<'_> {
             return Ok(*q);
         }
         let (scale, zero_point) = *self.qparams.get(&v).ok_or_else(|| {
-            Error::argument(OP, format!("node `{}` enters a quantized op but was not observed: re-run prepare", self.name(v)))
+            Error::argument(
+                OP,
+                format!("node `{}` enters a quantized op but was not observed: re-run prepare", self.name(v)),
+            )
         })?;
         let f = self.get_f(v)?;
         let name = format!("{}_quantized", self.name(v));
@@ -130,8 +133,7 @@ impl Converter<'_> {
 
     fn copy_float(&mut self, n: &Node<'_>) -> Result<()> {
         let args = n.args().iter().map(|a| self.map_float(a)).collect::<Result<Vec<_>>>()?;
-        let kwargs =
-            n.kwargs().iter().map(|(k, v)| Ok((k.clone(), self.map_float(v)?))).collect::<Result<Kwargs>>()?;
+        let kwargs = n.kwargs().iter().map(|(k, v)| Ok((k.clone(), self.map_float(v)?))).collect::<Result<Kwargs>>()?;
         let id = self
             .g
             .create_node(n.op(), n.target().clone(), args, kwargs, Some(n.name()), n.type_expr().map(str::to_string))
@@ -210,13 +212,16 @@ pub fn convert_excluding(prepared: &GraphModule, keep_float: &HashSet<String>) -
         if n.op() != Opcode::CallModule {
             continue;
         }
-        let Some(obs) = old.leaf_modules().get(n.target().name()).and_then(|m| m.as_any().downcast_ref::<ObserverModule>())
+        let Some(obs) =
+            old.leaf_modules().get(n.target().name()).and_then(|m| m.as_any().downcast_ref::<ObserverModule>())
         else {
             continue;
         };
-        let v = n.args().first().and_then(|a| a.as_node()).ok_or_else(|| {
-            Error::argument(OP, format!("observer node `{}` has no input node", n.name()))
-        })?;
+        let v = n
+            .args()
+            .first()
+            .and_then(|a| a.as_node())
+            .ok_or_else(|| Error::argument(OP, format!("observer node `{}` has no input node", n.name())))?;
         let vname = old.graph().node(v).map_err(graph_err)?.name().to_string();
         let qp = obs.observer().calculate_qparams().map_err(|e| {
             Error::argument(
@@ -247,9 +252,7 @@ pub fn convert_excluding(prepared: &GraphModule, keep_float: &HashSet<String>) -
             }
             (_, Some(Annotation::FusedRelu)) if keep_float.contains(n.name()) => cv.copy_float(&n)?,
             (_, Some(Annotation::FusedRelu)) => {} // emitted with its op
-            (_, Some(Annotation::Quantized { relu, .. }))
-                if keep_float.contains(&cv.name(relu.unwrap_or(id))) =>
-            {
+            (_, Some(Annotation::Quantized { relu, .. })) if keep_float.contains(&cv.name(relu.unwrap_or(id))) => {
                 cv.copy_float(&n)?
             }
             (_, Some(Annotation::Quantized { qconfig, relu })) => {
@@ -274,7 +277,10 @@ pub fn convert_excluding(prepared: &GraphModule, keep_float: &HashSet<String>) -
                         } else {
                             return Err(Error::argument(
                                 OP,
-                                format!("node `{}`: module `{path}` is no longer a Conv2d/Linear: re-run prepare", n.name()),
+                                format!(
+                                    "node `{}`: module `{path}` is no longer a Conv2d/Linear: re-run prepare",
+                                    n.name()
+                                ),
                             ));
                         }
                         args.extend([Argument::Float(so), Argument::Int(zo)]);
@@ -388,9 +394,9 @@ pub fn convert_excluding(prepared: &GraphModule, keep_float: &HashSet<String>) -
                     .leaf_modules()
                     .get(t)
                     .ok_or_else(|| Error::argument(OP, format!("node `{}` calls a missing module `{t}`", n.name())))?;
-                let copy = m.clone_module().ok_or_else(|| {
-                    Error::argument(OP, format!("module `{t}` ({}) cannot be copied", m.type_name()))
-                })?;
+                let copy = m
+                    .clone_module()
+                    .ok_or_else(|| Error::argument(OP, format!("module `{t}` ({}) cannot be copied", m.type_name())))?;
                 modules.insert(t.to_string(), copy);
             }
             Opcode::GetAttr => {

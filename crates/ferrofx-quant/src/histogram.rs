@@ -123,9 +123,7 @@ fn linspace(start: f32, end: f32, steps: usize) -> Vec<f32> {
     }
     let step = (end - start) / (steps - 1) as f32;
     let half = steps / 2;
-    (0..steps)
-        .map(|i| if i < half { start + step * i as f32 } else { end - step * (steps - i - 1) as f32 })
-        .collect()
+    (0..steps).map(|i| if i < half { start + step * i as f32 } else { end - step * (steps - i - 1) as f32 }).collect()
 }
 
 /// `torch.histc(values, bins, min, max)` in f32: elements outside the edges are dropped, the

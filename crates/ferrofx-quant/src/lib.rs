@@ -35,8 +35,8 @@
 
 pub mod convert;
 pub mod histogram;
-pub mod observer;
 pub mod numeric;
+pub mod observer;
 pub mod observer_module;
 mod pattern;
 pub mod prepare;
@@ -44,10 +44,10 @@ pub mod qconfig;
 pub mod qparams;
 
 pub use convert::{convert, convert_excluding, QuantMeta, QUANT_META};
-pub use numeric::{mixed_precision, numeric_report, LayerSqnr, MixedPrecision};
 pub use histogram::HistogramObserver;
+pub use numeric::{mixed_precision, numeric_report, LayerSqnr, MixedPrecision};
+pub use observer::{MinMaxObserver, MovingAverageMinMaxObserver, Observer, PerChannelMinMaxObserver};
 pub use observer_module::{ObserverGuard, ObserverModule};
 pub use prepare::prepare;
 pub use qconfig::{ObserverKind, ObserverSpec, QConfig, QConfigMapping, QConfigSource};
-pub use observer::{MinMaxObserver, MovingAverageMinMaxObserver, Observer, PerChannelMinMaxObserver};
 pub use qparams::{calculate_qparams, quant_min_max, ObserverConfig, QParams, QScheme};

@@ -59,7 +59,9 @@ fn quantized_nodes(q: &GraphModule) -> Vec<(String, String, QuantMeta)> {
     q.graph()
         .iter()
         .filter(|n| n.target().name().starts_with("quantized_"))
-        .filter_map(|n| n.meta().get::<QuantMeta>(QUANT_META).map(|m| (n.name().to_string(), n.target().name().to_string(), *m)))
+        .filter_map(|n| {
+            n.meta().get::<QuantMeta>(QUANT_META).map(|m| (n.name().to_string(), n.target().name().to_string(), *m))
+        })
         .collect()
 }
 

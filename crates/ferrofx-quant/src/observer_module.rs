@@ -5,10 +5,10 @@
 
 use crate::observer::Observer;
 use ferrofx_core::{Result, Tensor};
+use ferrofx_fx::GraphModule;
 use ferrofx_nn::module::ModuleStructure;
 use ferrofx_nn::{Module, TensorKind};
 use std::any::Any;
-use ferrofx_fx::GraphModule;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -78,7 +78,9 @@ impl Module for ObserverModule {
         let c = self.observer.config();
         let (lo, hi) = self.observer.min_max();
         let range = match (lo.first(), hi.first()) {
-            (Some(l), Some(h)) if lo.len() == 1 && l.is_finite() && h.is_finite() => format!(", min_val={l}, max_val={h}"),
+            (Some(l), Some(h)) if lo.len() == 1 && l.is_finite() && h.is_finite() => {
+                format!(", min_val={l}, max_val={h}")
+            }
             _ => String::new(),
         };
         format!("dtype={}, qscheme={}{range}", c.dtype, c.qscheme.name())

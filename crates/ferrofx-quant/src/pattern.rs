@@ -47,7 +47,9 @@ pub(crate) fn module_path(n: &Node<'_>) -> Option<String> {
 fn int_list(a: &Argument) -> Option<Vec<i64>> {
     match a {
         Argument::Int(i) => Some(vec![*i, *i]),
-        Argument::List(v) | Argument::Tuple(v) => v.iter().map(|x| if let Argument::Int(i) = x { Some(*i) } else { None }).collect(),
+        Argument::List(v) | Argument::Tuple(v) => {
+            v.iter().map(|x| if let Argument::Int(i) = x { Some(*i) } else { None }).collect()
+        }
         _ => None,
     }
 }
@@ -68,7 +70,8 @@ pub(crate) fn role(gm: &GraphModule, n: &Node<'_>) -> Role {
                 }
                 "ReLU" => Role::Relu,
                 "MaxPool2d" | "Flatten" | "Identity" => Role::PassThrough,
-                "AdaptiveAvgPool2d" => match m.and_then(|m| m.as_any().downcast_ref::<ferrofx_nn::AdaptiveAvgPool2d>()) {
+                "AdaptiveAvgPool2d" => match m.and_then(|m| m.as_any().downcast_ref::<ferrofx_nn::AdaptiveAvgPool2d>())
+                {
                     Some(p) => Role::AdaptiveAvgPool(p.output_size.to_vec()),
                     None => Role::Other,
                 },

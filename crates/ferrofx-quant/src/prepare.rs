@@ -43,9 +43,10 @@ fn check_module_names(gm: &GraphModule, mapping: &QConfigMapping) -> Result<()> 
     for name in mapping.module_names() {
         let prefix = format!("{name}.");
         let found = gm.leaf_modules().keys().any(|p| p == name || p.starts_with(&prefix))
-            || gm.graph().iter().any(|n| {
-                n.meta().nn_module_stack.iter().any(|e| e.path == name || e.path.starts_with(&prefix))
-            });
+            || gm
+                .graph()
+                .iter()
+                .any(|n| n.meta().nn_module_stack.iter().any(|e| e.path == name || e.path.starts_with(&prefix)));
         if !found {
             let known: Vec<&str> = gm.leaf_modules().keys().map(String::as_str).collect();
             return Err(Error::argument(
@@ -116,7 +117,10 @@ pub fn prepare(gm: &GraphModule, mapping: &QConfigMapping, example_inputs: &[Val
         let path = module_path(&n);
         let type_name = type_or_op(&gm, &n);
         let (q, src) = mapping.resolve(path.as_deref(), &type_name);
-        if q.is_some() && r == Role::Other && matches!(n.op(), Opcode::CallModule | Opcode::CallFunction | Opcode::CallMethod) {
+        if q.is_some()
+            && r == Role::Other
+            && matches!(n.op(), Opcode::CallModule | Opcode::CallFunction | Opcode::CallMethod)
+        {
             let explicit = match &src {
                 QConfigSource::ObjectType(t) => *t == type_name,
                 QConfigSource::ModuleName(p) => n.op() == Opcode::CallModule && path.as_deref() == Some(p.as_str()),

@@ -217,8 +217,16 @@ impl QConfigMapping {
             .global
             .iter()
             .map(|q| (QConfigSource::Global, q))
-            .chain(self.object_types.iter().filter_map(|(t, q)| q.as_ref().map(|q| (QConfigSource::ObjectType(t.clone()), q))))
-            .chain(self.module_names.iter().filter_map(|(p, q)| q.as_ref().map(|q| (QConfigSource::ModuleName(p.clone()), q))));
+            .chain(
+                self.object_types
+                    .iter()
+                    .filter_map(|(t, q)| q.as_ref().map(|q| (QConfigSource::ObjectType(t.clone()), q))),
+            )
+            .chain(
+                self.module_names
+                    .iter()
+                    .filter_map(|(p, q)| q.as_ref().map(|q| (QConfigSource::ModuleName(p.clone()), q))),
+            );
         for (src, q) in all {
             q.validate(who).map_err(|e| Error::argument(who, format!("{src}: {e}")))?;
         }

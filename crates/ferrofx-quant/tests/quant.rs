@@ -827,10 +827,8 @@ mod workflow {
         let q = convert(&prepared).unwrap();
         let after = lines(&q);
         println!("{}", after.join("\n"));
-        let ops: Vec<&str> = after
-            .iter()
-            .map(|l| l.split("target=").nth(1).map_or("", |t| t.split(']').next().unwrap()))
-            .collect();
+        let ops: Vec<&str> =
+            after.iter().map(|l| l.split("target=").nth(1).map_or("", |t| t.split(']').next().unwrap())).collect();
         assert_eq!(
             ops,
             [
@@ -855,10 +853,17 @@ mod workflow {
             ]
         );
         // the fused ReLUs are flags of the int8 ops, the scale/zero point are visible arguments
-        assert!(after[5].contains("True)") && after[11].contains("True)") && after[15].contains("False)"), "{after:#?}");
+        assert!(
+            after[5].contains("True)") && after[11].contains("True)") && after[15].contains("False)"),
+            "{after:#?}"
+        );
         let conv = q.graph().iter().find(|n| n.name() == "relu").unwrap();
         let qm = conv.meta().get::<QuantMeta>(QUANT_META).unwrap();
-        assert!(after[5].contains(&format!("{:?}", qm.scale)) || after[5].contains(&qm.scale.to_string()), "{}", after[5]);
+        assert!(
+            after[5].contains(&format!("{:?}", qm.scale)) || after[5].contains(&qm.scale.to_string()),
+            "{}",
+            after[5]
+        );
         // close to float
         let (f, i8) = (gm.forward(&x).unwrap(), q.forward(&x).unwrap());
         assert!(max_abs_diff(&f, &i8) < 0.1, "{}", max_abs_diff(&f, &i8));
@@ -883,7 +888,9 @@ mod workflow {
         let after = lines(&q);
         println!("{}", after.join("\n"));
         let text = after.join("\n");
-        for op in ["quantized_conv2d", "quantized_add", "target=cat", "quantized_adaptive_avg_pool2d", "quantized_linear"] {
+        for op in
+            ["quantized_conv2d", "quantized_add", "target=cat", "quantized_adaptive_avg_pool2d", "quantized_linear"]
+        {
             assert!(text.contains(op), "{op} missing:\n{text}");
         }
         // sigmoid has no int8 kernel: the linear's output is dequantized before it
@@ -909,7 +916,8 @@ mod workflow {
 
         let gm = symbolic_trace(&m).unwrap();
         let e = prepare(&gm, &QConfigMapping::default_x86().set_module_name("fc3", None), &[Value::from(&x)])
-            .err().unwrap()
+            .err()
+            .unwrap()
             .to_string();
         assert!(e.contains("set_module_name(\"fc3\") names no module") && e.contains("fc1, fc2"), "{e}");
     }
@@ -942,7 +950,8 @@ mod workflow {
         t.train(true);
         let gm = symbolic_trace(&t).unwrap();
         let e = prepare(&gm, &QConfigMapping::default_x86(), &[Value::from(&randn(&[2, 2, 6, 6], None).unwrap())])
-            .err().unwrap()
+            .err()
+            .unwrap()
             .to_string();
         assert!(e.contains("training mode"), "{e}");
     }
@@ -970,7 +979,11 @@ mod workflow {
         let mp = mixed_precision(&prepared, &batches, |g| Ok(count(g) <= 2)).unwrap();
         assert_eq!(mp.kept_float, vec![report[0].node.clone()]);
         assert_eq!(count(&mp.module), 2);
-        assert!(mp.module.graph().iter().all(|n| n.name() != report[0].node || !n.target().name().starts_with("quantized_")));
+        assert!(mp
+            .module
+            .graph()
+            .iter()
+            .all(|n| n.name() != report[0].node || !n.target().name().starts_with("quantized_")));
         mp.module.forward(&x).unwrap();
         // a budget only float meets: every layer is given up, worst first
         let mp = mixed_precision(&prepared, &batches, |g| Ok(count(g) == 0)).unwrap();
@@ -994,8 +1007,9 @@ mod workflow {
         let mut gm = symbolic_trace(&report.model).unwrap();
         ferrofx_fx::passes::fuse::fuse_conv_bn(&mut gm).unwrap();
         ferrofx_fx::passes::fuse::remove_identity_dropout(&mut gm).unwrap();
-        let prepared = prepare(&gm, &QConfigMapping::default_x86(), &[Value::from(&train.images.narrow(0, 0, 64).unwrap())])
-            .unwrap();
+        let prepared =
+            prepare(&gm, &QConfigMapping::default_x86(), &[Value::from(&train.images.narrow(0, 0, 64).unwrap())])
+                .unwrap();
         let n = train.images.shape()[0] as i64;
         let mut i = 0;
         while i < n {

@@ -120,9 +120,6 @@ pub fn report(gm: &GraphModule, float_file: &Path, calib: &Tensor, test: &Split,
         100.0 * (1.0 - qs as f64 / fs.max(1) as f64),
         file.display()
     );
-    println!(
-        "  test-set inference            {f_ms:.2} ms float -> {q_ms:.2} ms int8 ({:.2}x)",
-        f_ms / q_ms.max(1e-9)
-    );
+    println!("  test-set inference            {f_ms:.2} ms float -> {q_ms:.2} ms int8 ({:.2}x)", f_ms / q_ms.max(1e-9));
     Ok(())
 }
