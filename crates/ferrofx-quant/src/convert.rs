@@ -184,7 +184,7 @@ fn ints(v: &[i64]) -> Argument {
     Argument::list(v.iter().map(|&i| Argument::Int(i)))
 }
 
-/// Converts a prepared and calibrated module (see [`prepare`](crate::prepare)) into an int8
+/// Converts a prepared and calibrated module (see [`prepare`](crate::prepare())) into an int8
 /// one. The prepared module is not changed.
 ///
 /// Errors name the node: an observer that saw no data (calibration not run), or NaN/Inf; a

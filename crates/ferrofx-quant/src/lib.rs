@@ -11,7 +11,7 @@
 //!
 //! - [`qconfig`]: [`QConfig`] (which observers) and [`QConfigMapping`] (where: global, by module
 //!   type or op, by module name, `None` to keep in float);
-//! - [`prepare`] / [`convert`]: the FX graph-mode workflow (`prepare_fx` → calibrate →
+//! - [`prepare()`] / [`convert()`]: the FX graph-mode workflow (`prepare_fx` → calibrate →
 //!   `convert_fx`) on a [`GraphModule`](ferrofx_fx::GraphModule);
 //! - [`numeric`]: per-layer SQNR of a converted module against the float one, and automatic
 //!   mixed precision (the most sensitive layers stay in float until a budget is met).

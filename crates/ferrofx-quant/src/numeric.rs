@@ -5,7 +5,7 @@
 //!
 //! The float reference is the prepared module (its observers are the identity): every
 //! quantized node of the converted module carries the name of the float node whose value it
-//! replaces, and its [`QuantMeta`](crate::QuantMeta) dequantizes it.
+//! replaces, and its [`QuantMeta`] dequantizes it.
 
 use crate::convert::{convert_excluding, QuantMeta, QUANT_META};
 use crate::observer_module::ObserverGuard;
@@ -65,7 +65,7 @@ fn quantized_nodes(q: &GraphModule) -> Vec<(String, String, QuantMeta)> {
         .collect()
 }
 
-/// Per-layer SQNR of `quantized` (from [`convert`](crate::convert)) against `prepared` (the
+/// Per-layer SQNR of `quantized` (from [`convert`](crate::convert())) against `prepared` (the
 /// module it was converted from) on `batches`, worst first.
 ///
 /// ```

@@ -1,4 +1,4 @@
-//! The observer as a module of a prepared [`GraphModule`](ferrofx_fx::GraphModule): FX's
+//! The observer as a module of a prepared [`GraphModule`]: FX's
 //! `activation_post_process_N`. Its forward records the statistics of its input and returns
 //! the input unchanged, so a prepared model runs (eagerly, in the Interpreter, or through its
 //! plan) exactly like the float one while calibrating.
@@ -12,7 +12,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// An observer inserted by [`prepare`](crate::prepare); prints as the observer's class name.
+/// An observer inserted by [`prepare`](crate::prepare()); prints as the observer's class name.
 #[derive(Clone)]
 pub struct ObserverModule {
     observer: Arc<dyn Observer>,

@@ -64,7 +64,7 @@ fn check_module_names(gm: &GraphModule, mapping: &QConfigMapping) -> Result<()> 
 /// Inserts observers into a copy of `gm` (which must be in eval mode) for calibration, as
 /// `prepare_fx` does; `example_inputs` run once through the model to learn which values are
 /// float tensors (shape propagation). Returns the prepared module: run calibration batches
-/// through it, then [`convert`](crate::convert) it.
+/// through it, then [`convert`](crate::convert()) it.
 ///
 /// Errors: a module name in the mapping that matches no module; a node the mapping selects by
 /// its own module name or type/op name but that has no int8 implementation (it names the
