@@ -70,9 +70,10 @@ fn quantized_nodes(q: &GraphModule) -> Vec<(String, String, QuantMeta)> {
 ///
 /// ```
 /// use ferrofx_core::{ops::random::randn, Value};
-/// use ferrofx_nn::{Linear, Module};
+/// use ferrofx_nn::{Linear, Module, Sequential};
 /// use ferrofx_quant::{convert, numeric_report, prepare, QConfigMapping};
-/// let mut lin = Linear::new(8, 4, true).unwrap();
+/// let mut lin = Sequential::new(); // traced as one call_module node `0`
+/// lin.push(Linear::new(8, 4, true).unwrap());
 /// lin.eval();
 /// let gm = ferrofx_fx::symbolic_trace(&lin).unwrap();
 /// let x = randn(&[32, 8], None).unwrap();

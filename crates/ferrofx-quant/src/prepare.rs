@@ -72,9 +72,10 @@ fn check_module_names(gm: &GraphModule, mapping: &QConfigMapping) -> Result<()> 
 ///
 /// ```
 /// use ferrofx_core::{ops::random::randn, Value};
-/// use ferrofx_nn::{Linear, Module};
+/// use ferrofx_nn::{Linear, Module, Sequential};
 /// use ferrofx_quant::{convert, prepare, QConfigMapping};
-/// let mut lin = Linear::new(8, 4, true).unwrap();
+/// let mut lin = Sequential::new(); // traced as one call_module node `0`
+/// lin.push(Linear::new(8, 4, true).unwrap());
 /// lin.eval();
 /// let gm = ferrofx_fx::symbolic_trace(&lin).unwrap();
 /// let x = randn(&[16, 8], None).unwrap();
