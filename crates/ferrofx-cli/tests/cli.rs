@@ -50,7 +50,7 @@ fn demo_trains_saves_reloads_and_reports() {
     let calib = dir.path().join("calib.npy");
     let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (40, 1, 8, 8), }";
     let mut header = header.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
