@@ -362,6 +362,11 @@ def main():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant"))
     import bench_qconv
     table.update(bench_qconv.cases())
+    # int8 quantization (group quant): PyTorch quantize_fx and onnxruntime quantize_static
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant"))
+    import bench_quant
+    table.update(bench_quant.cases())
+    ort_extra.update(bench_quant.ort_cases())
     for cid in [i for i in a.ids.split(",") if i]:
         if cid not in table and cid not in ort_extra:
             print(json.dumps({"id": cid, "error": "no reference for this case"}), flush=True)

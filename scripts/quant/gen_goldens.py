@@ -10,12 +10,15 @@ import os
 import struct
 
 import torch
-from torch.ao.quantization import MinMaxObserver, MovingAverageMinMaxObserver, PerChannelMinMaxObserver
+from torch.ao.quantization import (HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
+                                   PerChannelMinMaxObserver)
 
 torch.manual_seed(20)
 warnings.filterwarnings("ignore", message="Please use quant_min")
 torch.backends.quantized.engine = "fbgemm"
 OUT = os.path.join("tests", "data", "quant_goldens.json")
+# separate file so the op goldens above stay as they are when the workflow goldens change
+OUT_WORKFLOW = os.path.join("tests", "data", "quant_workflow_goldens.json")
 
 
 def f32s(t):
@@ -84,6 +87,39 @@ def observers():
                                  reduce_range=True)
     cases.append(observer_case("per_channel_weight_rr", o, [randn(4, 9)], ch_axis=0))
     return cases
+
+
+def histogram_observers():
+    """HistogramObserver: 2048-bin running histogram, ranges that grow between batches (the old
+    histogram is upsampled into the new range), a constant first batch, heavy tails that the
+    L2 search clips, and a small bin count."""
+    cases = []
+    torch.manual_seed(2020)
+    heavy = torch.cat([torch.randn(1200), torch.tensor([40.0, -25.0, 60.0])])
+    specs = [
+        ("histogram_single", {}, [torch.randn(4, 200)]),
+        ("histogram_growing_range", {}, [torch.randn(300), torch.randn(400) * 3 + 1, torch.rand(200) * 2]),
+        ("histogram_heavy_tail", {}, [heavy]),
+        ("histogram_relu_like", {}, [torch.relu(torch.randn(600) * 2), torch.relu(torch.randn(500) * 2.5)]),
+        ("histogram_constant_first", {}, [torch.full((10,), 0.75), torch.randn(300)]),
+        ("histogram_qint8_symmetric", dict(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric),
+         [torch.randn(500) * 0.4, torch.randn(400)]),
+        ("histogram_reduce_range", dict(reduce_range=True), [torch.randn(600) + 2]),
+        ("histogram_256_bins", dict(bins=256), [torch.randn(400), torch.randn(200) * 5]),
+    ]
+    for name, kw, batches in specs:
+        o = HistogramObserver(**kw)
+        cases.append(histogram_case(name, o, batches))
+    return cases
+
+
+def histogram_case(name, obs, batches):
+    case = observer_case(name, obs, batches, bins=obs.bins)
+    # the histogram sparsely, as [bin, count] pairs
+    case["histogram"] = [[i, float(v)] for i, v in enumerate(obs.histogram.tolist()) if v != 0.0]
+    new_min, new_max = obs._non_linear_param_search()
+    case["search_min"], case["search_max"] = float(new_min), float(new_max)
+    return case
 
 
 def qrepr(q):
@@ -175,6 +211,11 @@ def main():
         json.dump(data, f, separators=(",", ":"))
     print(f"wrote {OUT}: {len(data['observers'])} observer cases, {len(data['ops'])} op cases, "
           f"{os.path.getsize(OUT)} bytes")
+    workflow = {"torch": torch.__version__, "histogram_observers": histogram_observers()}
+    with open(OUT_WORKFLOW, "w") as f:
+        json.dump(workflow, f, separators=(",", ":"))
+    print(f"wrote {OUT_WORKFLOW}: {len(workflow['histogram_observers'])} histogram cases, "
+          f"{os.path.getsize(OUT_WORKFLOW)} bytes")
 
 
 if __name__ == "__main__":

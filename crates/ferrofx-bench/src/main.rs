@@ -16,6 +16,7 @@ mod cases_minilm;
 mod cases_models;
 mod cases_onnx;
 mod cases_qkernels;
+mod cases_quant;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
@@ -45,7 +46,7 @@ struct Args {
     #[arg(long)]
     filter: Option<String>,
     /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm, onnx,
-    /// qkernels.
+    /// qkernels, quant.
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
     /// Shorter timing budget (noisier).
@@ -192,12 +193,13 @@ fn main() {
         .chain(cases_minilm::all())
         .chain(cases_onnx::all())
         .chain(cases_qkernels::all())
+        .chain(cases_quant::all())
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
         eprintln!(
-            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx, qkernels)"
+            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx, qkernels, quant)"
         );
         std::process::exit(2);
     }
@@ -287,6 +289,7 @@ fn main() {
     md.push_str(&cases_compile::summary(&ours, reference.as_ref().ok().map(|r| (&r.ort, &r.ort_peak))));
     md.push_str(&cases_onnx::summary());
     md.push_str(&cases_qkernels::summary(&ours, reference.as_ref().ok().map(|r| &r.torch)));
+    md.push_str(&cases_quant::summary(&ours));
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);

@@ -51,6 +51,8 @@ enum Command {
     Convert(commands::convert::ConvertArgs),
     /// Compile a traced-module file for given input shapes (fusion, memory plan) and save it.
     Compile(commands::compile::CompileArgs),
+    /// int8 post-training quantization of a traced-module file, calibrated on a .npy file.
+    Quantize(commands::quantize::QuantizeArgs),
     /// Import an ONNX model as a traced-module file.
     Import(commands::onnx::ImportArgs),
     /// Export a traced-module file as an ONNX model.
@@ -78,6 +80,7 @@ fn main() -> ExitCode {
         Some(Command::Train(args)) => commands::train::run(&args),
         Some(Command::Show(args)) => commands::show::run(&args),
         Some(Command::Run(args)) => commands::run::run(&args),
+        Some(Command::Quantize(args)) => commands::quantize::run(&args),
         Some(Command::Bench(args)) => commands::bench::run(&args),
         Some(Command::Draw(args)) => commands::draw::run(&args),
         Some(Command::Convert(args)) => commands::convert::run(&args),

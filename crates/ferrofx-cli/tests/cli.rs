@@ -36,6 +36,58 @@ fn demo_trains_saves_reloads_and_reports() {
     assert!(text.contains("2 BatchNorm folded, 1 dropout removed"), "{text}");
     assert!(text.contains("call_module[target=conv1]"), "the traced graph is printed: {text}");
     assert!(dir.path().join("digits_cnn.fxm").exists());
+    // the int8 section (issue 20, acceptance 2): accuracy within 0.5 pp, file >= 70% smaller
+    let line = text.lines().find(|l| l.contains("% int8 (")).unwrap_or_else(|| panic!("no int8 line:\n{text}"));
+    let pcts: Vec<f64> =
+        line.split_whitespace().filter_map(|w| w.strip_suffix('%').and_then(|v| v.parse().ok())).collect();
+    assert!(pcts.len() >= 2 && (pcts[0] - pcts[1]).abs() <= 0.5, "{line}");
+    let line = text.lines().find(|l| l.contains("bytes int8")).unwrap_or_else(|| panic!("no size line:\n{text}"));
+    let smaller: f64 = line.split('(').nth(1).and_then(|v| v.split('%').next()).and_then(|v| v.parse().ok()).unwrap();
+    assert!(smaller >= 70.0, "{line}");
+    assert!(dir.path().join("digits_cnn.int8.fxm").exists());
+
+    // ferrofx quantize on the saved float module, calibrated on a .npy file
+    let calib = dir.path().join("calib.npy");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (40, 1, 8, 8), }";
+    let mut header = header.to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for i in 0..40 * 64 {
+        bytes.extend_from_slice(&(((i * 37) % 17) as f32).to_le_bytes());
+    }
+    std::fs::write(&calib, bytes).unwrap();
+    let out8 = dir.path().join("cli.int8.fxm");
+    ferrofx()
+        .arg("quantize")
+        .arg(dir.path().join("digits_cnn.fxm"))
+        .arg("--calibrate")
+        .arg(&calib)
+        .arg("-o")
+        .arg(&out8)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("4 int8 ops"));
+    ferrofx()
+        .args(["show"])
+        .arg(&out8)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("quantized_conv2d").and(predicate::str::contains("quantize_per_tensor")));
+    ferrofx()
+        .arg("quantize")
+        .arg(dir.path().join("digits_cnn.fxm"))
+        .arg("--calibrate")
+        .arg(dir.path().join("missing.npy"))
+        .arg("-o")
+        .arg(&out8)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("missing.npy"));
 }
 
 #[test]

@@ -4,9 +4,17 @@
 //! - [`qparams`]: the quantization schemes and the scale/zero-point computation of PyTorch's
 //!   observers (`quint8` affine, `qint8` symmetric, `reduce_range`, `eps`);
 //! - [`observer`]: observers that record the range of the tensors they see during calibration
-//!   ([`MinMaxObserver`], [`MovingAverageMinMaxObserver`], [`PerChannelMinMaxObserver`]) and
+//!   ([`MinMaxObserver`], [`MovingAverageMinMaxObserver`], [`PerChannelMinMaxObserver`],
+//!   [`HistogramObserver`]) and
 //!   turn it into quantization parameters, refusing ranges that are not usable (no data seen,
 //!   NaN or infinite values).
+//!
+//! - [`qconfig`]: [`QConfig`] (which observers) and [`QConfigMapping`] (where: global, by module
+//!   type or op, by module name, `None` to keep in float);
+//! - [`prepare()`] / [`convert()`]: the FX graph-mode workflow (`prepare_fx` → calibrate →
+//!   `convert_fx`) on a [`GraphModule`](ferrofx_fx::GraphModule);
+//! - [`numeric`]: per-layer SQNR of a converted module against the float one, and automatic
+//!   mixed precision (the most sensitive layers stay in float until a budget is met).
 //!
 //! The int8 kernels themselves (`quantize_per_tensor`, `quantized_linear`,
 //! `quantized_conv2d`, ...) are registry ops in [`ferrofx_core::ops::quantized`], so tracing,
@@ -25,8 +33,21 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod convert;
+pub mod histogram;
+pub mod numeric;
 pub mod observer;
+pub mod observer_module;
+mod pattern;
+pub mod prepare;
+pub mod qconfig;
 pub mod qparams;
 
+pub use convert::{convert, convert_excluding, QuantMeta, QUANT_META};
+pub use histogram::HistogramObserver;
+pub use numeric::{mixed_precision, numeric_report, LayerSqnr, MixedPrecision};
 pub use observer::{MinMaxObserver, MovingAverageMinMaxObserver, Observer, PerChannelMinMaxObserver};
+pub use observer_module::{ObserverGuard, ObserverModule};
+pub use prepare::prepare;
+pub use qconfig::{ObserverKind, ObserverSpec, QConfig, QConfigMapping, QConfigSource};
 pub use qparams::{calculate_qparams, quant_min_max, ObserverConfig, QParams, QScheme};

@@ -782,4 +782,412 @@ fn packed_weights_are_cached_per_weight_and_follow_a_strided_view() {
     let x = Tensor::from_vec(lcg_bytes(3, 4 * 6 * 6), &[1, 4, 6, 6]).unwrap();
     let run = || quantized_conv2d(&x, 0.1, 5, &wt, &ws, None, 0.2, 9, &conv).unwrap().to_vec::<u8>().unwrap();
     assert_eq!(run(), with_reference_kernels(run));
+// HistogramObserver (goldens: tests/data/quant_workflow_goldens.json)
+
+fn workflow_goldens() -> J {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/quant_workflow_goldens.json");
+    let text =
+        std::fs::read_to_string(path).expect("tests/data/quant_workflow_goldens.json (scripts/quant/gen_goldens.py)");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+#[test]
+fn histogram_observer_matches_torch() {
+    use ferrofx_quant::HistogramObserver;
+    let g = workflow_goldens();
+    let cases = g["histogram_observers"].as_array().unwrap();
+    assert!(cases.len() >= 8);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let obs = HistogramObserver::new(config_of(case), case["bins"].as_u64().unwrap() as usize).unwrap();
+        for b in case["batches"].as_array().unwrap() {
+            obs.observe(&Tensor::from_vec(f32s(&b["data"]), &usizes(&b["shape"])).unwrap()).unwrap();
+        }
+        let (lo, hi) = obs.min_max();
+        assert_eq!((lo[0], hi[0]), (f32s(&case["min_val"])[0], f32s(&case["max_val"])[0]), "{name}: min/max");
+        let hist = obs.histogram();
+        let mut want = vec![0.0f32; hist.len()];
+        for pair in case["histogram"].as_array().unwrap() {
+            want[pair[0].as_u64().unwrap() as usize] = pair[1].as_f64().unwrap() as f32;
+        }
+        for (i, (&h, &w)) in hist.iter().zip(&want).enumerate() {
+            assert!((h - w).abs() <= 1e-4 * w.abs().max(1.0), "{name}: bin {i}: {h} vs PyTorch {w}");
+        }
+        let (slo, shi) = obs.search_range().unwrap();
+        assert_eq!(
+            (slo, shi),
+            (case["search_min"].as_f64().unwrap() as f32, case["search_max"].as_f64().unwrap() as f32),
+            "{name}: searched range"
+        );
+        let qp = obs.calculate_qparams().unwrap();
+        let want = f32::from_bits(case["scale_bits"][0].as_u64().unwrap() as u32);
+        assert!(ulps(qp.scale[0], want) <= 1, "{name}: scale {} vs PyTorch {want}", qp.scale[0]);
+        assert_eq!(qp.zero_point, i64s(&case["zero_point"]), "{name}: zero_point");
+    }
+}
+
+#[test]
+fn histogram_observer_clips_outliers_and_refuses_bad_data() {
+    use ferrofx_quant::HistogramObserver;
+    // the searched range lies inside the observed one
+    let v: Vec<f32> = (0..5_000).map(|i| ((i * 7919) % 5_000) as f32 / 1000.0 - 1.0).collect();
+    let obs = HistogramObserver::new(ObserverConfig::default(), 2048).unwrap();
+    obs.observe(&Tensor::from_vec(v, &[5_000]).unwrap()).unwrap();
+    let (lo, hi) = obs.search_range().unwrap();
+    let (min, max) = obs.min_max();
+    assert!(lo >= min[0] && hi <= max[0] && lo < hi, "[{lo}, {hi}] vs [{}, {}]", min[0], max[0]);
+    assert_eq!(obs.histogram().iter().sum::<f32>(), 5_000.0);
+
+    let e = HistogramObserver::new(ObserverConfig::default(), 16).unwrap().calculate_qparams().unwrap_err();
+    assert!(e.to_string().contains("HistogramObserver") && e.to_string().contains("saw no data"), "{e}");
+    let obs = HistogramObserver::new(ObserverConfig::default(), 16).unwrap();
+    obs.observe(&Tensor::from_vec(vec![1.0f32, f32::NAN], &[2]).unwrap()).unwrap();
+    assert!(obs.calculate_qparams().unwrap_err().to_string().contains("1 NaN or infinite values among 2"));
+    assert!(HistogramObserver::new(ObserverConfig::per_channel_weight(), 16).is_err());
+    assert!(HistogramObserver::new(ObserverConfig::default(), 0).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// the graph-mode workflow: prepare → calibrate → convert
+
+mod workflow {
+    use ferrofx_core::ops::random::manual_seed;
+
+    fn randn(shape: &[usize], dtype: Option<ferrofx_core::DType>) -> ferrofx_core::Result<Tensor> {
+        let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        ferrofx_core::ops::random::randn(&shape, dtype)
+    }
+    use ferrofx_core::{Tensor, Value};
+    use ferrofx_fx::{symbolic_trace, GraphModule};
+    use ferrofx_nn::functional as F;
+    use ferrofx_nn::{AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOpts, Linear, MaxPool2d, Module};
+    use ferrofx_quant::{convert, prepare, QConfig, QConfigMapping, QuantMeta, QUANT_META};
+
+    /// conv + bn + relu, max pool, flatten, linear + relu, linear
+    #[derive(ferrofx_nn::Module)]
+    pub struct ConvNet {
+        pub conv: Conv2d,
+        pub bn: BatchNorm2d,
+        pub pool: MaxPool2d,
+        pub fc1: Linear,
+        pub fc2: Linear,
+    }
+
+    impl Module for ConvNet {
+        fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+            let h = F::relu(&self.bn.call(&self.conv.call(x)?)?)?;
+            let h = self.pool.call(&h)?.flatten(1, -1)?;
+            let h = F::relu(&self.fc1.call(&h)?)?;
+            self.fc2.call(&h)
+        }
+    }
+
+    pub fn conv_net() -> ConvNet {
+        let p1 = Conv2dOpts { padding: 1, ..Default::default() };
+        let mut m = ConvNet {
+            conv: Conv2d::with(2, 4, 3, p1).unwrap(),
+            bn: BatchNorm2d::new_2d(4).unwrap(),
+            pool: MaxPool2d::new(2),
+            fc1: Linear::new(4 * 3 * 3, 8, true).unwrap(),
+            fc2: Linear::new(8, 3, true).unwrap(),
+        };
+        m.eval();
+        m
+    }
+
+    /// conv + relu, add + relu, cat, adaptive average pooling, a float-only op (sigmoid)
+    #[derive(ferrofx_nn::Module)]
+    pub struct ResNetLike {
+        pub conv1: Conv2d,
+        pub conv2: Conv2d,
+        pub gap: AdaptiveAvgPool2d,
+        pub fc: Linear,
+    }
+
+    impl Module for ResNetLike {
+        fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+            let a = F::relu(&self.conv1.call(x)?)?;
+            let b = self.conv2.call(&a)?;
+            let s = F::relu(&a.add(&b)?)?;
+            let c = ferrofx_core::ops::join::cat(&[s, a], 1)?;
+            let g = self.gap.call(&c)?.flatten(1, -1)?;
+            F::sigmoid(&self.fc.call(&g)?)
+        }
+    }
+
+    pub fn resnet_like() -> ResNetLike {
+        let p1 = Conv2dOpts { padding: 1, ..Default::default() };
+        let mut m = ResNetLike {
+            conv1: Conv2d::with(3, 4, 3, p1).unwrap(),
+            conv2: Conv2d::with(4, 4, 3, p1).unwrap(),
+            gap: AdaptiveAvgPool2d::new(1, 1),
+            fc: Linear::new(8, 2, true).unwrap(),
+        };
+        m.eval();
+        m
+    }
+
+    fn lines(gm: &GraphModule) -> Vec<String> {
+        gm.graph().to_string().lines().skip(1).map(|l| l.trim().to_string()).collect()
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    }
+
+    fn calibrated(m: &dyn Module, shape: &[usize], mapping: &QConfigMapping) -> (GraphModule, GraphModule, Tensor) {
+        let gm = symbolic_trace(m).unwrap();
+        let x = randn(shape, None).unwrap();
+        let prepared = prepare(&gm, mapping, &[Value::from(&x)]).unwrap();
+        for _ in 0..4 {
+            prepared.forward(&randn(shape, None).unwrap()).unwrap();
+        }
+        prepared.forward(&x).unwrap();
+        (gm, prepared, x)
+    }
+
+    #[test]
+    fn conv_bn_relu_pool_flatten_linear_relu_before_and_after() {
+        manual_seed(7);
+        let m = conv_net();
+        let (gm, prepared, x) = calibrated(&m, &[5, 2, 6, 6], &QConfigMapping::new().set_global(QConfig::min_max()));
+        let before = lines(&prepared);
+        println!("{}", before.join("\n"));
+        assert_eq!(
+            before,
+            [
+                "%x : [num_users=1] = placeholder[target=x]",
+                "%activation_post_process_0 : [num_users=1] = call_module[target=activation_post_process_0](args = (%x,), kwargs = {})",
+                "%conv : [num_users=1] = call_module[target=conv](args = (%activation_post_process_0,), kwargs = {})",
+                "%relu : [num_users=1] = call_function[target=relu](args = (%conv,), kwargs = {})",
+                "%activation_post_process_1 : [num_users=1] = call_module[target=activation_post_process_1](args = (%relu,), kwargs = {})",
+                "%pool : [num_users=1] = call_module[target=pool](args = (%activation_post_process_1,), kwargs = {})",
+                "%flatten : [num_users=1] = call_method[target=flatten](args = (%pool, 1), kwargs = {})",
+                "%fc1 : [num_users=1] = call_module[target=fc1](args = (%flatten,), kwargs = {})",
+                "%relu_1 : [num_users=1] = call_function[target=relu](args = (%fc1,), kwargs = {})",
+                "%activation_post_process_2 : [num_users=1] = call_module[target=activation_post_process_2](args = (%relu_1,), kwargs = {})",
+                "%fc2 : [num_users=1] = call_module[target=fc2](args = (%activation_post_process_2,), kwargs = {})",
+                "%activation_post_process_3 : [num_users=1] = call_module[target=activation_post_process_3](args = (%fc2,), kwargs = {})",
+                "return activation_post_process_3",
+            ]
+        );
+        // the observers are modules: they print with their type and run in the Interpreter
+        let shown = prepared.to_string();
+        assert!(shown.contains("MinMaxObserver"), "{shown}");
+        // a prepared model computes what the float model does
+        assert!(max_abs_diff(&prepared.forward(&x).unwrap(), &gm.forward(&x).unwrap()) < 1e-5);
+
+        let q = convert(&prepared).unwrap();
+        let after = lines(&q);
+        println!("{}", after.join("\n"));
+        let ops: Vec<&str> =
+            after.iter().map(|l| l.split("target=").nth(1).map_or("", |t| t.split(']').next().unwrap())).collect();
+        assert_eq!(
+            ops,
+            [
+                "x",
+                "quantize_per_tensor",
+                "conv_weight_int8",
+                "conv_weight_scale",
+                "conv_bias",
+                "quantized_conv2d",
+                "pool",
+                "flatten",
+                "fc1_weight_int8",
+                "fc1_weight_scale",
+                "fc1_bias",
+                "quantized_linear",
+                "fc2_weight_int8",
+                "fc2_weight_scale",
+                "fc2_bias",
+                "quantized_linear",
+                "dequantize",
+                ""
+            ]
+        );
+        // the fused ReLUs are flags of the int8 ops, the scale/zero point are visible arguments
+        assert!(
+            after[5].contains("True)") && after[11].contains("True)") && after[15].contains("False)"),
+            "{after:#?}"
+        );
+        let conv = q.graph().iter().find(|n| n.name() == "relu").unwrap();
+        let qm = conv.meta().get::<QuantMeta>(QUANT_META).unwrap();
+        assert!(
+            after[5].contains(&format!("{:?}", qm.scale)) || after[5].contains(&qm.scale.to_string()),
+            "{}",
+            after[5]
+        );
+        // close to float
+        let (f, i8) = (gm.forward(&x).unwrap(), q.forward(&x).unwrap());
+        assert!(max_abs_diff(&f, &i8) < 0.1, "{}", max_abs_diff(&f, &i8));
+        // saved with int8 weights, loaded and run without the model's code
+        let bytes = q.to_bytes().unwrap();
+        let loaded = GraphModule::from_bytes(&bytes).unwrap();
+        assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), i8.to_vec::<f32>().unwrap());
+        let mut dtypes = vec![];
+        use ferrofx_nn::ModuleStructure;
+        loaded.visit_tensors(&mut |n, _, t| dtypes.push((n.to_string(), t.dtype())));
+        assert!(dtypes.contains(&("fc1_weight_int8".into(), ferrofx_core::DType::I8)), "{dtypes:?}");
+    }
+
+    #[test]
+    fn add_relu_cat_adaptive_pool_before_and_after() {
+        manual_seed(8);
+        let m = resnet_like();
+        let (gm, prepared, x) = calibrated(&m, &[2, 3, 5, 5], &QConfigMapping::default_x86());
+        let before = lines(&prepared);
+        println!("{}", before.join("\n"));
+        let q = convert(&prepared).unwrap();
+        let after = lines(&q);
+        println!("{}", after.join("\n"));
+        let text = after.join("\n");
+        for op in
+            ["quantized_conv2d", "quantized_add", "target=cat", "quantized_adaptive_avg_pool2d", "quantized_linear"]
+        {
+            assert!(text.contains(op), "{op} missing:\n{text}");
+        }
+        // sigmoid has no int8 kernel: the linear's output is dequantized before it
+        let sig = after.iter().position(|l| l.contains("target=sigmoid")).unwrap();
+        assert!(after[sig - 1].contains("target=dequantize"), "{text}");
+        // relu fused into conv1 and into the add
+        assert!(!text.contains("target=relu"), "{text}");
+        let (f, i8) = (gm.forward(&x).unwrap(), q.forward(&x).unwrap());
+        assert!(max_abs_diff(&f, &i8) < 0.05, "{}", max_abs_diff(&f, &i8));
+    }
+
+    #[test]
+    fn qconfig_mapping_none_keeps_float_and_names_are_checked() {
+        manual_seed(9);
+        let m = conv_net();
+        let mapping = QConfigMapping::default_x86().set_module_name("fc2", None).set_object_type("Conv2d", None);
+        let (_, prepared, x) = calibrated(&m, &[3, 2, 6, 6], &mapping);
+        let q = convert(&prepared).unwrap();
+        let text = q.graph().to_string();
+        assert!(text.contains("call_module[target=conv]") && text.contains("call_module[target=fc2]"), "{text}");
+        assert_eq!(text.matches("quantized_linear").count(), 1, "{text}");
+        q.forward(&x).unwrap();
+
+        let gm = symbolic_trace(&m).unwrap();
+        let e = prepare(&gm, &QConfigMapping::default_x86().set_module_name("fc3", None), &[Value::from(&x)])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("set_module_name(\"fc3\") names no module") && e.contains("fc1, fc2"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_node() {
+        manual_seed(10);
+        let m = conv_net();
+        let gm = symbolic_trace(&m).unwrap();
+        let x = randn(&[2, 2, 6, 6], None).unwrap();
+        let prepared = prepare(&gm, &QConfigMapping::default_x86(), &[Value::from(&x)]).unwrap();
+        // not calibrated
+        let e = convert(&prepared).err().unwrap().to_string();
+        assert!(e.contains("node `x`") && e.contains("saw no data") && e.contains("calibration"), "{e}");
+        // NaN in the calibration data
+        let mut v = x.to_vec::<f32>().unwrap();
+        v[3] = f32::NAN;
+        prepared.forward(&Tensor::from_vec(v, x.shape()).unwrap()).unwrap();
+        let e = convert(&prepared).err().unwrap().to_string();
+        assert!(e.contains("node `x`") && e.contains("NaN or infinite"), "{e}");
+        // an op without an int8 kernel selected explicitly
+        let r = resnet_like();
+        let gm = symbolic_trace(&r).unwrap();
+        let x = randn(&[1, 3, 5, 5], None).unwrap();
+        let mapping = QConfigMapping::default_x86().set_object_type("sigmoid", Some(QConfig::default_x86()));
+        let e = prepare(&gm, &mapping, &[Value::from(&x)]).err().unwrap().to_string();
+        assert!(e.contains("node `sigmoid`") && e.contains("no int8 implementation") && e.contains("None"), "{e}");
+        // training mode
+        let mut t = conv_net();
+        t.train(true);
+        let gm = symbolic_trace(&t).unwrap();
+        let e = prepare(&gm, &QConfigMapping::default_x86(), &[Value::from(&randn(&[2, 2, 6, 6], None).unwrap())])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("training mode"), "{e}");
+    }
+
+    #[test]
+    fn numeric_report_sorts_layers_and_mixed_precision_falls_back() {
+        use ferrofx_quant::{mixed_precision, numeric_report};
+        manual_seed(11);
+        let m = conv_net();
+        let (_, prepared, x) = calibrated(&m, &[6, 2, 6, 6], &QConfigMapping::default_x86());
+        let q = convert(&prepared).unwrap();
+        let batches = vec![x.clone(), randn(&[6, 2, 6, 6], None).unwrap()];
+        let report = numeric_report(&prepared, &q, &batches).unwrap();
+        println!("{report:#?}");
+        let names: Vec<&str> = report.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(names.len(), 3, "{report:?}");
+        for n in ["relu", "relu_1", "fc2"] {
+            assert!(names.contains(&n), "{report:?}");
+        }
+        assert!(report.windows(2).all(|w| w[0].sqnr_db <= w[1].sqnr_db), "{report:?}");
+        assert!(report.iter().all(|r| r.sqnr_db.is_finite() && r.sqnr_db > 10.0), "{report:?}");
+
+        // a budget that one int8 layer too many breaks: the worst layer goes back to float
+        let count = |g: &GraphModule| g.graph().iter().filter(|n| n.target().name().starts_with("quantized_")).count();
+        let mp = mixed_precision(&prepared, &batches, |g| Ok(count(g) <= 2)).unwrap();
+        assert_eq!(mp.kept_float, vec![report[0].node.clone()]);
+        assert_eq!(count(&mp.module), 2);
+        assert!(mp
+            .module
+            .graph()
+            .iter()
+            .all(|n| n.name() != report[0].node || !n.target().name().starts_with("quantized_")));
+        mp.module.forward(&x).unwrap();
+        // a budget only float meets: every layer is given up, worst first
+        let mp = mixed_precision(&prepared, &batches, |g| Ok(count(g) == 0)).unwrap();
+        assert_eq!(mp.kept_float.len(), 3);
+        assert_eq!(mp.kept_float[0], report[0].node);
+        assert!(max_abs_diff(&mp.module.forward(&x).unwrap(), &prepared.forward(&x).unwrap()) < 1e-5);
+        // an impossible budget is an error
+        let e = mixed_precision(&prepared, &batches, |_| Ok(false)).err().unwrap().to_string();
+        assert!(e.contains("budget is not met"), "{e}");
+    }
+
+    /// Acceptance 2: the trained digits CNN quantized to int8 keeps its accuracy within 0.5
+    /// percentage points and its module file shrinks by at least 70%.
+    #[test]
+    fn digits_cnn_int8_accuracy_and_file_size() {
+        use ferrofx_nn::datasets::Digits;
+        use ferrofx_nn::train::{evaluate, train_digits, TrainConfig};
+        let cfg = TrainConfig { progress: false, epochs: 8, ..TrainConfig::default() };
+        let report = train_digits(&cfg).unwrap();
+        let (train, test) = Digits::load().unwrap().split(cfg.test_fraction, cfg.seed).unwrap();
+        let mut gm = symbolic_trace(&report.model).unwrap();
+        ferrofx_fx::passes::fuse::fuse_conv_bn(&mut gm).unwrap();
+        ferrofx_fx::passes::fuse::remove_identity_dropout(&mut gm).unwrap();
+        let prepared =
+            prepare(&gm, &QConfigMapping::default_x86(), &[Value::from(&train.images.narrow(0, 0, 64).unwrap())])
+                .unwrap();
+        let n = train.images.shape()[0] as i64;
+        let mut i = 0;
+        while i < n {
+            prepared.forward(&train.images.narrow(0, i, 64.min(n - i)).unwrap()).unwrap();
+            i += 64;
+        }
+        let q = convert(&prepared).unwrap();
+        let float_bytes = gm.to_bytes().unwrap();
+        let int8_bytes = q.to_bytes().unwrap();
+        let loaded = GraphModule::from_bytes(&int8_bytes).unwrap();
+        let (_, float_acc) = evaluate(&gm, &test).unwrap();
+        let (_, int8_acc) = evaluate(&loaded, &test).unwrap();
+        let smaller = 1.0 - int8_bytes.len() as f64 / float_bytes.len() as f64;
+        eprintln!(
+            "digits CNN: float {:.2}% ({} bytes), int8 {:.2}% ({} bytes, {:.1}% smaller)",
+            100.0 * float_acc,
+            float_bytes.len(),
+            100.0 * int8_acc,
+            int8_bytes.len(),
+            100.0 * smaller
+        );
+        assert!(float_acc >= 0.95, "{float_acc}");
+        assert!((float_acc - int8_acc).abs() <= 0.005, "float {float_acc} int8 {int8_acc}");
+        assert!(smaller >= 0.70, "the int8 file is only {:.1}% smaller", 100.0 * smaller);
+        assert_eq!(q.graph().iter().filter(|n| n.target().name().starts_with("quantized_")).count(), 4);
+    }
 }

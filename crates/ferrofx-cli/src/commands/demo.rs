@@ -2,7 +2,8 @@
 //! lines), trace it into a GraphModule, print the graph, optimise it (fold BatchNorm into the
 //! convolutions, drop eval-mode dropout, CSE and simplification), check the optimised module
 //! predicts exactly as the trained one, save it as a traced-module file, load it back (no model
-//! code involved) and evaluate it, then print a short report.
+//! code involved) and evaluate it, then print a short report; then quantize it to int8
+//! (`commands::quantize::report`: accuracy, file size, time).
 
 use super::CliResult;
 use ferrofx_fx::passes::{eliminate_common_subexpressions, fuse, simplify};
@@ -28,7 +29,7 @@ pub fn run(out_dir: &Path, seed: u64, quiet: bool) -> CliResult<()> {
         cfg.epochs, cfg.batch_size, cfg.lr
     );
     let report = train_digits(&cfg)?;
-    let (_, test) = Digits::load()?.split(cfg.test_fraction, cfg.seed)?;
+    let (train, test) = Digits::load()?.split(cfg.test_fraction, cfg.seed)?;
     let model = report.model;
     let trained_pred = predict(&model, &test.images)?;
 
@@ -93,6 +94,8 @@ pub fn run(out_dir: &Path, seed: u64, quiet: bool) -> CliResult<()> {
         file.display()
     );
     println!("  total time                    {:.1} s", start.elapsed().as_secs_f64());
+    println!();
+    super::quantize::report(&gm, &file, &train.images, &test, out_dir)?;
     if loaded_pred != opt_pred {
         return Err("the reloaded module does not predict as the optimised one".into());
     }

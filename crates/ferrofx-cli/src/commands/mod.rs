@@ -7,6 +7,7 @@ pub mod demo;
 pub mod draw;
 pub mod module_io;
 pub mod onnx;
+pub mod quantize;
 pub mod run;
 pub mod show;
 pub mod train;
