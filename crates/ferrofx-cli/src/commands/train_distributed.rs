@@ -31,7 +31,7 @@ pub struct DistArgs {
     /// Pipeline schedule: 1f1b or gpipe.
     #[arg(long, default_value = "1f1b", requires = "pipeline_stages")]
     pub schedule: String,
-    /// Save a sharded checkpoint instead of gathering the model to rank 0: every rank writes
+    /// Save a sharded checkpoint instead of rank 0's single state dict and `.fxm`: every rank writes
     /// its part next to `-o` (`digits_cnn-00001-of-00002.safetensors`, ...; a pipeline rank its
     /// stage, a data-parallel rank an equal share of the bytes) and rank 0 the index
     /// `digits_cnn.safetensors.index.json`, which `ferrofx_dist::shards::load_sharded_state_dict`
