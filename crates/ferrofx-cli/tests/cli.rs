@@ -183,7 +183,7 @@ fn convert_show_run_bench_draw_on_a_traced_module() {
         .args(["--view", "summary"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("parameters       38378"));
+        .stdout(predicate::str::contains("parameters       38330"));
     // run: inputs from safetensors, outputs to safetensors
     let mut sd = ferrofx_nn::StateDict::new();
     sd.insert("input0".into(), ferrofx_core::Tensor::from_vec(vec![0.5f32; 2 * 64], &[2, 1, 8, 8]).unwrap());

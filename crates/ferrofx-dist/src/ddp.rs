@@ -76,13 +76,6 @@ pub struct DistributedDataParallel<M: Module> {
     _hooks: Vec<HookHandle>,
 }
 
-fn flat_grad(p: &Tensor) -> Result<Vec<f32>> {
-    match p.grad() {
-        Some(g) => g.to_vec::<f32>(),
-        None => Ok(vec![0.0; p.numel()]),
-    }
-}
-
 impl Shared {
     /// Starts every complete bucket from `next_launch` on, in order.
     fn launch_ready(&self, st: &mut SyncState) {
@@ -97,14 +90,28 @@ impl Shared {
     }
 
     fn launch(&self, st: &mut SyncState, b: usize) {
-        let mut flat = Vec::new();
-        for &i in &self.buckets[b].params {
-            match flat_grad(&self.params[i]) {
-                Ok(v) => flat.extend_from_slice(&v),
-                Err(e) => {
-                    st.error.get_or_insert_with(|| e.to_string());
-                    flat.extend(std::iter::repeat_n(0.0, self.params[i].numel()));
+        let params = &self.buckets[b].params;
+        let mut flat = Vec::with_capacity(params.iter().map(|&i| self.params[i].numel()).sum());
+        for &i in params {
+            let p = &self.params[i];
+            // the gradient's values go straight into the bucket (no intermediate copy); a
+            // parameter without a gradient counts as zeros
+            let copied = match p.grad() {
+                Some(g) if g.numel() == p.numel() => {
+                    g.with_contiguous::<f32, _>("DistributedDataParallel", |v| flat.extend_from_slice(v))
                 }
+                Some(g) => Err(Error::shape(
+                    "DistributedDataParallel",
+                    format!("a gradient of shape {:?} for a parameter of shape {:?}", g.shape(), p.shape()),
+                )),
+                None => {
+                    flat.extend(std::iter::repeat_n(0.0, p.numel()));
+                    Ok(())
+                }
+            };
+            if let Err(e) = copied {
+                st.error.get_or_insert_with(|| e.to_string());
+                flat.extend(std::iter::repeat_n(0.0, p.numel()));
             }
         }
         match self.pg.all_reduce_sum_async(flat) {
@@ -324,7 +331,8 @@ impl<M: Module> DistributedDataParallel<M> {
             for &i in &s.buckets[b].params {
                 let t = &s.params[i];
                 let len = t.numel();
-                let avg: Vec<f32> = sum[off..off + len].iter().map(|v| v / n).collect();
+                let part = &sum[off..off + len];
+                let avg: Vec<f32> = if n == 1.0 { part.to_vec() } else { part.iter().map(|v| v / n).collect() };
                 off += len;
                 t.set_grad(Some(Tensor::from_vec(avg, t.shape())?))?;
             }

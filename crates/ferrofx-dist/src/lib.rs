@@ -13,7 +13,9 @@
 //! * [`SyncBatchNorm`] (global batch statistics) and [`DistributedDropout`] (the global batch's
 //!   masks), with [`convert_sync_batchnorm`] / [`convert_distributed_dropout`] on a traced
 //!   module, which make data-parallel training equal to one process;
-//! * [`train::train_digits_data_parallel`]: `ferrofx train --data-parallel`.
+//! * [`train::train_digits_data_parallel`]: `ferrofx train --data-parallel`;
+//! * [`shards`]: a checkpoint written as one file per rank plus an index, and
+//!   [`shards::load_sharded_state_dict`], which reassembles it on one machine.
 //!
 //! Model splitting for pipelines lives in the graph layer:
 //! `ferrofx_fx::passes::split_module` and `ferrofx_fx::passes::partition_stages`.
@@ -23,6 +25,7 @@ pub mod dropout;
 pub mod pipeline;
 pub mod process_group;
 pub mod sampler;
+pub mod shards;
 pub mod sync_batchnorm;
 pub mod train;
 

@@ -268,27 +268,18 @@ impl PipelineStage {
 
     /// This stage's parameters under their names in the original model.
     pub fn named_parameters(&self) -> Result<Vec<(String, Tensor)>> {
-        let prefix = format!("{}.", self.name);
-        let mut out = vec![];
-        for (local, t) in self.module()?.named_parameters() {
-            // `layer1_0_conv1.weight` -> module `layer1_0_conv1` -> `layer1.0.conv1`
-            let (head, tail) = match local.split_once('.') {
-                Some((h, t)) => (h.to_string(), Some(t.to_string())),
-                None => (local.clone(), None),
-            };
-            let orig = match self.split.qualname_map.get(&format!("{prefix}{head}")) {
-                Some(o) => o.clone(),
-                None => head,
-            };
-            out.push((
-                match tail {
-                    Some(t) => format!("{orig}.{t}"),
-                    None => orig,
-                },
-                t,
-            ));
-        }
-        Ok(out)
+        Ok(self
+            .module()?
+            .named_parameters()
+            .into_iter()
+            .map(|(local, t)| (original_name(&self.split, &self.name, &local), t))
+            .collect())
+    }
+
+    /// This stage's state dict (parameters and buffers) under the names of the original model:
+    /// its shard of a checkpoint ([`crate::shards`]).
+    pub fn state_dict(&self) -> Result<ferrofx_nn::StateDict> {
+        partition_state_dict(&self.split, self.stage)
     }
 
     /// What input `k` (output `j` of stage `s`) of micro-batch `m` must look like: the
@@ -486,4 +477,49 @@ impl PipelineStage {
         }
         Ok(self.final_output.map(|_| total))
     }
+}
+
+/// The name in the original model of `local`, a parameter or buffer of partition `part`:
+/// `layer1_0_conv1.weight` → module `layer1_0_conv1` → `layer1.0.conv1.weight` (through the
+/// split's `qualname_map`).
+fn original_name(split: &SplitModule, part: &str, local: &str) -> String {
+    let (head, tail) = match local.split_once('.') {
+        Some((h, t)) => (h, Some(t)),
+        None => (local, None),
+    };
+    let orig = split.qualname_map.get(&format!("{part}.{head}")).map(String::as_str).unwrap_or(head);
+    match tail {
+        Some(t) => format!("{orig}.{t}"),
+        None => orig.to_string(),
+    }
+}
+
+/// The state dict (parameters and buffers) of partition `index` of `split` under the names of
+/// the original model.
+pub fn partition_state_dict(split: &SplitModule, index: usize) -> Result<ferrofx_nn::StateDict> {
+    let name = split.partitions.get(index).ok_or_else(|| {
+        Error::argument(
+            "pipeline",
+            format!("partition {index} does not exist: the split has {} partitions", split.partitions.len()),
+        )
+    })?;
+    Ok(split
+        .partition(name)?
+        .state_dict()
+        .into_iter()
+        .map(|(local, t)| (original_name(split, name, &local), t))
+        .collect())
+}
+
+/// Which rank writes each tensor of a pipeline's checkpoint ([`crate::shards::save_sharded`]):
+/// the rank of the first stage that holds it (a tensor that several stages share is written
+/// once). Every rank computes the same map from its copy of the split.
+pub fn stage_owners(split: &SplitModule) -> Result<crate::shards::Owners> {
+    let mut owners = crate::shards::Owners::new();
+    for r in 0..split.partitions.len() {
+        for name in partition_state_dict(split, r)?.into_keys() {
+            owners.entry(name).or_insert(r);
+        }
+    }
+    Ok(owners)
 }

@@ -149,6 +149,19 @@ fn stage_state(gm: &ferrofx_fx::GraphModule) -> Vec<Tensor> {
     gm.named_parameters().into_iter().chain(gm.named_buffers()).map(|(_, t)| t).collect()
 }
 
+/// What [`train_digits_pipeline`] returns on each rank.
+pub struct PipelineTrainReport {
+    /// Rank 0: the whole trained model (every stage gathered) and its figures; the other ranks:
+    /// `None`.
+    pub report: Option<TrainReport>,
+    /// This rank's stage state (parameters and buffers) under the original model's names: its
+    /// shard of a checkpoint.
+    pub stage_state: ferrofx_nn::StateDict,
+    /// The rank that writes each tensor of a sharded checkpoint
+    /// ([`crate::pipeline::stage_owners`]; the same on every rank).
+    pub owners: crate::shards::Owners,
+}
+
 /// Trains the digits CNN as a pipeline of `pg.world_size()` stages (`ferrofx train
 /// --pipeline-stages N` under `mpirun -np N`): the model is traced, its shapes propagated, cut
 /// with [`ferrofx_fx::passes::partition_balanced`], and rank `r` trains stage `r` with
@@ -156,13 +169,14 @@ fn stage_state(gm: &ferrofx_fx::GraphModule) -> Vec<Tensor> {
 /// single-process step (same loss, gradients and dropout masks: only the rank holding the
 /// dropout layer draws from the generator, in the same order); with more, BatchNorm and dropout
 /// see micro-batches, as in every pipeline. At the end every stage's state is gathered to rank
-/// 0, which returns the whole trained model (the other ranks return `None`).
+/// 0, which returns the whole trained model; every rank also returns its stage's state (its
+/// checkpoint shard, see [`crate::shards`]).
 pub fn train_digits_pipeline(
     cfg: &TrainConfig,
     pg: &ProcessGroup,
     micro_batches: usize,
     schedule: crate::Schedule,
-) -> Result<Option<TrainReport>> {
+) -> Result<PipelineTrainReport> {
     let start = Instant::now();
     // this rank's tensor memory, by category (as the single-process loop reports it)
     let tracker = MemoryTracker::start();
@@ -263,8 +277,10 @@ pub fn train_digits_pipeline(
         pg.send(0, 2, flat)?;
     }
     pg.barrier()?;
+    let stage_state = stage.state_dict()?;
+    let owners = crate::pipeline::stage_owners(split)?;
     if rank != 0 {
-        return Ok(None);
+        return Ok(PipelineTrainReport { report: None, stage_state, owners });
     }
     model.eval();
     let (test_loss, acc) = evaluate(&model, &test)?;
@@ -272,5 +288,6 @@ pub fn train_digits_pipeline(
         last.test_loss = test_loss;
         last.test_accuracy = acc;
     }
-    Ok(Some(TrainReport { model, epochs, test_accuracy: acc, elapsed: start.elapsed(), memory: tracker.stats() }))
+    let report = TrainReport { model, epochs, test_accuracy: acc, elapsed: start.elapsed(), memory: tracker.stats() };
+    Ok(PipelineTrainReport { report: Some(report), stage_state, owners })
 }

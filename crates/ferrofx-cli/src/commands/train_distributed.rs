@@ -31,15 +31,27 @@ pub struct DistArgs {
     /// Pipeline schedule: 1f1b or gpipe.
     #[arg(long, default_value = "1f1b", requires = "pipeline_stages")]
     pub schedule: String,
+    /// Save a sharded checkpoint instead of rank 0's single state dict and `.fxm`: every rank writes
+    /// its part next to `-o` (`digits_cnn-00001-of-00002.safetensors`, ...; a pipeline rank its
+    /// stage, a data-parallel rank an equal share of the bytes) and rank 0 the index
+    /// `digits_cnn.safetensors.index.json`, which `ferrofx_dist::shards::load_sharded_state_dict`
+    /// reads back on one machine. No `.fxm` is written.
+    #[arg(long)]
+    pub save_shards: bool,
 }
 
 impl DistArgs {
-    /// Whether a distributed mode was asked for.
+    /// Whether a distributed mode (or a distributed-only flag) was asked for.
     pub fn requested(&self) -> bool {
-        self.data_parallel || self.pipeline_stages.is_some()
+        self.data_parallel || self.pipeline_stages.is_some() || self.save_shards
     }
 
     fn check(&self) -> CliResult<()> {
+        if self.save_shards && !self.data_parallel && self.pipeline_stages.is_none() {
+            return Err(
+                "--save-shards needs --data-parallel or --pipeline-stages N (one process writes one file)".into()
+            );
+        }
         if self.data_parallel && self.pipeline_stages.is_some() {
             return Err("--data-parallel and --pipeline-stages cannot be combined: choose one".into());
         }
@@ -71,10 +83,17 @@ pub fn run(a: &TrainArgs, cfg: &TrainConfig) -> CliResult<()> {
         }
         let schedule =
             if a.dist.schedule == "gpipe" { ferrofx_dist::Schedule::GPipe } else { ferrofx_dist::Schedule::OneFOneB };
-        let report = ferrofx_dist::train::train_digits_pipeline(&cfg, &pg, a.dist.micro_batches, schedule)
+        let trained = ferrofx_dist::train::train_digits_pipeline(&cfg, &pg, a.dist.micro_batches, schedule)
             .map_err(|e| format!("rank {rank}: {e}"))?;
-        if let Some(report) = report {
-            super::train::save_trained(a, &report).map_err(|e| format!("rank 0: {e}"))?;
+        if a.dist.save_shards {
+            save_shards(a, &pg, &trained.stage_state, &trained.owners)?;
+        } else if let Some(report) = &trained.report {
+            super::train::save_trained(a, report).map_err(|e| format!("rank 0: {e}"))?;
+        }
+        if let Some(report) = &trained.report {
+            if a.dist.save_shards {
+                println!("trained digits CNN: test accuracy {:.2}%", 100.0 * report.test_accuracy);
+            }
             println!("(pipeline of {stages} stages, {} micro-batches, {})", a.dist.micro_batches, a.dist.schedule);
         }
         pg.barrier().map_err(|e| format!("rank {rank}: {e}"))?;
@@ -82,12 +101,63 @@ pub fn run(a: &TrainArgs, cfg: &TrainConfig) -> CliResult<()> {
     }
     let report =
         ferrofx_dist::train::train_digits_data_parallel(&cfg, pg.clone()).map_err(|e| format!("rank {rank}: {e}"))?;
-    if rank == 0 {
+    if a.dist.save_shards {
+        let sd = ferrofx_nn::Module::state_dict(&report.model);
+        save_shards(a, &pg, &sd, &ferrofx_dist::shards::assign_by_size(&sd, pg.world_size()))?;
+        if rank == 0 {
+            println!("trained digits CNN: test accuracy {:.2}%", 100.0 * report.test_accuracy);
+        }
+    } else if rank == 0 {
         super::train::save_trained(a, &report).map_err(|e| format!("rank 0: {e}"))?;
+    }
+    if rank == 0 {
         println!("(data parallel over {} ranks)", pg.world_size());
     }
     // the others wait until rank 0 has written: the job ends when the files exist
     pg.barrier().map_err(|e| format!("rank {rank}: {e}"))?;
+    Ok(())
+}
+
+/// `--save-shards`: this rank's part of `local` (the tensors `owners` gives it) next to `-o`,
+/// and rank 0's index; weights that diverged are refused on every rank before anything is
+/// written.
+#[cfg(feature = "mpi")]
+fn save_shards(
+    a: &TrainArgs,
+    pg: &ferrofx_dist::ProcessGroup,
+    local: &ferrofx_nn::StateDict,
+    owners: &ferrofx_dist::shards::Owners,
+) -> CliResult<()> {
+    let rank = pg.rank();
+    let bad = local
+        .iter()
+        .find(|(_, t)| t.to_vec_f64().map(|v| v.iter().any(|x| !x.is_finite())).unwrap_or(true))
+        .map(|(name, _)| name.clone());
+    // every rank learns whether any diverged, so that none writes a partial checkpoint
+    let any = pg.all_gather_u64(u64::from(bad.is_some())).map_err(|e| format!("rank {rank}: {e}"))?;
+    if let Some(name) = bad {
+        return Err(format!(
+            "rank {rank}: training diverged: '{name}' holds NaN or infinite values after training with --lr {}; \
+             nothing was written. Use a smaller --lr (the default is 0.01)",
+            a.lr
+        )
+        .into());
+    }
+    if let Some(r) = any.iter().position(|&b| b != 0) {
+        return Err(format!("rank {rank}: rank {r}'s weights diverged; nothing was written").into());
+    }
+    let files =
+        ferrofx_dist::shards::save_sharded(&a.out, local, owners, pg).map_err(|e| format!("rank {rank}: {e}"))?;
+    if rank == 0 {
+        let index = ferrofx_dist::shards::index_path(&a.out);
+        println!(
+            "sharded checkpoint: {} tensors in {} files, index {} (rank 0 wrote {})",
+            owners.len(),
+            pg.world_size(),
+            index.display(),
+            files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -36,6 +36,11 @@ impl Module for Mlp {
 
 /// The digits CNN: `conv(1→16, 3, p1) → BN → ReLU → conv(16→32, 3, p1) → BN → ReLU → maxpool 2
 /// → flatten → linear(32·4·4 → 64) → ReLU → dropout(0.25) → linear(64 → 10)`, for `[N, 1, 8, 8]`.
+///
+/// The convolutions have no bias (`bias=False`, as torchvision's ResNet convolutions before
+/// BatchNorm): BatchNorm subtracts the channel mean, which cancels a bias exactly, so its
+/// gradient would be zero up to rounding, and an optimizer that normalises gradients (Adam)
+/// would turn that rounding noise into learning-rate-sized random steps.
 #[derive(crate::Module)]
 pub struct DigitsCnn {
     /// First conv.
@@ -59,7 +64,8 @@ pub struct DigitsCnn {
 impl DigitsCnn {
     /// A freshly initialised model (current generator).
     pub fn new() -> Result<DigitsCnn> {
-        let p1 = Conv2dOpts { padding: 1, ..Default::default() };
+        // no bias before BatchNorm (see the type's docs)
+        let p1 = Conv2dOpts { padding: 1, bias: false, ..Default::default() };
         Ok(DigitsCnn {
             conv1: Conv2d::with(1, 16, 3, p1)?,
             bn1: BatchNorm2d::new_2d(16)?,
