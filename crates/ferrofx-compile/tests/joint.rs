@@ -301,3 +301,27 @@ fn capture_errors_name_the_problem() {
     assert!(e.contains("input 3"), "{e}");
 }
 
+
+#[test]
+fn digits_job_trains_through_the_graphs_and_the_budget_lowers_peak_activation_memory() {
+    use ferrofx_compile::training::digits::{train_digits_graph, Partitioner};
+    use ferrofx_core::memory::tracking::Category;
+    use ferrofx_nn::train::{train_digits, TrainConfig};
+    let _serial = serial();
+    let cfg = TrainConfig { epochs: 2, progress: false, ..Default::default() };
+    let eager = train_digits(&cfg).unwrap();
+    let free = train_digits_graph(&cfg, Partitioner::Default).unwrap();
+    // the default partition runs the kernels eager autograd runs: the same training
+    for (a, b) in free.report.epochs.iter().zip(&eager.epochs) {
+        assert_eq!(a.train_loss, b.train_loss, "epoch {}", a.epoch);
+    }
+    assert_eq!(free.report.test_accuracy, eager.test_accuracy);
+    let half = train_digits_graph(&cfg, Partitioner::Budget(MemoryBudget::Fraction(0.5))).unwrap();
+    assert!(half.partition.saved_bytes as f64 <= 0.5 * free.partition.saved_bytes as f64);
+    assert!(!half.recomputed.is_empty());
+    let (peak, peak_free) =
+        (half.report.memory.peak(Category::Activation), free.report.memory.peak(Category::Activation));
+    println!("digits CNN peak activation memory: budget 0.5 {peak} B, default partition {peak_free} B, eager {} B", eager.memory.peak(Category::Activation));
+    assert!(peak < peak_free, "{peak} vs {peak_free}");
+    assert!(half.report.test_accuracy >= 0.9, "{}", half.report.test_accuracy);
+}
