@@ -52,11 +52,7 @@ struct Eager {
 /// Eager autograd on a fresh copy of zoo model `k` (same seed, same generator state).
 fn eager(k: usize, seed: u64) -> Eager {
     let (z, w, grad_inputs) = zoo().remove(k);
-    let x = if grad_inputs.is_empty() {
-        z.input.clone()
-    } else {
-        z.input.detach().requires_grad_(true).unwrap()
-    };
+    let x = if grad_inputs.is_empty() { z.input.clone() } else { z.input.detach().requires_grad_(true).unwrap() };
     manual_seed(seed);
     let y = z.model.forward(&x).unwrap();
     let loss = y.mul(&w).unwrap().sum().unwrap();
@@ -166,7 +162,8 @@ fn partition_outputs_are_the_forward_outputs_then_the_saved_values() {
         other => panic!("forward returns a tuple, got {other:?}"),
     };
     assert_eq!(items.len(), 2 + p.saved.len());
-    let names: Vec<String> = items[2..].iter().map(|a| fg.node(a.as_node().unwrap()).unwrap().name().to_string()).collect();
+    let names: Vec<String> =
+        items[2..].iter().map(|a| fg.node(a.as_node().unwrap()).unwrap().name().to_string()).collect();
     assert_eq!(names, p.saved.iter().map(|s| s.name.clone()).collect::<Vec<_>>());
     // the MLP's backward reads the input (first layer's weight gradient) and what each layer saved
     assert!(names.contains(&"x".to_string()), "saved: {names:?}");
@@ -212,7 +209,11 @@ fn min_cut_partition_recomputes_cheap_ops_saves_less_and_keeps_gradients() {
         for n in p.backward.graph().iter() {
             if p.recomputed.iter().any(|r| r == n.name()) {
                 let t = n.target().name();
-                assert!(!["conv2d", "linear", "matmul", "mm", "addmm", "bmm"].contains(&t), "{}: recomputed {t}", NAMES[k]);
+                assert!(
+                    !["conv2d", "linear", "matmul", "mm", "addmm", "bmm"].contains(&t),
+                    "{}: recomputed {t}",
+                    NAMES[k]
+                );
             }
         }
     }
@@ -224,7 +225,8 @@ fn memory_budget_is_respected_on_every_zoo_model_and_unreachable_budgets_name_th
     for k in 0..NAMES.len() {
         let (_, joint) = joint_of(k);
         let default = default_partition(&joint).unwrap().report.saved_bytes;
-        let smallest = min_cut_rematerialization_partition(&joint, &PartitionOptions::default()).unwrap().report.saved_bytes;
+        let smallest =
+            min_cut_rematerialization_partition(&joint, &PartitionOptions::default()).unwrap().report.saved_bytes;
         let name = NAMES[k];
         assert!(smallest <= default, "{name}");
         // a budget halfway between the smallest and the default footprint
@@ -246,7 +248,8 @@ fn memory_budget_is_respected_on_every_zoo_model_and_unreachable_budgets_name_th
             }
         }
         if smallest > 0 {
-            let below = PartitionOptions { memory_budget: Some(MemoryBudget::Bytes(smallest - 1)), ..Default::default() };
+            let below =
+                PartitionOptions { memory_budget: Some(MemoryBudget::Bytes(smallest - 1)), ..Default::default() };
             let e = min_cut_rematerialization_partition(&joint, &below).err().expect("budget below the smallest");
             let msg = e.to_string();
             assert!(msg.contains(&format!("{smallest} B")) && msg.contains("cannot be met"), "{name}: {msg}");
@@ -278,10 +281,19 @@ fn checkpoint_pass_recomputes_selected_submodules_by_name_and_type() {
     });
     let (_, joint) = joint_of(2);
     let default = default_partition(&joint).unwrap();
-    assert!(by_type.report.saved_bytes < default.report.saved_bytes / 2, "{} vs {}", by_type.report.saved_bytes, default.report.saved_bytes);
-    assert!(by_type.recomputed.iter().any(|n| n.starts_with("conv2d")), "convolutions inside the region are recomputed");
-    let by_path =
-        check_against_eager(2, "checkpoint layer1", &|j| checkpoint_modules(j, &[ModuleSelector::Path("layer1".into())]).unwrap());
+    assert!(
+        by_type.report.saved_bytes < default.report.saved_bytes / 2,
+        "{} vs {}",
+        by_type.report.saved_bytes,
+        default.report.saved_bytes
+    );
+    assert!(
+        by_type.recomputed.iter().any(|n| n.starts_with("conv2d")),
+        "convolutions inside the region are recomputed"
+    );
+    let by_path = check_against_eager(2, "checkpoint layer1", &|j| {
+        checkpoint_modules(j, &[ModuleSelector::Path("layer1".into())]).unwrap()
+    });
     assert!(by_path.report.saved_bytes < default.report.saved_bytes);
     assert!(by_path.report.saved_bytes > by_type.report.saved_bytes);
     let e = checkpoint_modules(&joint, &[ModuleSelector::Path("nope".into())]).err().unwrap().to_string();
@@ -292,15 +304,19 @@ fn checkpoint_pass_recomputes_selected_submodules_by_name_and_type() {
 fn capture_errors_name_the_problem() {
     let _serial = serial();
     let (z, w, _) = zoo().remove(0);
-    let e = capture_joint(z.model.as_ref(), &[z.input.clone().into()], &|out, _| Ok(out[0].as_tensor().unwrap().clone()), &[])
-        .err()
-        .unwrap()
-        .to_string();
+    let e = capture_joint(
+        z.model.as_ref(),
+        &[z.input.clone().into()],
+        &|out, _| Ok(out[0].as_tensor().unwrap().clone()),
+        &[],
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(e.contains("scalar") && e.contains("[4, 10]"), "{e}");
     let e = capture_joint(z.model.as_ref(), &[z.input.clone().into()], &loss_of(w), &[3]).err().unwrap().to_string();
     assert!(e.contains("input 3"), "{e}");
 }
-
 
 #[test]
 fn digits_job_trains_through_the_graphs_and_the_budget_lowers_peak_activation_memory() {
@@ -321,7 +337,10 @@ fn digits_job_trains_through_the_graphs_and_the_budget_lowers_peak_activation_me
     assert!(!half.recomputed.is_empty());
     let (peak, peak_free) =
         (half.report.memory.peak(Category::Activation), free.report.memory.peak(Category::Activation));
-    println!("digits CNN peak activation memory: budget 0.5 {peak} B, default partition {peak_free} B, eager {} B", eager.memory.peak(Category::Activation));
+    println!(
+        "digits CNN peak activation memory: budget 0.5 {peak} B, default partition {peak_free} B, eager {} B",
+        eager.memory.peak(Category::Activation)
+    );
     assert!(peak < peak_free, "{peak} vs {peak_free}");
     assert!(half.report.test_accuracy >= 0.9, "{}", half.report.test_accuracy);
 }

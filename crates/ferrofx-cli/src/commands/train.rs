@@ -86,7 +86,10 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
     };
     if let Some(b) = a.memory_budget {
         if !(b > 0.0 && b <= 1.0) {
-            return Err(format!("--memory-budget must be a fraction in (0, 1] of the default saved activations, such as 0.5; got {b}").into());
+            return Err(format!(
+                "--memory-budget must be a fraction in (0, 1] of the default saved activations, such as 0.5; got {b}"
+            )
+            .into());
         }
         if a.dist.requested() {
             return Err("--memory-budget trains in one process; drop it or the distributed options".into());

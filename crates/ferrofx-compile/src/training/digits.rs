@@ -46,9 +46,10 @@ fn partition(model: &DigitsCnn, x: &Tensor, y: &Tensor, how: Partitioner) -> Res
     let joint = capture_joint_with_targets(model, &[x.into()], &[y.into()], &loss, &[])?;
     match how {
         Partitioner::Default => default_partition(&joint),
-        Partitioner::Budget(b) => {
-            min_cut_rematerialization_partition(&joint, &PartitionOptions { memory_budget: Some(b), ..Default::default() })
-        }
+        Partitioner::Budget(b) => min_cut_rematerialization_partition(
+            &joint,
+            &PartitionOptions { memory_budget: Some(b), ..Default::default() },
+        ),
     }
 }
 

@@ -156,7 +156,8 @@ fn backward(tape: &Tape, loss: &Tensor, tangent: &Tensor) -> Result<HashMap<usiz
         let needs: Vec<bool> = e.args.iter().map(|a| tape.requires(a)).collect();
         let outs: Vec<Option<Tensor>> = e.outputs.iter().cloned().map(Some).collect();
         let ctx = BackwardCtx::new(e.op, &e.args, &metas, &outs, &gouts, &needs);
-        let res = formula(&ctx).map_err(|err| err.with_context(&format!("backward of '{}' in the joint graph", e.op.name)))?;
+        let res = formula(&ctx)
+            .map_err(|err| err.with_context(&format!("backward of '{}' in the joint graph", e.op.name)))?;
         // one gradient slot per tensor argument, a tensor list expanding to one per element
         let mut slot = 0usize;
         let mut res = res.into_iter();
@@ -201,7 +202,12 @@ fn backward(tape: &Tape, loss: &Tensor, tangent: &Tensor) -> Result<HashMap<usiz
 /// assert_eq!(fwd.len(), 2); // the loss and the model output
 /// assert_eq!(grads.len(), mlp.parameters().len());
 /// ```
-pub fn capture_joint(model: &dyn Module, inputs: &[Value], loss: &LossFn<'_>, grad_inputs: &[usize]) -> Result<JointGraph> {
+pub fn capture_joint(
+    model: &dyn Module,
+    inputs: &[Value],
+    loss: &LossFn<'_>,
+    grad_inputs: &[usize],
+) -> Result<JointGraph> {
     capture_joint_with_targets(model, inputs, &[], loss, grad_inputs)
 }
 
@@ -216,9 +222,13 @@ pub fn capture_joint_with_targets(
 ) -> Result<JointGraph> {
     const OP: &str = "capture_joint";
     if let Some(&bad) = grad_inputs.iter().find(|&&i| i >= inputs.len()) {
-        return Err(Error::argument(OP, format!("grad_inputs names input {bad}, but the model gets {} inputs", inputs.len())));
+        return Err(Error::argument(
+            OP,
+            format!("grad_inputs names input {bad}, but the model gets {} inputs", inputs.len()),
+        ));
     }
-    let params: Vec<(String, Tensor)> = model.named_parameters().into_iter().filter(|(_, p)| p.requires_grad()).collect();
+    let params: Vec<(String, Tensor)> =
+        model.named_parameters().into_iter().filter(|(_, p)| p.requires_grad()).collect();
     let m = inputs.len();
     let n = m + targets.len();
     let mut examples = inputs.to_vec();

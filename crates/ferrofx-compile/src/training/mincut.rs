@@ -146,7 +146,8 @@ pub fn min_cut_rematerialization_partition(joint: &JointGraph, opts: &PartitionO
     let a = Analysis::new(joint)?;
     let g = joint.gm.graph();
     let none = HashSet::new();
-    let weights = |lambda: Option<f64>| Weights { lambda, recompute_matmul: opts.recompute_matmul, checkpointed: &none };
+    let weights =
+        |lambda: Option<f64>| Weights { lambda, recompute_matmul: opts.recompute_matmul, checkpointed: &none };
     let smallest = cut(g, &a, &weights(Some(0.0)))?;
     let smallest_bytes = saved_bytes(&a, &smallest);
     let Some(budget) = opts.memory_budget else {

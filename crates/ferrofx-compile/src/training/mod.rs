@@ -12,5 +12,7 @@ pub mod mincut;
 pub mod partition;
 
 pub use joint::{capture_joint, capture_joint_with_targets, GradTarget, JointGraph, LossFn};
-pub use mincut::{checkpoint_modules, min_cut_rematerialization_partition, MemoryBudget, ModuleSelector, PartitionOptions};
+pub use mincut::{
+    checkpoint_modules, min_cut_rematerialization_partition, MemoryBudget, ModuleSelector, PartitionOptions,
+};
 pub use partition::{default_partition, Partition, PartitionReport, SavedValue, ESTIMATE_FLOPS_PER_SECOND};

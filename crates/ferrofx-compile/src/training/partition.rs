@@ -203,7 +203,9 @@ impl Analysis {
     pub(crate) fn new(joint: &JointGraph) -> Result<Analysis> {
         let g = joint.gm.graph();
         let ph = placeholders(g);
-        let tangent = *ph.get(joint.num_primals).ok_or_else(|| Error::argument("partition", "the joint graph has no tangent input"))?;
+        let tangent = *ph
+            .get(joint.num_primals)
+            .ok_or_else(|| Error::argument("partition", "the joint graph has no tangent input"))?;
         let items = output_items(g)?;
         let nodes_of = |a: &[Argument]| {
             let mut v = vec![];
@@ -249,10 +251,8 @@ impl Analysis {
                 }
             }
         }
-        let used_by_backward = used
-            .into_iter()
-            .filter(|&id| g.node(id).is_ok_and(|n| n.op() != Opcode::GetAttr))
-            .collect::<Vec<_>>();
+        let used_by_backward =
+            used.into_iter().filter(|&id| g.node(id).is_ok_and(|n| n.op() != Opcode::GetAttr)).collect::<Vec<_>>();
         let stats = node_stats(&joint.gm)?;
         let mut bytes = HashMap::new();
         let mut flops = HashMap::new();
@@ -283,7 +283,10 @@ pub(crate) fn build(joint: &JointGraph, a: &Analysis, saved: &[NodeId]) -> Resul
     for &s in saved {
         if !a.saveable.contains(&s) {
             let name = g.node(s).map(|n| n.name().to_string()).unwrap_or_default();
-            return Err(Error::argument("partition", format!("node '{name}' has no single tensor value and cannot be saved")));
+            return Err(Error::argument(
+                "partition",
+                format!("node '{name}' has no single tensor value and cannot be saved"),
+            ));
         }
     }
     // --- forward
@@ -303,7 +306,11 @@ pub(crate) fn build(joint: &JointGraph, a: &Analysis, saved: &[NodeId]) -> Resul
         map.insert(id, new);
     }
     let remap = |arg: &Argument, map: &HashMap<NodeId, NodeId>| {
-        arg.try_map_nodes(&mut |old| map.get(&old).map(|&x| Argument::Node(x)).ok_or_else(|| graph_err("an output reads a value the graph does not compute")))
+        arg.try_map_nodes(&mut |old| {
+            map.get(&old)
+                .map(|&x| Argument::Node(x))
+                .ok_or_else(|| graph_err("an output reads a value the graph does not compute"))
+        })
     };
     let mut fouts = items[..nf].iter().map(|x| remap(x, &map)).collect::<Result<Vec<_>>>()?;
     fouts.extend(saved.iter().map(|s| Argument::Node(map[s])));
@@ -318,7 +325,10 @@ pub(crate) fn build(joint: &JointGraph, a: &Analysis, saved: &[NodeId]) -> Resul
     // a batch_norm recomputed in backward does not read its running statistics
     let skip_arg = |id: NodeId, arg: NodeId| -> bool {
         is_train_batch_norm(g, id)
-            && g.node(id).is_ok_and(|n| n.args().get(1).and_then(Argument::as_node) == Some(arg) || n.args().get(2).and_then(Argument::as_node) == Some(arg))
+            && g.node(id).is_ok_and(|n| {
+                n.args().get(1).and_then(Argument::as_node) == Some(arg)
+                    || n.args().get(2).and_then(Argument::as_node) == Some(arg)
+            })
     };
     while let Some(id) = stack.pop() {
         if !needed.insert(id) || saved_set.contains(&id) || id == tangent {
