@@ -159,7 +159,6 @@ fn backward(tape: &Tape, loss: &Tensor, tangent: &Tensor) -> Result<HashMap<usiz
         let res = formula(&ctx)
             .map_err(|err| err.with_context(&format!("backward of '{}' in the joint graph", e.op.name)))?;
         // one gradient slot per tensor argument, a tensor list expanding to one per element
-        let mut slot = 0usize;
         let mut res = res.into_iter();
         for a in &e.args {
             let ts: Vec<&Tensor> = match a {
@@ -167,12 +166,10 @@ fn backward(tape: &Tape, loss: &Tensor, tangent: &Tensor) -> Result<HashMap<usiz
                 Value::Tensors(ts) => ts.iter().collect(),
                 _ => {
                     let _ = res.next();
-                    slot += 1;
                     continue;
                 }
             };
             for t in ts {
-                slot += 1;
                 if let Some(Some(g)) = res.next() {
                     if tape.requires.borrow().contains(&t.id()) {
                         accumulate(&mut grads, t, g)?;
@@ -180,7 +177,6 @@ fn backward(tape: &Tape, loss: &Tensor, tangent: &Tensor) -> Result<HashMap<usiz
                 }
             }
         }
-        let _ = slot;
     }
     Ok(grads)
 }
