@@ -17,6 +17,7 @@ mod cases_models;
 mod cases_onnx;
 mod cases_qkernels;
 mod cases_quant;
+mod cases_train_compiled;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
@@ -290,6 +291,9 @@ fn main() {
     md.push_str(&cases_onnx::summary());
     md.push_str(&cases_qkernels::summary(&ours, reference.as_ref().ok().map(|r| &r.torch)));
     md.push_str(&cases_quant::summary(&ours));
+    if args.group.is_empty() || args.group.iter().any(|g| g == "train") {
+        md.push_str(&cases_train_compiled::report((!args.no_reference).then_some(args.python.as_path()), args.quick));
+    }
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);

@@ -18,6 +18,7 @@
 pub mod compiled;
 pub mod fusion;
 pub mod memory;
+pub mod training;
 
 pub use compiled::{
     compile, compile_for_shapes, CacheStats, CompileOptions, CompiledModule, ShapeSignature, Specialization,

@@ -85,6 +85,12 @@ pub fn is_tracing() -> bool {
     HOOK.with(|h| h.borrow().is_some())
 }
 
+/// The hook installed on this thread, if any: a hook that wraps the active tracer (to watch
+/// what it records, as joint forward+backward capture does) delegates to it.
+pub fn current_trace_hook() -> Option<Rc<dyn TraceHook>> {
+    current()
+}
+
 fn current() -> Option<Rc<dyn TraceHook>> {
     HOOK.with(|h| h.borrow().clone())
 }

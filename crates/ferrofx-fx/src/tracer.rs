@@ -225,6 +225,18 @@ impl Tracer {
         self.run(module, Inputs::Symbolic(num_inputs), Some(&method))
     }
 
+    /// [`Tracer::trace_method`] on example inputs: every node gets its `tensor_meta` (joint
+    /// forward+backward capture traces a closure that runs forward, loss and the backward
+    /// formulas this way).
+    pub fn trace_method_with_inputs(
+        &self,
+        module: &dyn Module,
+        inputs: &[Value],
+        method: impl Fn(&[Value]) -> Result<Vec<Value>>,
+    ) -> Result<GraphModule> {
+        self.run(module, Inputs::Examples(inputs), Some(&method))
+    }
+
     fn run(&self, module: &dyn Module, inputs: Inputs<'_>, method: Option<&TracedMethod<'_>>) -> Result<GraphModule> {
         let mut state = State::new(module, self.leaf.clone());
         state.submodule = self.submodule.clone();

@@ -82,8 +82,31 @@ pub fn evaluate(model: &dyn Module, split: &Split) -> Result<(f64, f64)> {
     Ok((loss, correct as f64 / labels.len().max(1) as f64))
 }
 
+/// One training step of [`train_digits_with`]: the loss of a batch `(images, labels)`, with
+/// the parameters' gradients left in `.grad` for the optimizer (they are zeroed before the
+/// step). The step attributes its memory to the tracker's categories itself ([`eager_step`]:
+/// forward and loss under `Activation`, backward under the engine's `Gradient`).
+pub type TrainStep<'a> = dyn FnMut(&DigitsCnn, &Tensor, &Tensor) -> Result<f64> + 'a;
+
+/// The eager training step: forward, cross-entropy, `loss.backward()`.
+pub fn eager_step(model: &DigitsCnn, x: &Tensor, y: &Tensor) -> Result<f64> {
+    let loss = {
+        let _mem = category_scope(Category::Activation);
+        let logits = model.forward(x)?;
+        cross_entropy(&logits, y, &CeOpts::default())?
+    };
+    loss.backward(None, false, false)?; // allocates under Category::Gradient
+    loss.item()
+}
+
 /// Trains the digits CNN. See the module documentation.
 pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
+    train_digits_with(cfg, &mut eager_step)
+}
+
+/// [`train_digits`] with another training step (`ferrofx-compile` runs the forward and
+/// backward graphs of a partitioned joint graph here).
+pub fn train_digits_with(cfg: &TrainConfig, train_step: &mut TrainStep<'_>) -> Result<TrainReport> {
     let start = Instant::now();
     let (train, test) = Digits::load()?.split(cfg.test_fraction, cfg.seed)?;
     let gen = ferrofx_core::ops::random::Generator::new(cfg.seed);
@@ -119,13 +142,8 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
         ferrofx_core::ops::random::with_generator(&gen, || -> Result<()> {
             for batch in Batches::new(&train, cfg.batch_size, Some(cfg.seed.wrapping_mul(1000) + epoch as u64)) {
                 let (x, y) = batch?;
-                let loss = {
-                    let _mem = category_scope(Category::Activation);
-                    let logits = model.forward(&x)?;
-                    cross_entropy(&logits, &y, &CeOpts::default())?
-                };
                 opt.zero_grad();
-                loss.backward(None, false, false)?; // allocates under Category::Gradient
+                let l = train_step(&model, &x, &y)?;
                 {
                     let _mem = category_scope(Category::OptimizerState);
                     opt.step()?;
@@ -134,7 +152,6 @@ pub fn train_digits(cfg: &TrainConfig) -> Result<TrainReport> {
                 if step < total {
                     sched.step(&mut opt)?;
                 }
-                let l = loss.item()?;
                 sum += l;
                 n += 1;
                 pb.set_message(format!("loss {l:.4}"));

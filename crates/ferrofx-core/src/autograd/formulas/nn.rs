@@ -217,14 +217,14 @@ pub fn conv_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let nd = if ctx.op().name == "conv1d" { 1 } else { 2 };
     let g0t = g0(ctx)?;
     if !crate::autograd::is_grad_enabled() && (ctx.needs_grad(0) || ctx.needs_grad(1)) {
-        let (gx, gw) = crate::ops::conv::conv_input_weight_grads(
-            ctx.op().name,
-            nd,
-            ctx.args(),
-            g0t,
-            ctx.needs_grad(0),
-            ctx.needs_grad(1),
-        )?;
+        // through the registry (`conv2d_backward`), so a tracer records the same kernels
+        let (ni, nw) = (ctx.needs_grad(0), ctx.needs_grad(1));
+        let op = if nd == 1 { &super::fused::CONV1D_BACKWARD } else { &super::fused::CONV2D_BACKWARD };
+        let mut args = vec![Value::Tensor(g0t.clone()), Value::Bool(ni), Value::Bool(nw)];
+        args.extend(ctx.args().iter().cloned());
+        let mut out = super::fused::call(op, args)?.into_iter();
+        let gx = if ni { out.next() } else { None };
+        let gw = if nw { out.next() } else { None };
         return Ok(vec![gx, gw, conv_bias_grad(ctx, g0t, nd)?]);
     }
     let xm = ctx.input_meta(0)?;
@@ -367,7 +367,11 @@ pub fn max_pool_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let nd = if op.contains("1d") { 1 } else { 2 };
     if !crate::autograd::is_grad_enabled() {
         // one pass: each output's gradient added at its argmax
-        return Ok(vec![Some(crate::ops::pool::max_pool_grad_input(op, nd, a, g0(ctx)?)?)]);
+        let fused = if nd == 1 { &super::fused::MAX_POOL1D_BACKWARD } else { &super::fused::MAX_POOL2D_BACKWARD };
+        let mut args = vec![Value::Tensor(g0(ctx)?.clone())];
+        args.extend(a.iter().cloned());
+        let gx = super::fused::call(fused, args)?.pop();
+        return Ok(vec![gx]);
     }
     let idx = {
         let _ng = crate::autograd::no_grad();
@@ -553,16 +557,25 @@ pub fn batch_norm_backward(ctx: &BackwardCtx<'_>) -> Grads {
     let gb_wanted = ctx.is_tensor_arg(4) && ctx.needs_grad(4);
     if use_batch && !crate::autograd::is_grad_enabled() {
         // one fused kernel (no graph of the backward pass to record)
-        let w = if has_w { Some(ctx.input(3)?) } else { None };
-        let (gx, gw, gb) = crate::ops::norm::batch_norm_train_grads(
-            x,
-            g,
+        // through the registry (`batch_norm_backward`), so a tracer records the same kernel
+        let (ni, nw, nb) = (ctx.needs_grad(0), has_w && ctx.needs_grad(3), gb_wanted);
+        if !(ni || nw || nb) {
+            return Ok(vec![None; 5]);
+        }
+        let w = if has_w { Value::Tensor(ctx.input(3)?.clone()) } else { Value::None };
+        let args = vec![
+            Value::Tensor(g.clone()),
+            Value::Bool(ni),
+            Value::Bool(nw),
+            Value::Bool(nb),
+            Value::Tensor(x.clone()),
             w,
-            eps,
-            ctx.needs_grad(0),
-            has_w && ctx.needs_grad(3),
-            gb_wanted,
-        )?;
+            Value::Float(eps),
+        ];
+        let mut out = super::fused::call(&super::fused::BATCH_NORM_BACKWARD, args)?.into_iter();
+        let gx = if ni { out.next() } else { None };
+        let gw = if nw { out.next() } else { None };
+        let gb = if nb { out.next() } else { None };
         return Ok(vec![gx, None, None, gw, gb]);
     }
     let (xhat, rstd) = if use_batch {
