@@ -15,6 +15,7 @@ mod cases_compile;
 mod cases_minilm;
 mod cases_models;
 mod cases_onnx;
+mod cases_train;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
@@ -43,7 +44,7 @@ struct Args {
     /// Only cases whose id contains this string.
     #[arg(long)]
     filter: Option<String>,
-    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm, onnx.
+    /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm, onnx, train.
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
     /// Shorter timing budget (noisier).
@@ -189,12 +190,13 @@ fn main() {
         .chain(cases_compile::all())
         .chain(cases_minilm::all())
         .chain(cases_onnx::all())
+        .chain(cases_train::all())
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
         eprintln!(
-            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx)"
+            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx, train)"
         );
         std::process::exit(2);
     }
@@ -283,6 +285,7 @@ fn main() {
     }
     md.push_str(&cases_compile::summary(&ours, reference.as_ref().ok().map(|r| (&r.ort, &r.ort_peak))));
     md.push_str(&cases_onnx::summary());
+    md.push_str(&cases_train::summary(&ours, (!args.no_reference).then_some(args.python.as_path()), args.quick));
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);
