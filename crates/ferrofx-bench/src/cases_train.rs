@@ -24,12 +24,15 @@
 //!   a fresh interpreter for PyTorch) builds the model, input and optimizer, resets the peak
 //!   RSS (`/proc/self/clear_refs`), runs two steps and reports `VmHWM` minus the `VmRSS`
 //!   before them: gradients, activations, allocator and library workspaces.
+//!
+//! `FERROFX_BENCH_TRAIN_TRACE=1` prints the live and peak activation bytes as each segment
+//! starts and ends, in forward and in checkpoint's recomputation (where the peak comes from).
 
 use crate::cases::{tensor, Case, Runner};
 use crate::cases_onnx::rss;
 use ferrofx_core::autograd::{checkpoint_sequential, SequentialFn};
-use ferrofx_core::op;
 use ferrofx_core::memory::tracking::{category_scope, Category, MemoryTracker};
+use ferrofx_core::op;
 use ferrofx_core::{Error, Result, Tensor};
 use ferrofx_nn::functional as F;
 use ferrofx_nn::loss::{cross_entropy, CeOpts};
@@ -171,6 +174,7 @@ fn step(model: &str, ckpt: bool) -> Result<Step> {
 }
 
 thread_local! {
+    /// The tracker of `FERROFX_BENCH_TRAIN_TRACE`.
     static TRACE: std::cell::RefCell<Option<MemoryTracker>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -178,11 +182,16 @@ fn trace_line(what: String) {
     TRACE.with(|t| {
         if let Some(t) = t.borrow().as_ref() {
             let s = t.stats();
-            eprintln!("{what}: live activations {:.1} MB, peak {:.1} MB", s.live(Category::Activation) as f64 / 1e6, s.peak(Category::Activation) as f64 / 1e6);
+            eprintln!(
+                "{what}: live activations {:.1} MB, peak {:.1} MB",
+                s.live(Category::Activation) as f64 / 1e6,
+                s.peak(Category::Activation) as f64 / 1e6
+            );
         }
     });
 }
 
+/// Wraps every segment to print the activation figures around it.
 fn traced(mut m: Segmented) -> Segmented {
     TRACE.with(|t| *t.borrow_mut() = Some(MemoryTracker::start()));
     m.segments = m
@@ -212,7 +221,8 @@ fn rss_child(id: &str) -> Result<()> {
     let (model, ckpt) = parse(id);
     let mut s = step(model, ckpt)?;
     let before = rss("VmRSS:").ok_or_else(|| Error::io("bench", "cannot read /proc/self/status"))?;
-    std::fs::write("/proc/self/clear_refs", "5").map_err(|e| Error::io("bench", format!("/proc/self/clear_refs: {e}")))?;
+    std::fs::write("/proc/self/clear_refs", "5")
+        .map_err(|e| Error::io("bench", format!("/proc/self/clear_refs: {e}")))?;
     s()?;
     s()?;
     let peak = rss("VmHWM:").unwrap_or(0).saturating_sub(before);
@@ -223,8 +233,11 @@ fn rss_child(id: &str) -> Result<()> {
 /// Runs this binary again as the peak-RSS child of `id`.
 fn rss_in_fresh_process(id: &str) -> Option<u64> {
     let exe = std::env::current_exe().ok()?;
-    let out =
-        Command::new(exe).args(["--no-reference", "--quick", "--group", "train", "--filter", id]).env(RSS_CHILD, id).output().ok()?;
+    let out = Command::new(exe)
+        .args(["--no-reference", "--quick", "--group", "train", "--filter", id])
+        .env(RSS_CHILD, id)
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -297,7 +310,11 @@ struct TorchRow {
     rss: Option<f64>,
 }
 
-fn run_torch(python: &Path, ids: &[&str], quick: bool) -> std::result::Result<(String, BTreeMap<String, TorchRow>), String> {
+fn run_torch(
+    python: &Path,
+    ids: &[&str],
+    quick: bool,
+) -> std::result::Result<(String, BTreeMap<String, TorchRow>), String> {
     if !python.exists() {
         return Err(format!("{} not found (run with --setup-reference)", python.display()));
     }
@@ -362,7 +379,9 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>, python: 
         Some(p) => {
             eprintln!("running the PyTorch training reference (scripts/train/bench_checkpoint.py) ...");
             match run_torch(p, &ids, quick) {
-                Ok((v, rows)) => (rows, format!("PyTorch {v} eager, 2 threads, torch.utils.checkpoint (use_reentrant=False)")),
+                Ok((v, rows)) => {
+                    (rows, format!("PyTorch {v} eager, 2 threads, torch.utils.checkpoint (use_reentrant=False)"))
+                }
                 Err(e) => (BTreeMap::new(), format!("PyTorch NOT RUN ({e})")),
             }
         }
