@@ -352,7 +352,7 @@ fn mb(b: Option<f64>) -> String {
 }
 
 fn secs(s: Option<f64>) -> String {
-    s.map(|s| format!("{:.2} s", s)).unwrap_or_else(|| "–".into())
+    s.map(|s| format!("{s:.2} s")).unwrap_or_else(|| "–".into())
 }
 
 /// `(checkpointed - plain) / plain` in percent, signed.
