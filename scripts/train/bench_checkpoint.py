@@ -99,11 +99,9 @@ def make_step(model, batch, ckpt):
         owner, embed = owner
     opt = torch.optim.SGD(owner.parameters(), lr=0.01)
     functions = [marked(f) for f in functions]
-    marks = {}
 
     def step():
         opt.zero_grad(set_to_none=True)
-        marks["fwd0"] = time.perf_counter_ns()
         h = embed(x) if embed is not None else x
         if ckpt:
             h = checkpoint_sequential(functions, len(functions), h, use_reentrant=False)
@@ -111,17 +109,15 @@ def make_step(model, batch, ckpt):
             for f in functions:
                 h = f(h)
         loss = F.cross_entropy(head(h), y)
-        marks["fwd1"] = time.perf_counter_ns()
         loss.backward()
         opt.step()
         return loss
-    return step, marks
+    return step
 
 
-def activation_peak(step, marks):
+def activation_peak(step):
     """Peak live bytes of the buffers allocated in forward or in a recomputation, over one
     profiled step (see the module documentation)."""
-    import torch
     from torch._C._profiler import _ExtraFields_Allocation
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -139,8 +135,7 @@ def activation_peak(step, marks):
     for r in roots:
         walk(r, False)
     allocs.sort(key=lambda a: a[0])
-    # the forward window: from the first allocation inside a marked region or the embedding
-    # to the loss; with the profiler's clock, take the window of the forward's own events
+    # forward ends where the autograd engine's first node starts
     fwd_end = None
     for r in roots:
         if r.name.startswith("autograd::engine::evaluate_function"):
@@ -165,7 +160,7 @@ def run_case(cid, quick):
     torch.set_num_threads(2)
     parts = cid.split("_")  # train_<model>_b<batch>[_checkpoint]
     model, batch, ckpt = parts[1], int(parts[2][1:]), parts[-1] == "checkpoint"
-    step, marks = make_step(model, batch, ckpt)
+    step = make_step(model, batch, ckpt)
     before = status("VmRSS:")
     reset = True
     try:
@@ -176,7 +171,7 @@ def run_case(cid, quick):
     for _ in range(2):
         step()
     rss = status("VmHWM:") - before if reset else None
-    act = activation_peak(step, marks)
+    act = activation_peak(step)
     warm, measure, min_samples = (0.05, 0.3, 3) if quick else (0.3, 2.0, 5)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < warm:
