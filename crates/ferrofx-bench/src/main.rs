@@ -18,6 +18,7 @@ mod cases_onnx;
 mod cases_qkernels;
 mod cases_quant;
 mod cases_train_compiled;
+mod cases_train;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
@@ -47,7 +48,7 @@ struct Args {
     #[arg(long)]
     filter: Option<String>,
     /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm, onnx,
-    /// qkernels, quant.
+    /// qkernels, quant, train.
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
     /// Shorter timing budget (noisier).
@@ -195,12 +196,13 @@ fn main() {
         .chain(cases_onnx::all())
         .chain(cases_qkernels::all())
         .chain(cases_quant::all())
+        .chain(cases_train::all())
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     if cases.is_empty() {
         eprintln!(
-            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx, qkernels, quant)"
+            "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx, qkernels, quant, train)"
         );
         std::process::exit(2);
     }
@@ -294,6 +296,7 @@ fn main() {
     if args.group.is_empty() || args.group.iter().any(|g| g == "train") {
         md.push_str(&cases_train_compiled::report((!args.no_reference).then_some(args.python.as_path()), args.quick));
     }
+    md.push_str(&cases_train::summary(&ours, (!args.no_reference).then_some(args.python.as_path()), args.quick));
     println!("{md}");
     if std::fs::create_dir_all(&args.out).is_ok() {
         let _ = std::fs::write(args.out.join("latest.md"), &md);

@@ -396,6 +396,48 @@ fn checkpoint_sequential_matches_eager_and_lowers_peak_activation_memory() {
 }
 
 #[test]
+fn checkpoint_frees_a_regions_inputs_when_its_backward_is_done() {
+    // PyTorch frees what a checkpointed region keeps (its inputs, the recomputed tensors) with
+    // the region's backward nodes' saved values, not when the whole graph is dropped: else the
+    // segment boundaries of checkpoint_sequential stay alive to the end of backward, and the
+    // recomputation of the first (often largest) segment comes on top of all of them.
+    let tracker = MemoryTracker::start();
+    let w = {
+        let _m = category_scope(Category::Parameter);
+        Tensor::from_vec(vec![1.0f32; 4096], &[64, 64]).unwrap().requires_grad_(true).unwrap()
+    };
+    let x = Tensor::from_vec((0..64 * 4096).map(|i| ((i % 89) as f32) * 0.01).collect(), &[64, 64, 64]).unwrap();
+    let fs = chain(8, &w);
+    let mib = 1 << 20;
+    let loss = {
+        let _m = category_scope(Category::Activation);
+        checkpoint_sequential(&fs, 8, &x).unwrap().sum().unwrap()
+    };
+    let boundaries = tracker.stats().live(Category::Activation);
+    assert!(boundaries >= 7 * mib, "7 segment boundaries of 1 MiB are alive after forward: {boundaries} B");
+    loss.backward(None, false, false).unwrap();
+    // `loss` (and through it the whole graph) is still alive here
+    let after = tracker.stats().live(Category::Activation);
+    assert!(after < mib / 2, "{after} B of activations still alive after backward (boundaries: {boundaries} B)");
+    assert!(w.grad().is_some());
+    drop(loss);
+    // with retain_graph the regions keep their inputs: a second backward recomputes them
+    w.set_grad(None).unwrap();
+    let loss = {
+        let _m = category_scope(Category::Activation);
+        checkpoint_sequential(&fs, 8, &x).unwrap().sum().unwrap()
+    };
+    loss.backward(None, true, false).unwrap();
+    assert!(tracker.stats().live(Category::Activation) >= 7 * mib);
+    let g1 = vals(&w.grad().unwrap());
+    loss.backward(None, false, false).unwrap();
+    let g2 = vals(&w.grad().unwrap());
+    let twice: Vec<f32> = g1.iter().map(|g| 2.0 * g).collect();
+    assert!(close(&g2, &twice, 1e-5), "the second backward recomputed and accumulated the same gradient");
+    assert!(tracker.stats().live(Category::Activation) < mib / 2);
+}
+
+#[test]
 fn memory_tracking_is_per_thread_and_trackers_nest() {
     let t = MemoryTracker::start();
     std::thread::spawn(|| Tensor::from_vec(vec![0.0f32; 1000], &[1000]).unwrap()).join().unwrap();

@@ -88,6 +88,13 @@ struct Frame {
     recomputed: Mutex<Vec<Option<Tensor>>>,
 }
 
+/// What a checkpointed region's backward node keeps for each tensor it saved: the position of
+/// the tensor among the region's saved tensors, and the region's frame.
+struct Placeholder {
+    idx: usize,
+    frame: Arc<Frame>,
+}
+
 const TIP: &str = "Tip: the function given to checkpoint must compute the same thing when it is run again at backward (no dependence on state that changes between forward and backward, no data-dependent control flow that can differ).";
 
 impl Frame {
@@ -206,21 +213,35 @@ pub fn checkpoint_with(
         saved_meta: Mutex::new(Vec::new()),
         recomputed: Mutex::new(Vec::new()),
     });
-    let pack_frame = frame.clone();
+    // The placeholders own the frame (its saved inputs, the recomputed tensors not yet read):
+    // backward frees a node's placeholders after running it (unless `retain_graph`), so the
+    // frame and the region's inputs go as soon as the region's backward is done, not when the
+    // whole graph is dropped. The hooks themselves only point to it (a saved variable keeps its
+    // hook pair after release).
+    let pack_frame = Arc::downgrade(&frame);
     let _hooks = saved_tensors_hooks(
-        move |t| {
-            let mut m = pack_frame.saved_meta.lock();
-            m.push((t.shape().to_vec(), t.dtype()));
-            Box::new(m.len() - 1) as Packed
+        move |t| match pack_frame.upgrade() {
+            Some(frame) => {
+                let idx = {
+                    let mut m = frame.saved_meta.lock();
+                    m.push((t.shape().to_vec(), t.dtype()));
+                    m.len() - 1
+                };
+                Box::new(Placeholder { idx, frame }) as Packed
+            }
+            // cannot happen: the hooks are active only while `frame` below is alive
+            None => Box::new(()) as Packed,
         },
-        move |p| {
-            let idx = p.downcast_ref::<usize>().copied().ok_or_else(|| {
+        |p| {
+            let ph = p.downcast_ref::<Placeholder>().ok_or_else(|| {
                 Error::autograd("checkpoint", "torch.utils.checkpoint: a saved tensor has a foreign placeholder")
             })?;
-            frame.unpack(idx)
+            ph.frame.unpack(ph.idx)
         },
     );
-    f(inputs)
+    let out = f(inputs);
+    drop(frame);
+    out
 }
 
 /// `torch.utils.checkpoint.checkpoint_sequential(functions, segments, input,
