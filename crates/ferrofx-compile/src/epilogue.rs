@@ -190,7 +190,8 @@ fn find_chains(gm: &GraphModule) -> Vec<Chain> {
                     (Some(a), Some(b)) if b == cur && a != cur => Some(a),
                     _ => None,
                 };
-                if let Some(r) = other.filter(|&r| shape_f32(g, r).as_ref() == Some(&shape))
+                if let Some(r) = other
+                    .filter(|&r| shape_f32(g, r).as_ref() == Some(&shape))
                     .filter(|_| shape_f32(g, u).as_ref() == Some(&shape))
                 {
                     chain.add = Some((u, r));

@@ -505,10 +505,7 @@ fn conv_epilogues_respect_boundaries() {
     assert_eq!(convs, vec![("conv2d_add".to_string(), true, "none".to_string())], "{left:?}");
     assert!(left.iter().any(|o| o == "fused_elementwise" || o == "relu"), "{left:?}");
     // a broadcast add is not a residual (its other operand has another shape)
-    let (convs, left, _) = compile_conv(
-        &conv_then(|y, x| (y + x.mean_dim(&[2, 3], true)?)?.relu()),
-        &x,
-    );
+    let (convs, left, _) = compile_conv(&conv_then(|y, x| (y + x.mean_dim(&[2, 3], true)?)?.relu()), &x);
     assert!(convs.is_empty(), "{convs:?} {left:?}");
     // add with alpha is not a plain residual add
     let (convs, _, _) = compile_conv(&conv_then(|y, x| ferrofx_core::ops::binary::add_alpha(y, x, 2.0)?.relu()), &x);

@@ -1019,7 +1019,18 @@ fn conv_epilogue_unfused(
 /// One geometry through every kernel path (depthwise, Winograd, 1x1 GEMM, shifted, im2col),
 /// batch 1 (one unit, blocks split over threads) and 3 (units in parallel).
 #[allow(clippy::too_many_arguments)]
-fn check_conv_epilogue(n: usize, c: usize, o: usize, hw: usize, k: usize, s: i64, p: i64, d: i64, groups: usize, act: &str) {
+fn check_conv_epilogue(
+    n: usize,
+    c: usize,
+    o: usize,
+    hw: usize,
+    k: usize,
+    s: i64,
+    p: i64,
+    d: i64,
+    groups: usize,
+    act: &str,
+) {
     let seed = (n * 7 + c * 13 + o * 17 + hw + k * 3 + s as usize * 5 + groups) as u64;
     let x = t(rnd(n * c * hw * hw, seed).iter().map(|&v| v as f32).collect(), &[n, c, hw, hw]);
     let w = t(rnd(o * (c / groups) * k * k, seed + 1).iter().map(|&v| v as f32).collect(), &[o, c / groups, k, k]);
@@ -1067,7 +1078,8 @@ fn conv2d_fused_equals_conv_add_activation_on_every_kernel_path() {
 fn conv2d_fused_errors_name_the_op_the_shapes_and_the_fix() {
     let x = t(vec![0.5; 2 * 4 * 5 * 5], &[2, 4, 5, 5]);
     let w = t(vec![0.1; 6 * 4 * 3 * 3], &[6, 4, 3, 3]);
-    let fused = |res: Option<&Tensor>, act: &str| conv::conv2d_fused(&x, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, res, act);
+    let fused =
+        |res: Option<&Tensor>, act: &str| conv::conv2d_fused(&x, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, res, act);
     let e = err(fused(None, "gelu"));
     assert!(e.contains("conv2d_fused") && e.contains("unknown activation 'gelu'") && e.contains("relu6"), "{e}");
     for bad in ["clamp(2, 1)", "clamp(0)", "clamp(a, 1)", "clamp(0, nan)", ""] {
@@ -1082,7 +1094,9 @@ fn conv2d_fused_errors_name_the_op_the_shapes_and_the_fix() {
     assert!(e.contains("conv2d_fused") && e.contains("float32"), "{e}");
     // the conv's own geometry errors are conv2d's
     let w_bad = t(vec![0.1; 6 * 3 * 3 * 3], &[6, 3, 3, 3]);
-    assert!(err(conv::conv2d_fused(&x, &w_bad, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "relu")).contains("conv2d_fused"));
+    assert!(
+        err(conv::conv2d_fused(&x, &w_bad, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "relu")).contains("conv2d_fused")
+    );
     // text form round trip, exact for any f32 bounds
     for a in ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.1, 3.3)", "clamp(-1.0, 1.0)"] {
         let act = conv::Activation::parse(a).unwrap();

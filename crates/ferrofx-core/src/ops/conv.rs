@@ -38,8 +38,8 @@ use std::mem::MaybeUninit;
 mod depthwise;
 mod epilogue;
 mod winograd;
-pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
 use epilogue::Epilogue;
+pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 
 /// The padding argument: explicit sizes or a mode string.
@@ -827,7 +827,9 @@ fn conv_unit<T: MatElem>(
         Algo::Pointwise => {
             // SAFETY: w is [og, cg] contiguous, x is [cg, h*w] contiguous, out is [og, h*w]
             // contiguous; out is exclusively borrowed and disjoint from x and w.
-            unsafe { gemm_split(og, ohw, cg, out_ptr, ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par, post, base) }
+            unsafe {
+                gemm_split(og, ohw, cg, out_ptr, ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par, post, base)
+            }
         }
         Algo::Im2col => {
             let (len, _) = scratch_len(g, algo);
@@ -836,7 +838,9 @@ fn conv_unit<T: MatElem>(
             let kk = cg * g.kh * g.kw;
             // SAFETY: w is [og, kk], col is [kk, ohw], out is [og, ohw], all contiguous and in
             // bounds; out is disjoint from both.
-            unsafe { gemm_split(og, ohw, kk, out_ptr, ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par, post, base) }
+            unsafe {
+                gemm_split(og, ohw, kk, out_ptr, ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par, post, base)
+            }
         }
         Algo::Shifted => {
             let (len1, len2) = scratch_len(g, algo);
@@ -1109,7 +1113,9 @@ fn conv_grad_input<T: MatElem>(g: &Geom, gy: &[T], w: &[T]) -> Vec<T> {
         col.resize(kk * ohw, T::default());
         // SAFETY: wg is [og, kk] contiguous, read as its transpose [kk, og] (rs 1, cs kk); gyu
         // is [og, ohw] contiguous; col is [kk, ohw] and disjoint from both.
-        unsafe { gemm_split(kk, ohw, og, col.as_mut_ptr(), ohw, false, wg.as_ptr(), 1, kk, gyu.as_ptr(), ohw, par, None, 0) }
+        unsafe {
+            gemm_split(kk, ohw, og, col.as_mut_ptr(), ohw, false, wg.as_ptr(), 1, kk, gyu.as_ptr(), ohw, par, None, 0)
+        }
         col2im_add(col, g, gxu, par);
     };
     let units = g.n * g.groups;
@@ -1369,7 +1375,9 @@ fn run_conv(
         let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
         let post = |seg: &mut [f32], off: usize| ep.apply(seg, off);
         let out = xc.with_contiguous::<f32, _>(op, |xs| {
-            wc.with_contiguous::<f32, _>(op, |ws| conv_forward(op, g, xs, ws, bv.as_deref(), Some(&post as &(dyn Fn(&mut [f32], usize) + Sync))))
+            wc.with_contiguous::<f32, _>(op, |ws| {
+                conv_forward(op, g, xs, ws, bv.as_deref(), Some(&post as &(dyn Fn(&mut [f32], usize) + Sync)))
+            })
         })???;
         return Tensor::from_vec(out, shape);
     }

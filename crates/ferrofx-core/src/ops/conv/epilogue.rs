@@ -200,7 +200,9 @@ fn epilogue_args<'a>(args: &'a [Value], shape: &[usize], dt: DType) -> Result<(O
     if dt != DType::F32 {
         return Err(Error::dtype(
             OP,
-            format!("conv2d_fused computes float32 only, got {dt:?}; use conv2d followed by the add and activation ops"),
+            format!(
+                "conv2d_fused computes float32 only, got {dt:?}; use conv2d followed by the add and activation ops"
+            ),
         ));
     }
     let act = match args.get(8) {
