@@ -54,7 +54,7 @@ fn fused_nodes(gm: &GraphModule) -> Vec<(String, String)> {
 }
 
 /// The `conv2d_fused` nodes: (name, has a residual, activation).
-fn conv_epilogues(gm: &GraphModule) -> Vec<(String, bool, String)> {
+fn conv_epilogues(gm: &GraphModule) -> ConvEpilogues {
     gm.graph()
         .iter()
         .filter(|n| n.op() == Opcode::CallFunction && n.target().name() == "conv2d_fused")
@@ -446,10 +446,13 @@ fn conv_then(f: fn(&Tensor, &Tensor) -> Result<Tensor>) -> ConvThen {
 
 /// Compiles `m` on `x`, checks it against eager (<= 1e-5 relative) and returns the compiled
 /// graph's `conv2d_fused` nodes and the ops left.
+/// `conv2d_fused` nodes as (name, has a residual, activation).
+type ConvEpilogues = Vec<(String, bool, String)>;
+
 fn compile_conv(
     m: &dyn Module,
     x: &Tensor,
-) -> (Vec<(String, bool, String)>, Vec<String>, std::sync::Arc<ferrofx_compile::Specialization>) {
+) -> (ConvEpilogues, Vec<String>, std::sync::Arc<ferrofx_compile::Specialization>) {
     let _g = ferrofx_core::autograd::no_grad();
     let want = m.forward(x).unwrap();
     let gm = trace_with_inputs(m, &[x.into()]).unwrap();
