@@ -8,8 +8,8 @@
 //! convolution.
 //!
 //! Rules:
-//! - the convolution is a `Conv2d` leaf (`call_module`; its weight and bias become `get_attr`
-//!   nodes reading the leaf's tensors, so the module stays and saves as before) or a
+//! - the convolution is a `Conv2d` leaf (`call_module`; its weight and bias become attributes
+//!   of the GraphModule, sharing the leaf's tensors, read by `get_attr` nodes) or a
 //!   `conv2d` `call_function` (ONNX imports), with a float32 value of known shape;
 //! - each value absorbed (the convolution's, the add's) has exactly one user, the next op of
 //!   the chain: a value used elsewhere stays materialised;
@@ -89,9 +89,10 @@ fn conv_operands(gm: &GraphModule, n: &Node<'_>) -> Option<(Argument, ConvParams
                 return None;
             }
             let x = n.args()[0].clone();
+            let flat = path.replace('.', "_");
             let params = ConvParams {
-                weight: Operand::Attr(format!("{path}.weight")),
-                bias: conv.bias.as_ref().map(|_| Operand::Attr(format!("{path}.bias"))),
+                weight: Operand::Attr(format!("{flat}_weight"), conv.weight.clone()),
+                bias: conv.bias.as_ref().map(|b| Operand::Attr(format!("{flat}_bias"), b.clone())),
                 rest: vec![ints(&conv.stride), ints(&conv.padding), ints(&conv.dilation), Argument::Int(conv.groups)],
             };
             Some((x, params))
@@ -125,7 +126,8 @@ fn conv_operands(gm: &GraphModule, n: &Node<'_>) -> Option<(Argument, ConvParams
 #[derive(Debug, Clone)]
 enum Operand {
     Arg(Argument),
-    Attr(String),
+    /// A GraphModule attribute to register (the leaf's tensor, shared) and read.
+    Attr(String, ferrofx_core::Tensor),
 }
 
 #[derive(Debug, Clone)]
@@ -253,6 +255,15 @@ fn gerr(e: ferrofx_fx::GraphError) -> Error {
 pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
     let chains = find_chains(gm);
     let target = Target::op(CONV2D_FUSED.name).map_err(gerr)?;
+    // a fused leaf's weight and bias become attributes of the GraphModule (sharing the
+    // tensors), which every executor (the plan, the Interpreter, a reloaded file) reads
+    for c in &chains {
+        for o in [Some(&c.params.weight), c.params.bias.as_ref()].into_iter().flatten() {
+            if let Operand::Attr(p, t) = o {
+                gm.register_attribute(p, t.clone(), ferrofx_fx::serialize::TensorKind::Parameter);
+            }
+        }
+    }
     let g = gm.graph_mut();
     // a chain may read the end of an earlier chain (the previous block's output), which the
     // fused node has replaced
@@ -270,7 +281,7 @@ pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
             let mut operand = |o: &Operand| -> Result<Argument> {
                 Ok(match o {
                     Operand::Arg(a) => remap(a, &replaced),
-                    Operand::Attr(p) => Argument::Node(gi.get_attr(p).map_err(gerr)?),
+                    Operand::Attr(p, _) => Argument::Node(gi.get_attr(p).map_err(gerr)?),
                 })
             };
             let w = operand(&c.params.weight)?;
@@ -300,6 +311,10 @@ pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
         for id in [c.act.map(|a| a.0), c.add.map(|a| a.0), Some(c.conv)].into_iter().flatten() {
             g.erase_node(id).map_err(gerr)?;
         }
+    }
+    if !chains.is_empty() {
+        // the fused leaves are no longer called
+        gm.delete_all_unused_submodules();
     }
     Ok(chains.len())
 }
