@@ -307,6 +307,11 @@ fn compiled_equals_eager_and_memory_plans_are_valid_on_every_zoo_model() {
         assert!(d <= 1e-4, "{name}: compiled differs from eager by {d}");
         let spec = compiled.latest().unwrap();
         spec.module.graph().lint().unwrap();
+        // the Interpreter runs the compiled graph too (fused nodes, get_attr of fused weights)
+        match &DefaultInterpreter(&spec.module).run(&[(&x).into()]).unwrap()[..] {
+            [Value::Tensor(t)] => assert_eq!(max_rel_diff(&got, t), 0.0, "{name}: Interpreter"),
+            other => panic!("{name}: {other:?}"),
+        }
         spec.memory.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(spec.memory.arena_bytes >= spec.memory.lower_bound_bytes, "{name}");
         assert!(spec.memory.arena_bytes <= spec.memory.total_bytes, "{name}");
