@@ -26,13 +26,21 @@ pub struct CompileOptions {
     pub lower_activation_modules: bool,
     /// Fuse elementwise groups ([`crate::fusion`]).
     pub fuse_elementwise: bool,
+    /// Fuse a convolution's residual add and activation into it ([`crate::epilogue`]).
+    pub fuse_conv_epilogue: bool,
     /// How many shape specialisations the cache keeps (least recently used dropped first).
     pub cache_size: usize,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { inference_passes: true, lower_activation_modules: true, fuse_elementwise: true, cache_size: 8 }
+        CompileOptions {
+            inference_passes: true,
+            lower_activation_modules: true,
+            fuse_elementwise: true,
+            fuse_conv_epilogue: true,
+            cache_size: 8,
+        }
     }
 }
 
@@ -257,6 +265,10 @@ impl CompiledModule {
                 ),
             )
         })?;
+        if self.options.fuse_conv_epilogue {
+            crate::epilogue::fuse_conv_epilogue(&mut module)?;
+            module.recompile()?;
+        }
         let fusion = plan_fusion(module.graph())?;
         if self.options.fuse_elementwise {
             fuse_elementwise(&mut module)?;

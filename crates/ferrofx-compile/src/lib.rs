@@ -6,7 +6,9 @@
 //!
 //! 1. the inference pipeline of `ferrofx-fx` (Conv/Linear+BatchNorm folding, DCE, CSE, ...);
 //! 2. activation leaves (`ReLU`, ...) become the registry ops they call, so they can fuse;
-//! 3. per input shape signature: shape propagation, then [`fusion::fuse_elementwise`] (groups
+//! 3. per input shape signature: shape propagation, then [`epilogue::fuse_conv_epilogue`]
+//!    (a convolution's residual add and activation become one `conv2d_fused` node), then
+//!    [`fusion::fuse_elementwise`] (groups
 //!    of float32 elementwise ops become one `fused_elementwise` node carrying its expression
 //!    as data) and [`memory::plan_memory`] (arena offsets from liveness, peak memory).
 //!
@@ -16,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod compiled;
+pub mod epilogue;
 pub mod fusion;
 pub mod memory;
 pub mod training;
@@ -23,5 +26,6 @@ pub mod training;
 pub use compiled::{
     compile, compile_for_shapes, CacheStats, CompileOptions, CompiledModule, ShapeSignature, Specialization,
 };
+pub use epilogue::fuse_conv_epilogue;
 pub use fusion::{fuse_elementwise, plan_fusion, FusionPlan};
 pub use memory::{plan_memory, MemoryPlan};

@@ -53,6 +53,21 @@ fn fused_nodes(gm: &GraphModule) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The `conv2d_fused` nodes: (name, has a residual, activation).
+fn conv_epilogues(gm: &GraphModule) -> ConvEpilogues {
+    gm.graph()
+        .iter()
+        .filter(|n| n.op() == Opcode::CallFunction && n.target().name() == "conv2d_fused")
+        .map(|n| {
+            let act = match &n.args()[8] {
+                Argument::Str(s) => s.to_string(),
+                other => panic!("activation argument is {other:?}"),
+            };
+            (n.name().to_string(), n.args()[7].as_node().is_some(), act)
+        })
+        .collect()
+}
+
 fn ops_left(gm: &GraphModule) -> Vec<String> {
     gm.graph()
         .iter()
@@ -292,6 +307,11 @@ fn compiled_equals_eager_and_memory_plans_are_valid_on_every_zoo_model() {
         assert!(d <= 1e-4, "{name}: compiled differs from eager by {d}");
         let spec = compiled.latest().unwrap();
         spec.module.graph().lint().unwrap();
+        // the Interpreter runs the compiled graph too (fused nodes, get_attr of fused weights)
+        match &DefaultInterpreter(&spec.module).run(&[(&x).into()]).unwrap()[..] {
+            [Value::Tensor(t)] => assert_eq!(max_rel_diff(&got, t), 0.0, "{name}: Interpreter"),
+            other => panic!("{name}: {other:?}"),
+        }
         spec.memory.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(spec.memory.arena_bytes >= spec.memory.lower_bound_bytes, "{name}");
         assert!(spec.memory.arena_bytes <= spec.memory.total_bytes, "{name}");
@@ -299,11 +319,21 @@ fn compiled_equals_eager_and_memory_plans_are_valid_on_every_zoo_model() {
             assert!(spec.memory.arena_bytes < spec.memory.total_bytes, "{name}: no reuse at all: {}", spec.memory);
         }
         if matches!(name, "resnet18" | "resnet50") {
-            // every residual add + relu is one fused node
-            let fused = fused_nodes(&spec.module);
+            // every residual add + relu is in the block's last convolution; no add or relu
+            // is left as a node of its own
             let blocks = if name == "resnet18" { 8 } else { 16 };
-            assert_eq!(fused.len(), blocks, "{name}: {fused:?}");
-            assert!(fused.iter().all(|(_, e)| e == "t0 = add(x0, x1); t1 = relu(t0)"), "{fused:?}");
+            let convs = conv_epilogues(&spec.module);
+            assert_eq!(convs.iter().filter(|(_, res, act)| *res && act == "relu").count(), blocks, "{name}: {convs:?}");
+            let left = ops_left(&spec.module);
+            assert!(!left.iter().any(|o| o == "add" || o == "relu" || o == "fused_elementwise"), "{name}: {left:?}");
+        }
+        if name == "mobilenet_v2" {
+            // every relu6 and every residual add is a convolution epilogue
+            let left = ops_left(&spec.module);
+            assert!(!left.iter().any(|o| o == "add" || o == "relu6" || o == "hardtanh"), "{left:?}");
+            let convs = conv_epilogues(&spec.module);
+            assert!(convs.iter().any(|(_, res, act)| *res && act == "none"), "{convs:?}");
+            assert!(convs.iter().any(|(_, _, act)| act == "relu6"), "{convs:?}");
         }
         println!("{name}: {} fused groups; {}", fused_nodes(&spec.module).len(), spec.memory);
     }
@@ -395,6 +425,127 @@ fn compiled_module_saves_and_loads_with_fused_nodes() {
     if let Ok(evil) = GraphModule::from_bytes(text.as_bytes()) {
         let err = evil.forward(&y).unwrap_err().to_string();
         assert!(err.contains("unknown function 'evil'"), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convolution epilogue fusion
+
+/// A convolution followed by `f(conv(x), x)`.
+#[derive(ferrofx_nn::Module)]
+struct ConvThen {
+    conv: ferrofx_nn::Conv2d,
+    #[module(skip)]
+    f: fn(&Tensor, &Tensor) -> Result<Tensor>,
+}
+impl Module for ConvThen {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        (self.f)(&self.conv.forward(x)?, x)
+    }
+}
+
+fn conv_then(f: fn(&Tensor, &Tensor) -> Result<Tensor>) -> ConvThen {
+    let opts = ferrofx_nn::Conv2dOpts { padding: 1, ..Default::default() };
+    ConvThen { conv: ferrofx_nn::Conv2d::with(6, 6, 3, opts).unwrap(), f }
+}
+
+/// Compiles `m` on `x`, checks it against eager (<= 1e-5 relative) and returns the compiled
+/// graph's `conv2d_fused` nodes and the ops left.
+/// `conv2d_fused` nodes as (name, has a residual, activation).
+type ConvEpilogues = Vec<(String, bool, String)>;
+
+fn compile_conv(
+    m: &dyn Module,
+    x: &Tensor,
+) -> (ConvEpilogues, Vec<String>, std::sync::Arc<ferrofx_compile::Specialization>) {
+    let _g = ferrofx_core::autograd::no_grad();
+    let want = m.forward(x).unwrap();
+    let gm = trace_with_inputs(m, &[x.into()]).unwrap();
+    let c = compile(&gm, &[x.into()], CompileOptions::default()).unwrap();
+    let got = c.forward(x).unwrap();
+    let d = max_rel_diff(&want, &got);
+    assert!(d <= 1e-5, "compiled differs from eager by {d}");
+    let spec = c.latest().unwrap();
+    spec.module.graph().lint().unwrap();
+    (conv_epilogues(&spec.module), ops_left(&spec.module), spec)
+}
+
+#[test]
+fn conv_epilogues_fuse_residual_adds_and_activations() {
+    let _s = serial();
+    let x = randn(&[2, 6, 9, 9], None).unwrap();
+    // residual on either side of the add, then relu: one node
+    let (convs, left, _) = compile_conv(&conv_then(|y, x| (y + x)?.relu()), &x);
+    assert_eq!(convs, vec![("conv2d_add_relu".to_string(), true, "relu".to_string())], "{left:?}");
+    assert_eq!(left, vec!["conv2d_fused".to_string()]);
+    let (convs, _, _) = compile_conv(&conv_then(|y, x| (x + y)?.relu()), &x);
+    assert_eq!(convs.len(), 1);
+    assert!(convs[0].1);
+    // activations of MobileNet, EfficientNet and hardtanh
+    for (f, act) in [
+        ((|y, _| y.relu6()) as fn(&Tensor, &Tensor) -> Result<Tensor>, "relu6"),
+        (|y, _| y.silu(), "silu"),
+        (|y, _| y.hardswish(), "hardswish"),
+        (|y, _| ferrofx_core::ops::unary::clamp(y, -0.5, 0.5), "clamp(-0.5, 0.5)"),
+        (|y, _| ferrofx_core::ops::unary::hardtanh(y, -1.0, 1.0), "clamp(-1.0, 1.0)"),
+    ] {
+        let (convs, left, _) = compile_conv(&conv_then(f), &x);
+        assert_eq!(convs.len(), 1, "{act}: {left:?}");
+        assert_eq!(convs[0].2, act);
+        assert!(!convs[0].1);
+    }
+    // a residual add without activation
+    let (convs, _, _) = compile_conv(&conv_then(|y, x| y + x), &x);
+    assert_eq!(convs, vec![("conv2d_add".to_string(), true, "none".to_string())]);
+}
+
+#[test]
+fn conv_epilogues_respect_boundaries() {
+    let _s = serial();
+    let x = randn(&[2, 6, 9, 9], None).unwrap();
+    // the convolution's value is used twice: it stays materialised, nothing is fused into it
+    let (convs, left, _) = compile_conv(&conv_then(|y, _| y.relu()? * y), &x);
+    assert!(convs.is_empty(), "{convs:?}");
+    assert!(left.iter().any(|o| o == "fused_elementwise" || o == "relu"), "{left:?}");
+    // the add's value is used twice (by the relu and the product): the fused node ends at the
+    // add, whose value it materialises, and the relu stays outside
+    let (convs, left, _) = compile_conv(&conv_then(|y, x| (y + x)?.relu()? * (y + x)?), &x);
+    assert_eq!(convs, vec![("conv2d_add".to_string(), true, "none".to_string())], "{left:?}");
+    assert!(left.iter().any(|o| o == "fused_elementwise" || o == "relu"), "{left:?}");
+    // a broadcast add is not a residual (its other operand has another shape)
+    let (convs, left, _) = compile_conv(&conv_then(|y, x| (y + x.mean_dim(&[2, 3], true)?)?.relu()), &x);
+    assert!(convs.is_empty(), "{convs:?} {left:?}");
+    // add with alpha is not a plain residual add
+    let (convs, _, _) = compile_conv(&conv_then(|y, x| ferrofx_core::ops::binary::add_alpha(y, x, 2.0)?.relu()), &x);
+    assert!(convs.iter().all(|c| !c.1), "{convs:?}");
+}
+
+#[test]
+fn fused_convolutions_save_load_and_run_in_the_interpreter() {
+    let _s = serial();
+    let x = randn(&[2, 6, 9, 9], None).unwrap();
+    let (convs, _, spec) = compile_conv(&conv_then(|y, x| ferrofx_core::ops::unary::clamp(&(y + x)?, 0.0, 6.0)), &x);
+    let gm = &spec.module;
+    assert_eq!(convs.len(), 1);
+    let _g = ferrofx_core::autograd::no_grad();
+    let before = gm.forward(&x).unwrap();
+    let code = gm.code().unwrap();
+    assert!(code.contains("conv2d_fused") && code.contains("relu6"), "{code}");
+    let back = GraphModule::from_bytes(&gm.to_bytes().unwrap()).unwrap();
+    assert_eq!(conv_epilogues(&back), convs);
+    assert_eq!(max_rel_diff(&before, &back.forward(&x).unwrap()), 0.0);
+    let interp = DefaultInterpreter(&back).run(&[(&x).into()]).unwrap();
+    match &interp[..] {
+        [Value::Tensor(t)] => assert_eq!(max_rel_diff(&before, t), 0.0),
+        other => panic!("{other:?}"),
+    }
+    // a file whose activation is not one of the closed set: an error naming it, nothing runs
+    let text = String::from_utf8_lossy(&gm.to_bytes().unwrap()).replace("relu6", "evil6");
+    assert!(text.contains("evil6"));
+    // (a file format with a checksum refuses the edited file outright: also nothing runs)
+    if let Ok(evil) = GraphModule::from_bytes(text.as_bytes()) {
+        let e = evil.forward(&x).unwrap_err().to_string();
+        assert!(e.contains("unknown activation 'evil6'"), "{e}");
     }
 }
 

@@ -981,3 +981,126 @@ fn unflatten_is_a_view_with_clear_errors() {
     assert!(err(x.unflatten(1, &[])).contains("sizes must be non-empty"));
     assert!(err(x.unflatten(2, &[2, 6])).contains("unflatten"));
 }
+
+// ------------------------------------------------------------------------------------------
+// conv2d_fused: the convolution epilogue (residual add + activation) of ferrofx-compile
+// ------------------------------------------------------------------------------------------
+
+fn call1(name: &str, args: Vec<Value>) -> Tensor {
+    op::call(name, args, vec![]).unwrap().into_iter().next().unwrap()
+}
+
+/// `act(conv2d(..) + residual)` with the unfused ops.
+#[allow(clippy::too_many_arguments)]
+fn conv_epilogue_unfused(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    s: i64,
+    p: i64,
+    d: i64,
+    groups: i64,
+    res: Option<&Tensor>,
+    act: &str,
+) -> Tensor {
+    let mut y = conv::conv2d(x, w, b, &[s, s], &[p, p][..], &[d, d], groups).unwrap();
+    if let Some(r) = res {
+        y = (&y + r).unwrap();
+    }
+    match act {
+        "none" => y,
+        "relu" => y.relu().unwrap(),
+        "relu6" | "silu" | "hardswish" => call1(act, vec![(&y).into()]),
+        "clamp(-0.5, 0.25)" => call1("clamp", vec![(&y).into(), Value::Float(-0.5), Value::Float(0.25)]),
+        other => panic!("no unfused form for {other}"),
+    }
+}
+
+/// One geometry through every kernel path (depthwise, Winograd, 1x1 GEMM, shifted, im2col),
+/// batch 1 (one unit, blocks split over threads) and 3 (units in parallel).
+#[allow(clippy::too_many_arguments)]
+fn check_conv_epilogue(
+    n: usize,
+    c: usize,
+    o: usize,
+    hw: usize,
+    k: usize,
+    s: i64,
+    p: i64,
+    d: i64,
+    groups: usize,
+    act: &str,
+) {
+    let seed = (n * 7 + c * 13 + o * 17 + hw + k * 3 + s as usize * 5 + groups) as u64;
+    let x = t(rnd(n * c * hw * hw, seed).iter().map(|&v| v as f32).collect(), &[n, c, hw, hw]);
+    let w = t(rnd(o * (c / groups) * k * k, seed + 1).iter().map(|&v| v as f32).collect(), &[o, c / groups, k, k]);
+    let b = t(rnd(o, seed + 2).iter().map(|&v| v as f32).collect(), &[o]);
+    let y0 = conv::conv2d(&x, &w, Some(&b), &[s, s], &[p, p][..], &[d, d], groups as i64).unwrap();
+    let r = t(rnd(y0.numel(), seed + 3).iter().map(|&v| 3.0 * v as f32).collect(), y0.shape());
+    for res in [None, Some(&r)] {
+        let want = conv_epilogue_unfused(&x, &w, Some(&b), s, p, d, groups as i64, res, act);
+        let got = conv::conv2d_fused(&x, &w, Some(&b), &[s, s], &[p, p], &[d, d], groups as i64, res, act).unwrap();
+        assert_eq!(got.shape(), want.shape());
+        let (g, wv) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+        for (i, (a, e)) in g.iter().zip(&wv).enumerate() {
+            assert!(
+                (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                "n{n} c{c} o{o} {hw}x{hw} k{k} s{s} p{p} d{d} g{groups} {act} residual={}: element {i}: {a} vs {e}",
+                res.is_some()
+            );
+        }
+    }
+}
+
+#[test]
+fn conv2d_fused_equals_conv_add_activation_on_every_kernel_path() {
+    for n in [1, 3] {
+        // depthwise 3x3 stride 1 and 2 (MobileNet), 5x5 stride 2 (EfficientNet)
+        check_conv_epilogue(n, 32, 32, 20, 3, 1, 1, 1, 32, "relu6");
+        check_conv_epilogue(n, 32, 32, 21, 3, 2, 1, 1, 32, "relu6");
+        check_conv_epilogue(n, 16, 16, 19, 5, 2, 2, 1, 16, "silu");
+        // Winograd 3x3 stride 1 (ResNet)
+        check_conv_epilogue(n, 64, 64, 14, 3, 1, 1, 1, 1, "relu");
+        // 1x1 pointwise (bottlenecks, MobileNet expand/project)
+        check_conv_epilogue(n, 48, 96, 28, 1, 1, 0, 1, 1, "relu");
+        check_conv_epilogue(n, 96, 24, 14, 1, 1, 0, 1, 1, "none");
+        // shifted scheme (grouped 3x3 on a large plane) and im2col (stride 2, 7x7 stem, dilation)
+        check_conv_epilogue(n, 8, 8, 40, 3, 1, 1, 1, 2, "hardswish");
+        check_conv_epilogue(n, 16, 32, 17, 3, 2, 1, 1, 1, "clamp(-0.5, 0.25)");
+        check_conv_epilogue(n, 3, 16, 30, 7, 2, 3, 1, 1, "relu");
+        check_conv_epilogue(n, 8, 8, 15, 3, 1, 2, 2, 1, "relu");
+        // 1x1 stride 2 (ResNet downsample)
+        check_conv_epilogue(n, 16, 32, 14, 1, 2, 0, 1, 1, "none");
+    }
+}
+
+#[test]
+fn conv2d_fused_errors_name_the_op_the_shapes_and_the_fix() {
+    let x = t(vec![0.5; 2 * 4 * 5 * 5], &[2, 4, 5, 5]);
+    let w = t(vec![0.1; 6 * 4 * 3 * 3], &[6, 4, 3, 3]);
+    let fused =
+        |res: Option<&Tensor>, act: &str| conv::conv2d_fused(&x, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, res, act);
+    let e = err(fused(None, "gelu"));
+    assert!(e.contains("conv2d_fused") && e.contains("unknown activation 'gelu'") && e.contains("relu6"), "{e}");
+    for bad in ["clamp(2, 1)", "clamp(0)", "clamp(a, 1)", "clamp(0, nan)", ""] {
+        assert!(err(fused(None, bad)).contains("unknown activation"), "{bad}");
+    }
+    let small = t(vec![0.0; 6 * 5 * 5], &[1, 6, 5, 5]);
+    let e = err(fused(Some(&small), "relu"));
+    assert!(e.contains("conv2d_fused") && e.contains("[2, 6, 5, 5]") && e.contains("[1, 6, 5, 5]"), "{e}");
+    let x64 = x.to_dtype(DType::F64).unwrap();
+    let w64 = w.to_dtype(DType::F64).unwrap();
+    let e = err(conv::conv2d_fused(&x64, &w64, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "relu"));
+    assert!(e.contains("conv2d_fused") && e.contains("float32"), "{e}");
+    // the conv's own geometry errors are conv2d's
+    let w_bad = t(vec![0.1; 6 * 3 * 3 * 3], &[6, 3, 3, 3]);
+    assert!(
+        err(conv::conv2d_fused(&x, &w_bad, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "relu")).contains("conv2d_fused")
+    );
+    // text form round trip, exact for any f32 bounds
+    for a in ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.1, 3.3)", "clamp(-1.0, 1.0)"] {
+        let act = conv::Activation::parse(a).unwrap();
+        assert_eq!(conv::Activation::parse(&act.to_string()).unwrap(), act, "{a}");
+    }
+    assert_eq!(conv::Activation::parse("clamp(0, 6)").unwrap().to_string(), "relu6");
+}

@@ -36,7 +36,10 @@ use smallvec::smallvec;
 use std::mem::MaybeUninit;
 
 mod depthwise;
+mod epilogue;
 mod winograd;
+use epilogue::Epilogue;
+pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 
 /// The padding argument: explicit sizes or a mode string.
@@ -502,6 +505,10 @@ fn scratch_len(g: &Geom, algo: Algo) -> (usize, usize) {
     }
 }
 
+/// An epilogue run on each finished block of a convolution's output: `f(block, flat offset of
+/// the block's first element in the output)`.
+type Post<'a, T> = Option<&'a (dyn Fn(&mut [T], usize) + Sync)>;
+
 /// A raw pointer that may cross threads; users guarantee disjoint access (see call sites).
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
@@ -540,8 +547,21 @@ unsafe fn gemm_split<T: MatElem>(
     b: *const T,
     b_rs: usize,
     par: Par,
+    post: Post<'_, T>,
+    base: usize,
 ) {
     let one = T::from_i64(1);
+    // the epilogue of a finished block: rows i0..i0+mm, columns j0..j0+nn of dst
+    let finish = |d: *mut T, i0: usize, mm: usize, j0: usize, nn: usize| {
+        if let Some(f) = post {
+            for r in i0..i0 + mm {
+                // SAFETY: the block's rows and columns are inside dst (the caller's bounds) and
+                // belong to this block alone; the GEMM that wrote them has returned.
+                let seg = unsafe { std::slice::from_raw_parts_mut(d.add(r * dst_rs + j0), nn) };
+                f(seg, base + r * dst_rs + j0);
+            }
+        }
+    };
     let threads = rayon::current_num_threads();
     let work = m * n * k;
     if par == Par::Seq || threads <= 1 || rayon::current_thread_index().is_some() || work < 1 << 18 {
@@ -563,6 +583,7 @@ unsafe fn gemm_split<T: MatElem>(
             one,
             Par::Seq,
         );
+        finish(dst, 0, m, 0, n);
         return;
     }
     let (d, a, b) = (SendPtr(dst), SendPtr(a as *mut T), SendPtr(b as *mut T));
@@ -595,6 +616,7 @@ unsafe fn gemm_split<T: MatElem>(
                     Par::Seq,
                 )
             }
+            finish(d.ptr(), 0, m, j0, nn);
         });
     } else {
         let step = m.div_ceil(threads).next_multiple_of(16).min(m);
@@ -625,6 +647,7 @@ unsafe fn gemm_split<T: MatElem>(
                     Par::Seq,
                 )
             }
+            finish(d.ptr(), i0, mm, 0, n);
         });
     }
 }
@@ -786,6 +809,8 @@ fn conv_unit<T: MatElem>(
     s1: &mut Vec<T>,
     s2: &mut Vec<T>,
     par: Par,
+    post: Post<'_, T>,
+    base: usize,
 ) {
     let (cg, og) = (g.cg(), g.og());
     let ohw = g.oh * g.ow;
@@ -802,7 +827,9 @@ fn conv_unit<T: MatElem>(
         Algo::Pointwise => {
             // SAFETY: w is [og, cg] contiguous, x is [cg, h*w] contiguous, out is [og, h*w]
             // contiguous; out is exclusively borrowed and disjoint from x and w.
-            unsafe { gemm_split(og, ohw, cg, out_ptr, ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par) }
+            unsafe {
+                gemm_split(og, ohw, cg, out_ptr, ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par, post, base)
+            }
         }
         Algo::Im2col => {
             let (len, _) = scratch_len(g, algo);
@@ -811,7 +838,9 @@ fn conv_unit<T: MatElem>(
             let kk = cg * g.kh * g.kw;
             // SAFETY: w is [og, kk], col is [kk, ohw], out is [og, ohw], all contiguous and in
             // bounds; out is disjoint from both.
-            unsafe { gemm_split(og, ohw, kk, out_ptr, ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par) }
+            unsafe {
+                gemm_split(og, ohw, kk, out_ptr, ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par, post, base)
+            }
         }
         Algo::Shifted => {
             let (len1, len2) = scratch_len(g, algo);
@@ -847,6 +876,8 @@ fn conv_unit<T: MatElem>(
                         s1.as_ptr().add(ki * g.dh * wp),
                         plane,
                         par,
+                        None,
+                        0,
                     )
                 }
             }
@@ -858,12 +889,24 @@ fn conv_unit<T: MatElem>(
                     }
                 }
             }
+            if let Some(f) = post {
+                // SAFETY: every element of `out` was written just above.
+                let done = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()) };
+                f(done, base);
+            }
         }
     }
 }
 
 /// Forward convolution on contiguous `x` `[n, c, h, w]`, `w` `[o, cg, kh, kw]`.
-fn conv_forward<T: MatElem>(op: &str, g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
+fn conv_forward<T: MatElem>(
+    op: &str,
+    g: &Geom,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    post: Post<'_, T>,
+) -> Result<Vec<T>> {
     let algo = choose(g);
     let (cg, og) = (g.cg(), g.og());
     // the scratch of one unit (per worker) must be allocatable: refused here, with the sizes,
@@ -914,7 +957,7 @@ fn conv_forward<T: MatElem>(op: &str, g: &Geom, x: &[T], w: &[T], bias: Option<&
         let xi = &x[ni * g.c * g.h * g.w + gi * unit_in..][..unit_in];
         let wi = &wsrc[gi * unit_w..(gi + 1) * unit_w];
         let bi = bias.map(|b| &b[gi * og..(gi + 1) * og]);
-        conv_unit(g, algo, xi, wi, bi, o, s1, s2, par);
+        conv_unit(g, algo, xi, wi, bi, o, s1, s2, par, post, u * unit_out);
     };
     let work_per_unit = unit_out * cg * g.kh * g.kw;
     if threads > 1 && units >= threads && rayon::current_thread_index().is_none() && units * work_per_unit >= 1 << 16 {
@@ -1070,7 +1113,9 @@ fn conv_grad_input<T: MatElem>(g: &Geom, gy: &[T], w: &[T]) -> Vec<T> {
         col.resize(kk * ohw, T::default());
         // SAFETY: wg is [og, kk] contiguous, read as its transpose [kk, og] (rs 1, cs kk); gyu
         // is [og, ohw] contiguous; col is [kk, ohw] and disjoint from both.
-        unsafe { gemm_split(kk, ohw, og, col.as_mut_ptr(), ohw, false, wg.as_ptr(), 1, kk, gyu.as_ptr(), ohw, par) }
+        unsafe {
+            gemm_split(kk, ohw, og, col.as_mut_ptr(), ohw, false, wg.as_ptr(), 1, kk, gyu.as_ptr(), ohw, par, None, 0)
+        }
         col2im_add(col, g, gxu, par);
     };
     let units = g.n * g.groups;
@@ -1262,7 +1307,8 @@ fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
     t.with_contiguous::<T, _>(op, |s| s.to_vec())
 }
 
-/// Runs a convolution kernel on concrete tensors, computing f16/bf16 in f32.
+/// Runs a convolution kernel on concrete tensors, computing f16/bf16 in f32. `ep` (float32
+/// forward convolutions only) is applied to each finished block of output.
 #[allow(clippy::too_many_arguments)]
 fn run_conv(
     op: &str,
@@ -1273,7 +1319,11 @@ fn run_conv(
     shape: &Shape,
     dt: DType,
     transposed: bool,
+    ep: Option<&Epilogue<'_>>,
 ) -> Result<Tensor> {
+    if ep.is_some() && (transposed || dt != DType::F32) {
+        return Err(Error::dtype(op, format!("a fused epilogue needs a float32 forward convolution, got {dt:?}")));
+    }
     // every path below allocates an output of `shape`: refuse one over the allocation limit
     // before any work (the non-transposed path also reserves it fallibly)
     crate::memory::check_alloc(op, shape, dt)?;
@@ -1281,7 +1331,7 @@ fn run_conv(
         let x32 = kernel::cast(x, DType::F32)?;
         let w32 = kernel::cast(w, DType::F32)?;
         let b32 = b.map(|b| kernel::cast(b, DType::F32)).transpose()?;
-        let r = run_conv(op, &x32, &w32, b32.as_ref(), g, shape, DType::F32, transposed)?;
+        let r = run_conv(op, &x32, &w32, b32.as_ref(), g, shape, DType::F32, transposed, None)?;
         return kernel::cast(&r, dt);
     }
     if !transposed && dt == DType::F32 && depthwise::applies(g) {
@@ -1293,7 +1343,7 @@ fn run_conv(
         let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
         xc.with_contiguous::<f32, _>(op, |xs| {
             wc.with_contiguous::<f32, _>(op, |ws| {
-                depthwise::conv(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len])
+                depthwise::conv(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
             })
         })??;
         // SAFETY: alloc_uninit reserved exactly `len` elements and depthwise::conv initialised
@@ -1306,7 +1356,7 @@ fn run_conv(
         let wc = kernel::contiguous(w)?;
         let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
         let bias = bv.as_deref();
-        let out = match cached_winograd_weight(w, g) {
+        let mut out = match cached_winograd_weight(w, g) {
             Some(u) => xc.with_contiguous::<f32, _>(op, |xs| winograd::conv3x3(xs, &g3, &u, bias))?,
             None => xc.with_contiguous::<f32, _>(op, |xs| {
                 wc.with_contiguous::<f32, _>(op, |ws| {
@@ -1314,6 +1364,21 @@ fn run_conv(
                 })
             })??,
         };
+        if let Some(ep) = ep {
+            ep.apply_all(&mut out);
+        }
+        return Tensor::from_vec(out, shape);
+    }
+    if let Some(ep) = ep {
+        let xc = kernel::contiguous(x)?;
+        let wc = kernel::contiguous(w)?;
+        let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
+        let post = |seg: &mut [f32], off: usize| ep.apply(seg, off);
+        let out = xc.with_contiguous::<f32, _>(op, |xs| {
+            wc.with_contiguous::<f32, _>(op, |ws| {
+                conv_forward(op, g, xs, ws, bv.as_deref(), Some(&post as &(dyn Fn(&mut [f32], usize) + Sync)))
+            })
+        })???;
         return Tensor::from_vec(out, shape);
     }
     match_mat_dtype!(op, dt, E => {
@@ -1325,7 +1390,7 @@ fn run_conv(
                 if transposed {
                     Ok(conv_transpose_forward(g, xs, ws, bv.as_deref()))
                 } else {
-                    conv_forward(op, g, xs, ws, bv.as_deref())
+                    conv_forward(op, g, xs, ws, bv.as_deref(), None)
                 }
             })
         })???;
@@ -1405,7 +1470,7 @@ macro_rules! conv_op {
             kernel: |args| {
                 let (g, shape, dt) = conv_geom($name, $nd, args)?;
                 let (x, w, b) = conv_args($name, args)?;
-                Ok(smallvec![run_conv($name, x, w, b, &g, &shape, dt, false)?])
+                Ok(smallvec![run_conv($name, x, w, b, &g, &shape, dt, false, None)?])
             },
             cost: |args, outs| match conv_geom($name, $nd, args) {
                 Ok((g, _, _)) => conv_cost_of(&g, args, outs),
@@ -1445,7 +1510,7 @@ pub static CONV_TRANSPOSE2D: OpDef = OpDef {
         let op = "conv_transpose2d";
         let (g, shape, dt) = convt_geom(op, args)?;
         let (x, w, b) = conv_args(op, args)?;
-        Ok(smallvec![run_conv(op, x, w, b, &g, &shape, dt, true)?])
+        Ok(smallvec![run_conv(op, x, w, b, &g, &shape, dt, true, None)?])
     },
     cost: |args, outs| match convt_geom("conv_transpose2d", args) {
         Ok((g, _, _)) => {
@@ -1464,7 +1529,7 @@ pub static CONV_TRANSPOSE2D: OpDef = OpDef {
 };
 
 /// The ops of this family.
-pub(crate) static OPS: &[&OpDef] = &[&CONV1D, &CONV2D, &CONV_TRANSPOSE2D];
+pub(crate) static OPS: &[&OpDef] = &[&CONV1D, &CONV2D, &CONV_TRANSPOSE2D, &CONV2D_FUSED];
 
 // ---------------------------------------------------------------------------------------------
 // Public API

@@ -15,7 +15,7 @@
 //! The sum per output is `bias + Σ_taps w * x` in row-major tap order, as the GEMM lowering
 //! sums it (up to the GEMM's own blocking), within float32 rounding of PyTorch.
 
-use super::Geom;
+use super::{Epilogue, Geom};
 use crate::ops::simd::simd_dispatch;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -62,11 +62,41 @@ fn fill_padded(g: &Geom, p: &Padded, x: &[f32], pad: &mut [f32]) {
             dst[pl..pl + n].copy_from_slice(&src[..n]);
             dst[pl + n..].fill(0.0);
         } else {
-            for (q, phase) in dst.chunks_mut(p.wq).enumerate() {
-                for (j, d) in phase.iter_mut().enumerate() {
-                    let iw = (j * g.sw + q) as isize - g.pl as isize;
-                    *d = if iw >= 0 && (iw as usize) < g.w { src[iw as usize] } else { 0.0 };
-                }
+            split_phases(g.sw, g.pl, src, dst, p.wq);
+        }
+    }
+}
+
+/// Splits one row `src` into `sw` column phases of the zero-padded row (`pl` zeros before
+/// it): `dst[q * wq + j] = src[j * sw + q - pl]`, zero where that column is padding. The valid
+/// range of `j` is computed once per phase, so the copy has no per-element test; stride 2
+/// (every stride-2 layer of MobileNet and EfficientNet) deinterleaves pairs.
+fn split_phases(sw: usize, pl: usize, src: &[f32], dst: &mut [f32], wq: usize) {
+    let w = src.len();
+    for (q, phase) in dst.chunks_mut(wq).enumerate() {
+        // valid j: 0 <= j*sw + q - pl < w
+        let lo = pl.saturating_sub(q).div_ceil(sw).min(wq);
+        let hi = (w + pl).saturating_sub(q).div_ceil(sw).clamp(lo, wq);
+        phase[..lo].fill(0.0);
+        phase[hi..].fill(0.0);
+        if lo == hi {
+            continue;
+        }
+        let s0 = lo * sw + q - pl;
+        let out = &mut phase[lo..hi];
+        if sw == 2 {
+            // pairs (s0 + 2j, s0 + 2j + 1): the first of each pair is this phase's value
+            let pairs = src[s0..].chunks_exact(2);
+            let n = pairs.len().min(out.len());
+            for (d, pr) in out[..n].iter_mut().zip(pairs) {
+                *d = pr[0];
+            }
+            if n < out.len() {
+                out[n] = src[s0 + 2 * n];
+            }
+        } else {
+            for (d, &v) in out.iter_mut().zip(src[s0..].iter().step_by(sw)) {
+                *d = v;
             }
         }
     }
@@ -119,8 +149,15 @@ simd_dispatch! {
 }
 
 /// Depthwise convolution of contiguous `x` `[n, c, h, w]` with `w` `[c, 1, kh, kw]` into
-/// `out` `[n, c, oh, ow]` (every element written).
-pub(super) fn conv(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [MaybeUninit<f32>]) {
+/// `out` `[n, c, oh, ow]` (every element written), then `ep` on each plane while it is in cache.
+pub(super) fn conv(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [MaybeUninit<f32>],
+    ep: Option<&Epilogue<'_>>,
+) {
     let p = Padded::of(g);
     let (plane_in, plane_out, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
     if out.is_empty() {
@@ -133,6 +170,11 @@ pub(super) fn conv(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &m
         acc.resize(g.ow, 0.0);
         fill_padded(g, &p, &x[u * plane_in..(u + 1) * plane_in], pad);
         plane(g, p.wq, pad, &w[ch * taps..(ch + 1) * taps], bias.map_or(0.0, |b| b[ch]), acc, o);
+        if let Some(ep) = ep {
+            // SAFETY: `plane` wrote every element of `o`.
+            let done = unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr().cast::<f32>(), o.len()) };
+            ep.apply(done, u * plane_out);
+        }
     };
     if out.len() * taps >= 1 << 15 && rayon::current_thread_index().is_none() {
         out.par_chunks_mut(plane_out).enumerate().for_each_init(|| (Vec::new(), Vec::new()), |s, uo| run(uo, s));
