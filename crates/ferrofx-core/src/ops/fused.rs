@@ -538,8 +538,8 @@ enum Src<'a> {
 
 #[inline(always)]
 fn map1<O: Sink>(out: &mut O, a: &[f32; STRIP], f: impl Fn(f32) -> f32) {
-    for j in 0..STRIP {
-        out.put(j, f(a[j]));
+    for (j, &x) in a.iter().enumerate() {
+        out.put(j, f(x));
     }
 }
 
