@@ -288,6 +288,36 @@ fn expressions_are_data_and_bad_ones_are_errors() {
     assert!(err.to_string().contains("broadcast"), "{err}");
 }
 
+/// The evaluator's paths on an output of 25 MB (many parallel tasks and blocks, a partial last
+/// strip, non-temporal stores): contiguous, broadcast-row, transposed (strided) and
+/// one-element inputs, bit-equal to the eager ops.
+#[test]
+fn large_fused_kernel_equals_eager_on_every_input_layout() {
+    let _s = serial();
+    manual_seed(5);
+    let n: usize = (1 << 21) + 5; // rows of 2M + 5 floats: the last block ends in a partial strip
+    let ni = n as i64;
+    let x = randn(&[3, ni], None).unwrap();
+    let row = randn(&[ni], None).unwrap(); // broadcast over the rows: gathered per block
+    let zt = randn(&[ni, 3], None).unwrap().t().unwrap(); // [3, n] with strides [1, 3]
+    let s = Tensor::from_vec(vec![0.75f32], &[1]).unwrap(); // one value: decoded as a constant
+    assert!(3 * n * 4 >= ferrofx_core::ops::fused::STREAM_MIN_BYTES);
+    let expr = "t0 = mul(x1, 2.0); t1 = add(x0, t0); t2 = sub(t1, x2); t3 = mul(t2, x3); t4 = relu(t3)";
+    let got =
+        ferrofx_core::ops::fused::fused_elementwise(&[x.clone(), row.clone(), zt.clone(), s.clone()], expr).unwrap();
+    let want = ((((&x + (&row * 2.0)).unwrap() - &zt).unwrap() * &s).unwrap()).relu().unwrap();
+    assert_eq!(got.shape(), &[3, n]);
+    assert!(got.is_contiguous());
+    assert_eq!(got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    // below the streaming threshold, over the same layouts
+    let small = |t: &Tensor, d: i64| t.narrow(d, 0, 1000).unwrap();
+    let (xs, rs, zs) = (small(&x, 1), small(&row, 0), small(&zt, 1));
+    let got =
+        ferrofx_core::ops::fused::fused_elementwise(&[xs.clone(), rs.clone(), zs.clone(), s.clone()], expr).unwrap();
+    let want = ((((&xs + (&rs * 2.0)).unwrap() - &zs).unwrap() * &s).unwrap()).relu().unwrap();
+    assert_eq!(got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+}
+
 /// The zoo in eval mode, with an input each.
 fn zoo() -> Vec<(&'static str, Box<dyn Module>, Tensor)> {
     manual_seed(21);

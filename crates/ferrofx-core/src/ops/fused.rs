@@ -7,13 +7,16 @@
 //! evaluator below: loading a file never runs code from it, it only parses the text into
 //! instructions of a closed set.
 //!
-//! The evaluator is a vectorised interpreter: the output is cut into strips of [`STRIP`]
-//! elements; for one strip every instruction runs as a fixed-length loop (a few full-width
-//! vector operations) over registers of `STRIP` floats that never leave L1, compiled for
-//! AVX-512/AVX2 by `simd_dispatch!`, and the last register is written to the output, which is
-//! allocated uninitialised through [`crate::memory`] and written once. Contiguous inputs are
-//! read in place; broadcast or strided inputs are gathered per block of strips. Large outputs
-//! are split over rayon threads. Inputs may alias each other (they are only read).
+//! The evaluator is a vectorised interpreter. The expression is decoded once per call (inputs
+//! broadcast from one value become constants). The output is cut into blocks of 1024
+//! elements, where each input's slice is resolved once (contiguous inputs are read in place,
+//! broadcast or strided ones gathered), and blocks into strips of [`STRIP`] elements: for one
+//! strip every instruction runs as a fixed-length loop (a few full-width vector operations,
+//! compiled for AVX-512/AVX2/baseline and dispatched once per task) over registers of `STRIP`
+//! floats that never leave L1, and the last instruction writes straight into the output strip.
+//! The output is allocated uninitialised through [`crate::memory`] and written once; outputs of
+//! at least [`STREAM_MIN_BYTES`] are written with non-temporal stores. Large outputs are split
+//! over rayon threads. Inputs may alias each other (they are only read).
 //!
 //! Element functions are the same formulas as the unfused ops (`Float`/`Num` on f32), so a
 //! fused group gives the same bits as the ops run one by one.
@@ -33,7 +36,6 @@ use crate::layout::{broadcast_shapes, Layout};
 use crate::op::args::{str_, tensors};
 use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Effect, MetaOutputs, OpDef, Outputs};
 use crate::ops::num::{Float, Num};
-use crate::ops::simd::simd_dispatch;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
@@ -497,6 +499,32 @@ fn binary(op: FusedOp, a: f32, b: f32) -> f32 {
 #[derive(Clone, Copy)]
 struct Reg([f32; STRIP]);
 
+/// Where an instruction's values go: a register, or (the last instruction) the output strip
+/// itself, so the result is stored once, straight from the vector registers.
+trait Sink {
+    fn put(&mut self, j: usize, v: f32);
+    #[inline(always)]
+    fn splat(&mut self, v: f32) {
+        for j in 0..STRIP {
+            self.put(j, v);
+        }
+    }
+}
+
+impl Sink for [f32; STRIP] {
+    #[inline(always)]
+    fn put(&mut self, j: usize, v: f32) {
+        self[j] = v;
+    }
+}
+
+impl Sink for [MaybeUninit<f32>; STRIP] {
+    #[inline(always)]
+    fn put(&mut self, j: usize, v: f32) {
+        self[j].write(v);
+    }
+}
+
 /// A resolved operand for one strip: a full strip of values or a constant.
 #[derive(Clone, Copy)]
 enum Src<'a> {
@@ -509,32 +537,32 @@ enum Src<'a> {
 // instruction for one strip costs a jump and STRIP / lanes vector instructions.
 
 #[inline(always)]
-fn map1(out: &mut [f32; STRIP], a: &[f32; STRIP], f: impl Fn(f32) -> f32) {
-    for j in 0..STRIP {
-        out[j] = f(a[j]);
+fn map1<O: Sink>(out: &mut O, a: &[f32; STRIP], f: impl Fn(f32) -> f32) {
+    for (j, &x) in a.iter().enumerate() {
+        out.put(j, f(x));
     }
 }
 
 #[inline(always)]
-fn map2(out: &mut [f32; STRIP], a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
+fn map2<O: Sink>(out: &mut O, a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
     match (a, b) {
         (Src::Strip(a), Src::Strip(b)) => {
             for j in 0..STRIP {
-                out[j] = f(a[j], b[j]);
+                out.put(j, f(a[j], b[j]));
             }
         }
         (Src::Strip(a), Src::Splat(y)) => map1(out, a, |x| f(x, y)),
         (Src::Splat(x), Src::Strip(b)) => map1(out, b, |y| f(x, y)),
-        (Src::Splat(x), Src::Splat(y)) => out.fill(f(x, y)),
+        (Src::Splat(x), Src::Splat(y)) => out.splat(f(x, y)),
     }
 }
 
 #[inline(always)]
-fn run_unary(op: FusedOp, out: &mut [f32; STRIP], a: Src<'_>) {
+fn run_unary<O: Sink>(op: FusedOp, out: &mut O, a: Src<'_>) {
     let a = match a {
         Src::Strip(a) => a,
         Src::Splat(x) => {
-            out.fill(unary(op, x));
+            out.splat(unary(op, x));
             return;
         }
     };
@@ -551,7 +579,7 @@ fn run_unary(op: FusedOp, out: &mut [f32; STRIP], a: Src<'_>) {
 }
 
 #[inline(always)]
-fn run_binary(op: FusedOp, out: &mut [f32; STRIP], a: Src<'_>, b: Src<'_>) {
+fn run_binary<O: Sink>(op: FusedOp, out: &mut O, a: Src<'_>, b: Src<'_>) {
     macro_rules! arms {
         ($($o:ident),*) => {
             match op {
@@ -563,34 +591,93 @@ fn run_binary(op: FusedOp, out: &mut [f32; STRIP], a: Src<'_>, b: Src<'_>) {
     arms!(Add, Sub, Mul, Div, Maximum, Minimum, LeakyRelu)
 }
 
-/// Evaluates every instruction over one strip; `regs[k]` receives instruction `k`'s values,
-/// `ins[i]` is input `i`'s strip (or its broadcast value).
+/// An operand decoded for one call: the `i`-th input read strip by strip from memory, an
+/// earlier instruction's register, or a constant (an input broadcast from one value is
+/// decoded as a constant).
+#[derive(Clone, Copy, Debug)]
+enum Arg {
+    Mem(u16),
+    Reg(u16),
+    Const(f32),
+}
+
+/// One instruction decoded for one call: operands resolved, clamp bounds read.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    op: FusedOp,
+    a: Arg,
+    b: Arg,
+    lo: f32,
+    hi: f32,
+}
+
+/// Decodes `expr` against the inputs' access kinds (once per call, not per strip).
+fn decode(expr: &FusedExpr, access: &[Access<'_>]) -> SmallVec<[Step; 16]> {
+    let arg = |o: Option<&Operand>| match o {
+        Some(&Operand::Input(i)) => match access.get(i as usize) {
+            Some(Access::Splat(v)) => Arg::Const(*v),
+            Some(_) => Arg::Mem(i),
+            None => Arg::Const(0.0),
+        },
+        Some(&Operand::Tmp(t)) => Arg::Reg(t),
+        Some(&Operand::Const(c)) => Arg::Const(c),
+        None => Arg::Const(0.0),
+    };
+    let constant = |o: Option<&Operand>, default: f32| match o {
+        Some(&Operand::Const(c)) => c,
+        _ => default,
+    };
+    expr.instrs
+        .iter()
+        .map(|ins| Step {
+            op: ins.op,
+            a: arg(ins.args.first()),
+            b: arg(ins.args.get(1)),
+            lo: constant(ins.args.get(1), f32::NEG_INFINITY),
+            hi: constant(ins.args.get(2), f32::INFINITY),
+        })
+        .collect()
+}
+
 #[inline(always)]
-fn eval_strip(instrs: &[Instr], ins: &[Src<'_>], regs: &mut [Reg]) {
-    for (k, ins_k) in instrs.iter().enumerate() {
+fn run_step<O: Sink>(st: &Step, out: &mut O, a: Src<'_>, b: Src<'_>) {
+    match st.op {
+        FusedOp::Clamp => {
+            let (lo, hi) = (st.lo, st.hi);
+            match a {
+                Src::Strip(a) => map1(out, a, |x| clamp_f(x, lo, hi)),
+                Src::Splat(x) => out.splat(clamp_f(x, lo, hi)),
+            }
+        }
+        op if op.arity() == 2 => run_binary(op, out, a, b),
+        op => run_unary(op, out, a),
+    }
+}
+
+/// Evaluates every step over one strip: `mem[i][off..off + STRIP]` is input `i`'s strip,
+/// `regs[k]` receives step `k`'s values, and the last step writes straight into `out`.
+#[inline(always)]
+fn eval_strip<O: Sink>(steps: &[Step], mem: &[&[f32]], off: usize, regs: &mut [Reg], out: &mut O) {
+    let last = steps.len().saturating_sub(1);
+    for (k, st) in steps.iter().enumerate() {
         let (done, rest) = regs.split_at_mut(k);
-        let Some(out) = rest.first_mut().map(|r| &mut r.0) else { return };
-        let src = |a: &Operand| -> Src<'_> {
-            match *a {
-                Operand::Input(i) => ins.get(i as usize).copied().unwrap_or(Src::Splat(0.0)),
-                Operand::Tmp(t) => done.get(t as usize).map_or(Src::Splat(0.0), |r| Src::Strip(&r.0)),
-                Operand::Const(c) => Src::Splat(c),
+        let src = |a: Arg| -> Src<'_> {
+            match a {
+                Arg::Mem(i) => mem
+                    .get(i as usize)
+                    .and_then(|m| m.get(off..))
+                    .and_then(|m| m.first_chunk())
+                    .map_or(Src::Splat(0.0), Src::Strip),
+                Arg::Reg(t) => done.get(t as usize).map_or(Src::Splat(0.0), |r| Src::Strip(&r.0)),
+                Arg::Const(c) => Src::Splat(c),
             }
         };
-        match ins_k.op {
-            FusedOp::Clamp => {
-                let (lo, hi) = match (src(&ins_k.args[1]), src(&ins_k.args[2])) {
-                    (Src::Splat(lo), Src::Splat(hi)) => (lo, hi),
-                    _ => (f32::NEG_INFINITY, f32::INFINITY),
-                };
-                match src(&ins_k.args[0]) {
-                    Src::Strip(a) => map1(out, a, |x| clamp_f(x, lo, hi)),
-                    Src::Splat(x) => out.fill(clamp_f(x, lo, hi)),
-                }
-            }
-            op if op.arity() == 2 => run_binary(op, out, src(&ins_k.args[0]), src(&ins_k.args[1])),
-            op => run_unary(op, out, src(&ins_k.args[0])),
+        if k == last {
+            run_step(st, out, src(st.a), src(st.b));
+            return;
         }
+        let Some(r) = rest.first_mut() else { return };
+        run_step(st, &mut r.0, src(st.a), src(st.b));
     }
 }
 
@@ -645,57 +732,145 @@ fn gather(data: &[f32], layout: &Layout, start: usize, out: &mut [f32]) {
     }
 }
 
-simd_dispatch! {
-    /// Evaluates output elements `start..start + out.len()` into `out`: block by block (strided
-    /// inputs gathered per block of [`BLOCK`]), strip by strip within a block.
-    fn eval_range(instrs: &[Instr], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>]) {
-        let n_in = access.len();
-        let Some(last) = instrs.len().checked_sub(1) else { return };
-        let mut regs = vec![Reg([0.0; STRIP]); instrs.len()];
-        // per input: its gathered block (strided inputs) and a zero-padded partial strip
-        let strided = access.iter().any(|a| matches!(a, Access::Strided { .. }));
-        let mut gathered = vec![0f32; if strided { n_in * BLOCK } else { 0 }];
-        let mut tails = vec![Reg([0.0; STRIP]); n_in];
-        for (b, out_b) in out.chunks_mut(BLOCK).enumerate() {
-            let s = start + b * BLOCK;
-            for (i, a) in access.iter().enumerate() {
-                if let Access::Strided { data, layout } = a {
-                    gather(data, layout, s, &mut gathered[i * BLOCK..i * BLOCK + out_b.len()]);
-                }
-            }
-            for (k, out_s) in out_b.chunks_mut(STRIP).enumerate() {
-                let (p, len) = (s + k * STRIP, out_s.len());
-                if len < STRIP {
-                    // the last strip: inputs copied into zero-padded registers (the padding
-                    // lanes are computed and dropped)
-                    for (i, a) in access.iter().enumerate() {
-                        let src = match a {
-                            Access::Contiguous(d) => &d[p..p + len],
-                            Access::Strided { .. } => &gathered[i * BLOCK + k * STRIP..][..len],
-                            Access::Splat(_) => continue,
-                        };
-                        tails[i].0[..len].copy_from_slice(src);
-                        tails[i].0[len..].fill(0.0);
+/// Outputs at least this large are written with non-temporal (streaming) stores: they cannot
+/// stay in the caches anyway, and streaming saves the read of every output line before its
+/// write (a third of the traffic of a one-input map). Smaller outputs are stored normally so
+/// the next op finds them in cache.
+pub const STREAM_MIN_BYTES: usize = 16 << 20;
+
+/// Writes a register to an output strip with non-temporal stores of `W` bits (`W` is the
+/// vector width the calling code is compiled for: 512, 256 or 128).
+#[inline(always)]
+fn stream_strip<const W: usize>(o: &mut [MaybeUninit<f32>; STRIP], r: &Reg) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        let (d, s) = (o.as_mut_ptr().cast::<f32>(), r.0.as_ptr());
+        // SAFETY: `o` holds STRIP floats starting at a 64-byte-aligned address (the caller
+        // streams only into outputs whose start is 64-byte aligned, and strips are 256 bytes
+        // apart), `r` is 64-byte aligned by its type, every access is within the STRIP floats,
+        // and the 512/256-bit forms are only instantiated in functions compiled for (and
+        // dispatched to on) CPUs with AVX-512F / AVX (see `eval_range`); SSE is baseline.
+        unsafe {
+            match W {
+                512 => {
+                    for i in (0..STRIP).step_by(16) {
+                        _mm512_stream_ps(d.add(i), _mm512_load_ps(s.add(i)));
                     }
                 }
-                let mut ins: SmallVec<[Src<'_>; 8]> = SmallVec::with_capacity(n_in);
-                for (i, a) in access.iter().enumerate() {
-                    ins.push(match a {
-                        Access::Splat(v) => Src::Splat(*v),
-                        _ if len < STRIP => Src::Strip(&tails[i].0),
-                        Access::Contiguous(d) => d[p..].first_chunk().map_or(Src::Splat(0.0), Src::Strip),
-                        Access::Strided { .. } => gathered[i * BLOCK + k * STRIP..]
-                            .first_chunk()
-                            .map_or(Src::Splat(0.0), Src::Strip),
-                    });
+                256 => {
+                    for i in (0..STRIP).step_by(8) {
+                        _mm256_stream_ps(d.add(i), _mm256_load_ps(s.add(i)));
+                    }
                 }
-                eval_strip(instrs, &ins, &mut regs);
-                for (o, &v) in out_s.iter_mut().zip(&regs[last].0) {
-                    o.write(v);
+                _ => {
+                    for i in (0..STRIP).step_by(4) {
+                        _mm_stream_ps(d.add(i), _mm_load_ps(s.add(i)));
+                    }
                 }
             }
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    for (o, &v) in o.iter_mut().zip(&r.0) {
+        o.write(v);
+    }
+}
+
+/// Evaluates output elements `start..start + out.len()` into `out`, block by block: each
+/// input's slice of the block is resolved once (strided inputs gathered), then strip by strip
+/// every step runs over registers and the last writes the output strip (`stream`: through a
+/// register and non-temporal stores).
+#[inline(always)]
+fn eval_range_body<const W: usize>(
+    steps: &[Step],
+    access: &[Access<'_>],
+    start: usize,
+    out: &mut [MaybeUninit<f32>],
+    stream: bool,
+) {
+    let n_in = access.len();
+    let mut regs = vec![Reg([0.0; STRIP]); steps.len()];
+    let strided = access.iter().any(|a| matches!(a, Access::Strided { .. }));
+    let mut gathered = vec![0f32; if strided { n_in * BLOCK } else { 0 }];
+    let mut tails = vec![Reg([0.0; STRIP]); n_in];
+    let mut spill = Reg([0.0; STRIP]);
+    for (b, out_b) in out.chunks_mut(BLOCK).enumerate() {
+        let (s, len) = (start + b * BLOCK, out_b.len());
+        for (i, a) in access.iter().enumerate() {
+            if let Access::Strided { data, layout } = a {
+                gather(data, layout, s, &mut gathered[i * BLOCK..i * BLOCK + len]);
+            }
+        }
+        // every input's values for this block, resolved once for its strips
+        let mem: SmallVec<[&[f32]; 8]> = access
+            .iter()
+            .enumerate()
+            .map(|(i, a)| match a {
+                Access::Contiguous(d) => &d[s..s + len],
+                Access::Strided { .. } => &gathered[i * BLOCK..i * BLOCK + len],
+                Access::Splat(_) => &[][..],
+            })
+            .collect();
+        let full = len / STRIP * STRIP;
+        let (body, tail) = out_b.split_at_mut(full);
+        for (k, o) in body.chunks_exact_mut(STRIP).enumerate() {
+            let Some(o) = o.first_chunk_mut::<STRIP>() else { continue };
+            if stream {
+                eval_strip(steps, &mem, k * STRIP, &mut regs, &mut spill.0);
+                stream_strip::<W>(o, &spill);
+            } else {
+                eval_strip(steps, &mem, k * STRIP, &mut regs, o);
+            }
+        }
+        if !tail.is_empty() {
+            // the last partial strip: inputs copied into zero-padded registers (the padding
+            // lanes are computed and dropped)
+            let t = tail.len();
+            for (r, m) in tails.iter_mut().zip(&mem) {
+                if let Some(m) = m.get(full..) {
+                    r.0[..m.len()].copy_from_slice(m);
+                    r.0[m.len()..].fill(0.0);
+                }
+            }
+            let tmem: SmallVec<[&[f32]; 8]> = tails.iter().map(|r| &r.0[..]).collect();
+            eval_strip(steps, &tmem, 0, &mut regs, &mut spill.0);
+            for (o, &v) in tail.iter_mut().zip(&spill.0[..t]) {
+                o.write(v);
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if stream {
+        // non-temporal stores are weakly ordered: fence them before the task completes
+        // SAFETY: `sfence` has no preconditions (SSE is part of x86-64's baseline).
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+}
+
+/// [`eval_range_body`] compiled for AVX-512, AVX2 or the baseline, the best the CPU supports
+/// (the feature checks are cached; the dispatch is once per task, outside every loop).
+fn eval_range(steps: &[Step], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        fn avx512(steps: &[Step], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
+            eval_range_body::<512>(steps, access, start, out, stream)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(steps: &[Step], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
+            eval_range_body::<256>(steps, access, start, out, stream)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports the features `avx512` is compiled for (checked above).
+            return unsafe { avx512(steps, access, start, out, stream) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as above, for AVX2 and FMA.
+            return unsafe { avx2(steps, access, start, out, stream) };
+        }
+    }
+    eval_range_body::<128>(steps, access, start, out, stream)
 }
 
 /// Output shape and checks shared by meta and kernel.
@@ -776,13 +951,19 @@ fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> 
         };
         access.push(a);
     }
+    let steps = decode(expr, &access);
     // not zero-filled: eval_range writes every element once
     let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, shape)?;
     let out = &mut buf.spare_capacity_mut()[..n];
+    // streaming stores need 64-byte-aligned strips: the output's start (tasks, blocks and
+    // strips are multiples of 64 bytes from it)
+    let stream = cfg!(target_arch = "x86_64")
+        && n.saturating_mul(4) >= STREAM_MIN_BYTES
+        && (out.as_ptr() as usize).is_multiple_of(64);
     if n <= TASK {
-        eval_range(&expr.instrs, &access, 0, out);
+        eval_range(&steps, &access, 0, out, stream);
     } else {
-        out.par_chunks_mut(TASK).enumerate().for_each(|(t, o)| eval_range(&expr.instrs, &access, t * TASK, o));
+        out.par_chunks_mut(TASK).enumerate().for_each(|(t, o)| eval_range(&steps, &access, t * TASK, o, stream));
     }
     // SAFETY: alloc_uninit reserved exactly n elements; eval_range writes every element of
     // every strip of `out`, and the strips cover all n elements.
