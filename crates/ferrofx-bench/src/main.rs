@@ -17,8 +17,8 @@ mod cases_models;
 mod cases_onnx;
 mod cases_qkernels;
 mod cases_quant;
-mod cases_train_compiled;
 mod cases_train;
+mod cases_train_compiled;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so

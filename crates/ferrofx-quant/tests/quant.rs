@@ -782,6 +782,9 @@ fn packed_weights_are_cached_per_weight_and_follow_a_strided_view() {
     let x = Tensor::from_vec(lcg_bytes(3, 4 * 6 * 6), &[1, 4, 6, 6]).unwrap();
     let run = || quantized_conv2d(&x, 0.1, 5, &wt, &ws, None, 0.2, 9, &conv).unwrap().to_vec::<u8>().unwrap();
     assert_eq!(run(), with_reference_kernels(run));
+}
+
+// ---------------------------------------------------------------------------------------------
 // HistogramObserver (goldens: tests/data/quant_workflow_goldens.json)
 
 fn workflow_goldens() -> J {

@@ -16,15 +16,14 @@ pub mod view;
 use crate::op::OpDef;
 
 /// Ops defined by the formulas (registered with the built-ins).
-pub(crate) static OPS: &[&OpDef] =
-    &[
-        &view::SLICE_BACKWARD,
-        &view::SELECT_BACKWARD,
-        &index::INDEX_SELECT_BACKWARD,
-        &index::MASKED_SELECT_BACKWARD,
-        &fused::CONV1D_BACKWARD,
-        &fused::CONV2D_BACKWARD,
-        &fused::BATCH_NORM_BACKWARD,
-        &fused::MAX_POOL1D_BACKWARD,
-        &fused::MAX_POOL2D_BACKWARD,
-    ];
+pub(crate) static OPS: &[&OpDef] = &[
+    &view::SLICE_BACKWARD,
+    &view::SELECT_BACKWARD,
+    &index::INDEX_SELECT_BACKWARD,
+    &index::MASKED_SELECT_BACKWARD,
+    &fused::CONV1D_BACKWARD,
+    &fused::CONV2D_BACKWARD,
+    &fused::BATCH_NORM_BACKWARD,
+    &fused::MAX_POOL1D_BACKWARD,
+    &fused::MAX_POOL2D_BACKWARD,
+];
