@@ -260,7 +260,7 @@ pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
     for c in &chains {
         for o in [Some(&c.params.weight), c.params.bias.as_ref()].into_iter().flatten() {
             if let Operand::Attr(p, t) = o {
-                gm.register_attribute(p, t.clone(), ferrofx_fx::serialize::TensorKind::Parameter);
+                gm.register_attribute(p, t.clone(), ferrofx_nn::TensorKind::Parameter);
             }
         }
     }
