@@ -122,11 +122,14 @@ fn reference(python: &Path, quick: bool) -> std::result::Result<BTreeMap<String,
     Ok(r)
 }
 
+/// One row of the report: case id, what it is, (eager, compiled) seconds.
+type Row<'a> = (&'a str, &'a str, Result<(f64, f64)>);
+
 /// Runs the compiled-training-step rows and returns their markdown section (printed by
 /// `ferrofx-bench` for the group `train`). `python: None`: ferrofx only.
 pub fn report(python: Option<&Path>, quick: bool) -> String {
     let budget = Budget::new(quick);
-    let mut rows: Vec<(&str, &str, Result<(f64, f64)>)> = vec![];
+    let mut rows: Vec<Row> = vec![];
     manual_seed(0);
     let mlp = (|| -> Result<(f64, f64)> {
         let m = Mlp::new(64, &[64], 10)?;

@@ -226,7 +226,7 @@ fn gerr(e: ferrofx_fx::GraphError) -> Error {
     Error::argument("fuse_conv_epilogue", e.to_string())
 }
 
-/// The pass: replaces every conv → [add] → [activation] chain (see the module docs) by one
+/// The pass: replaces every conv → \[add\] → \[activation\] chain (see the module docs) by one
 /// `conv2d_fused` node named after the convolution (`conv1_add_relu`). Returns the number of
 /// chains fused. `gm`'s graph must carry `tensor_meta` (from [`ferrofx_fx::ShapeProp`]).
 ///

@@ -196,7 +196,7 @@ fn partition_outputs_are_the_forward_outputs_then_the_saved_values() {
 #[test]
 fn min_cut_partition_recomputes_cheap_ops_saves_less_and_keeps_gradients() {
     let _serial = serial();
-    for k in 0..NAMES.len() {
+    for (k, name) in NAMES.iter().enumerate() {
         let default_bytes = {
             let (_, joint) = joint_of(k);
             default_partition(&joint).unwrap().report.saved_bytes
@@ -204,16 +204,12 @@ fn min_cut_partition_recomputes_cheap_ops_saves_less_and_keeps_gradients() {
         let p = check_against_eager(k, "min-cut", &|j| {
             min_cut_rematerialization_partition(j, &PartitionOptions::default()).unwrap()
         });
-        assert!(p.report.saved_bytes <= default_bytes, "{}: min-cut saves no more than default", NAMES[k]);
+        assert!(p.report.saved_bytes <= default_bytes, "{name}: min-cut saves no more than default");
         // never a matmul or convolution recomputed unless asked
         for n in p.backward.graph().iter() {
             if p.recomputed.iter().any(|r| r == n.name()) {
                 let t = n.target().name();
-                assert!(
-                    !["conv2d", "linear", "matmul", "mm", "addmm", "bmm"].contains(&t),
-                    "{}: recomputed {t}",
-                    NAMES[k]
-                );
+                assert!(!["conv2d", "linear", "matmul", "mm", "addmm", "bmm"].contains(&t), "{name}: recomputed {t}");
             }
         }
     }
@@ -222,12 +218,11 @@ fn min_cut_partition_recomputes_cheap_ops_saves_less_and_keeps_gradients() {
 #[test]
 fn memory_budget_is_respected_on_every_zoo_model_and_unreachable_budgets_name_the_smallest() {
     let _serial = serial();
-    for k in 0..NAMES.len() {
+    for (k, &name) in NAMES.iter().enumerate() {
         let (_, joint) = joint_of(k);
         let default = default_partition(&joint).unwrap().report.saved_bytes;
         let smallest =
             min_cut_rematerialization_partition(&joint, &PartitionOptions::default()).unwrap().report.saved_bytes;
-        let name = NAMES[k];
         assert!(smallest <= default, "{name}");
         // a budget halfway between the smallest and the default footprint
         let limit = smallest + (default - smallest) / 2;
