@@ -243,6 +243,14 @@ fn transformer_compiled() -> Result<Runner> {
         }
         Ok(c)
     })?;
+    // FERROFX_COMPILE_PROFILE=N: the N slowest nodes of the compiled graph (best of 5 runs)
+    if let (Some(s), Some(top)) =
+        (c.latest(), std::env::var("FERROFX_COMPILE_PROFILE").ok().and_then(|v| v.parse::<usize>().ok()))
+    {
+        let _g = ferrofx_core::autograd::no_grad();
+        let p = ferrofx_fx::passes::analysis::profile(&s.module, &[(&ids).into()], 5)?;
+        eprintln!("\nper-node profile of the compiled transformer:\n{}", p.table(top));
+    }
     Ok(Box::new(move || {
         let _g = ferrofx_core::autograd::no_grad();
         let _ = c.forward(&ids);

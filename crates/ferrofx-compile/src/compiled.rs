@@ -28,6 +28,13 @@ pub struct CompileOptions {
     pub fuse_elementwise: bool,
     /// Fuse a convolution's residual add and activation into it ([`crate::epilogue`]).
     pub fuse_conv_epilogue: bool,
+    /// Trace composite layers (`MultiheadAttention`, `TransformerEncoderLayer`) through, per
+    /// shape specialisation, so the other passes see their operations ([`crate::inline`]).
+    pub inline_composite_modules: bool,
+    /// Store each constant `linear` weight transposed and contiguous, multiplied by `addmm`
+    /// ([`crate::linear_weights`]; with [`CompileOptions::inference_passes`] only: the weights
+    /// are frozen).
+    pub prepack_weights: bool,
     /// How many shape specialisations the cache keeps (least recently used dropped first).
     pub cache_size: usize,
 }
@@ -39,6 +46,8 @@ impl Default for CompileOptions {
             lower_activation_modules: true,
             fuse_elementwise: true,
             fuse_conv_epilogue: true,
+            inline_composite_modules: true,
+            prepack_weights: true,
             cache_size: 8,
         }
     }
@@ -160,6 +169,8 @@ fn activation_op(type_name: &str) -> Option<&'static str> {
 ///
 /// The pipeline is ordinary passes over a copy of `gm` (which is left untouched): the
 /// inference passes, activation lowering, then, per shape signature, shape propagation,
+/// [`crate::inline::inline_composite_modules`] (transformer layers opened),
+/// [`crate::linear_weights::prepack_linear_weights`], [`crate::epilogue::fuse_conv_epilogue`],
 /// [`crate::fusion::fuse_elementwise`] and [`crate::memory::plan_memory`]. Calls with other
 /// shapes compile once more and are cached ([`CompileOptions::cache_size`]).
 ///
@@ -254,7 +265,7 @@ impl CompiledModule {
     fn build(&self, signature: ShapeSignature, inputs: &[Value]) -> Result<Specialization> {
         let t0 = Instant::now();
         let mut module = Prepare { activation_ops: HashMap::new() }.transform(&self.prepared)?;
-        ShapeProp::propagate(&mut module, inputs).map_err(|e| {
+        let invalid = |e: Error, module: &GraphModule| {
             Error::shape(
                 "compile",
                 format!(
@@ -264,7 +275,24 @@ impl CompiledModule {
                     e.op()
                 ),
             )
-        })?;
+        };
+        ShapeProp::propagate(&mut module, inputs).map_err(|e| invalid(e, &module))?;
+        if self.options.inline_composite_modules && crate::inline::has_composite_leaf(&module) {
+            module = crate::inline::inline_composite_modules(&module, inputs)?;
+            module.eval();
+            if self.options.inference_passes {
+                PassManager::inference().run(&mut module)?;
+            }
+            module.delete_all_unused_submodules();
+            ShapeProp::propagate(&mut module, inputs).map_err(|e| invalid(e, &module))?;
+        }
+        if self.options.prepack_weights
+            && self.options.inference_passes
+            && crate::linear_weights::prepack_linear_weights(&mut module)? > 0
+        {
+            module.recompile()?;
+            ShapeProp::propagate(&mut module, inputs).map_err(|e| invalid(e, &module))?;
+        }
         if self.options.fuse_conv_epilogue {
             crate::epilogue::fuse_conv_epilogue(&mut module)?;
             module.recompile()?;

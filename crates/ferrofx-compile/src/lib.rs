@@ -20,6 +20,8 @@
 pub mod compiled;
 pub mod epilogue;
 pub mod fusion;
+pub mod inline;
+pub mod linear_weights;
 pub mod memory;
 pub mod training;
 
