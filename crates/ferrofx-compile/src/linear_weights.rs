@@ -141,6 +141,9 @@ pub fn prepack_linear_weights(gm: &mut GraphModule) -> Result<usize> {
         let k = s.weight.shape()[1] as i64;
         let n_out = s.weight.shape()[0] as i64;
         let g = gm.graph_mut();
+        let mut meta = g.node(s.node).map_err(gerr)?.meta().clone();
+        meta.tensor_meta = None;
+        let before: std::collections::HashSet<NodeId> = g.iter().map(|n| n.id()).collect();
         let new = {
             let mut gi = g.inserting_before(Some(s.node)).map_err(gerr)?;
             let wt = Argument::Node(gi.get_attr(&wt_path).map_err(gerr)?);
@@ -174,6 +177,12 @@ pub fn prepack_linear_weights(gm: &mut GraphModule) -> Result<usize> {
                 y
             }
         };
+        // the new nodes keep the linear's provenance (module path, stack); shape propagation
+        // gives them their own tensor metadata
+        let added: Vec<NodeId> = g.iter().map(|n| n.id()).filter(|id| !before.contains(id)).collect();
+        for id in added {
+            *g.meta_mut(id).map_err(gerr)? = meta.clone();
+        }
         g.replace_all_uses_with(s.node, new).map_err(gerr)?;
         g.erase_node(s.node).map_err(gerr)?;
         g.rename(new, &name).map_err(gerr)?;

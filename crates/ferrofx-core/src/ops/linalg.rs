@@ -37,6 +37,15 @@ pub(crate) enum Par {
 }
 
 impl Par {
+    /// The threads a GEMM may use here: the pool's size outside a rayon worker, else one.
+    fn threads(self) -> usize {
+        if self == Par::Seq || rayon::current_thread_index().is_some() {
+            1
+        } else {
+            rayon::current_num_threads()
+        }
+    }
+
     fn to_gemm(self) -> gemm::Parallelism {
         let n = rayon::current_num_threads();
         if self == Par::Seq || n <= 1 || rayon::current_thread_index().is_some() {
@@ -45,6 +54,29 @@ impl Par {
             gemm::Parallelism::Rayon(n)
         }
     }
+}
+
+/// A raw pointer handed to the threads of a split GEMM (each writes a disjoint block).
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used by `MatElem::gemm`'s split, whose blocks never overlap.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// Products smaller than this many multiply-adds run on one thread (a fork-join costs a few
+/// microseconds; this is about ten on one core).
+const SPLIT_MIN_MACS: usize = 1 << 21;
+
+/// `threads` blocks `(start, len)` of the output's columns (`true`) or, for a tall output,
+/// rows (`false`). Column blocks are multiples of 32 (two AVX-512 registers of f32) so every
+/// block but the last runs full micro-kernel tiles; row blocks multiples of 8.
+fn split_blocks(m: usize, n: usize, threads: usize) -> (Vec<(usize, usize)>, bool) {
+    let by_cols = n >= 64 && n * 2 >= m;
+    let (len, align) = if by_cols { (n, 32) } else { (m, 8) };
+    let per = len.div_ceil(threads).div_ceil(align) * align;
+    let blocks = (0..len).step_by(per.max(1)).map(|s| (s, per.min(len - s))).collect();
+    (blocks, by_cols)
 }
 
 /// Element types with a matrix product: f32/f64 through the `gemm` crate, integers through a
@@ -149,6 +181,63 @@ macro_rules! float_mat {
                             *p = if read_dst { dst_coef * *p } else { 0.0 };
                         }
                     }
+                    return;
+                }
+                let threads = par.threads();
+                if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS {
+                    // One block of output columns (or rows, when the output is tall) per
+                    // thread, each a single-threaded GEMM: both cores stay busy on the
+                    // 128-row products of a transformer, which the crate's own split leaves
+                    // on one core (see `split_blocks`).
+                    let (blocks, by_cols) = split_blocks(m, n, threads);
+                    let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut Self), SendPtr(b as *mut Self));
+                    blocks.into_par_iter().for_each(|(start, len)| {
+                        let (dst, a, b) = (dst, a, b);
+                        // SAFETY: the blocks are disjoint ranges of the output's rows or
+                        // columns, so each call writes its own part of `dst`; the offsets stay
+                        // inside the operands this function's contract covers.
+                        unsafe {
+                            let s = start as isize;
+                            let (bm, bn, d, aa, bb) = if by_cols {
+                                (
+                                    m,
+                                    len,
+                                    dst.0.offset(s * dst_cs),
+                                    a.0 as *const Self,
+                                    b.0.offset(s * b_cs) as *const Self,
+                                )
+                            } else {
+                                (
+                                    len,
+                                    n,
+                                    dst.0.offset(s * dst_rs),
+                                    a.0.offset(s * a_rs) as *const Self,
+                                    b.0 as *const Self,
+                                )
+                            };
+                            gemm::gemm(
+                                bm,
+                                bn,
+                                k,
+                                d,
+                                dst_cs,
+                                dst_rs,
+                                read_dst,
+                                aa,
+                                a_cs,
+                                a_rs,
+                                bb,
+                                b_cs,
+                                b_rs,
+                                dst_coef,
+                                prod_coef,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            )
+                        }
+                    });
                     return;
                 }
                 // SAFETY: forwarded from this function's contract; gemm reads `a`/`b` and
