@@ -329,44 +329,44 @@ impl<M: Module> DistributedDataParallel<M> {
 pub fn broadcast_module(module: &dyn Module, pg: &ProcessGroup) -> Result<()> {
     let named = module.named_parameters();
     let buffers = module.named_buffers();
-        // 1. the same model on every rank
-        let mut sig = 0xcbf2_9ce4_8422_2325u64;
-        let mut mix = |bytes: &[u8]| {
-            for &b in bytes {
-                sig ^= b as u64;
-                sig = sig.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        for (name, t) in named.iter().chain(&buffers) {
-            mix(name.as_bytes());
-            mix(format!("{:?}{}", t.shape(), t.dtype()).as_bytes());
+    // 1. the same model on every rank
+    let mut sig = 0xcbf2_9ce4_8422_2325u64;
+    let mut mix = |bytes: &[u8]| {
+        for &b in bytes {
+            sig ^= b as u64;
+            sig = sig.wrapping_mul(0x0100_0000_01b3);
         }
-        let sigs = pg.all_gather_u64(sig)?;
-        if let Some(bad) = sigs.iter().position(|&s| s != sigs[0]) {
-            return Err(Error::argument(
-                "DistributedDataParallel",
-                format!(
-                    "rank {bad} holds a different model from rank 0 (parameter or buffer names, shapes or dtypes \
+    };
+    for (name, t) in named.iter().chain(&buffers) {
+        mix(name.as_bytes());
+        mix(format!("{:?}{}", t.shape(), t.dtype()).as_bytes());
+    }
+    let sigs = pg.all_gather_u64(sig)?;
+    if let Some(bad) = sigs.iter().position(|&s| s != sigs[0]) {
+        return Err(Error::argument(
+            "DistributedDataParallel",
+            format!(
+                "rank {bad} holds a different model from rank 0 (parameter or buffer names, shapes or dtypes \
                      differ; {} parameters and {} buffers here on rank {}): every rank must build the same model",
-                    named.len(),
-                    buffers.len(),
-                    pg.rank()
-                ),
-            ));
-        }
-        // 2. rank 0's values everywhere
-        if pg.world_size() > 1 {
-            let _g = ferrofx_core::autograd::no_grad();
-            for (name, t) in named.iter().chain(&buffers) {
-                if t.dtype() != DType::F32 {
-                    continue;
-                }
-                let data = pg.broadcast(0, t.to_vec::<f32>()?)?;
-                let src = Tensor::from_vec(data, t.shape())
-                    .map_err(|e| Error::argument("DistributedDataParallel", format!("'{name}': {e}")))?;
-                t.copy_(&src)?;
+                named.len(),
+                buffers.len(),
+                pg.rank()
+            ),
+        ));
+    }
+    // 2. rank 0's values everywhere
+    if pg.world_size() > 1 {
+        let _g = ferrofx_core::autograd::no_grad();
+        for (name, t) in named.iter().chain(&buffers) {
+            if t.dtype() != DType::F32 {
+                continue;
             }
+            let data = pg.broadcast(0, t.to_vec::<f32>()?)?;
+            let src = Tensor::from_vec(data, t.shape())
+                .map_err(|e| Error::argument("DistributedDataParallel", format!("'{name}': {e}")))?;
+            t.copy_(&src)?;
         }
+    }
     Ok(())
 }
 

@@ -55,8 +55,10 @@ pub fn check_rank_count(shards: usize, world: usize) -> Result<()> {
     if shards.is_multiple_of(world) && (shards / world).is_power_of_two() {
         return Ok(());
     }
-    let ok: Vec<String> =
-        (1..=shards).filter(|&n| shards.is_multiple_of(n) && (shards / n).is_power_of_two()).map(|n| n.to_string()).collect();
+    let ok: Vec<String> = (1..=shards)
+        .filter(|&n| shards.is_multiple_of(n) && (shards / n).is_power_of_two())
+        .map(|n| n.to_string())
+        .collect();
     Err(Error::argument(
         "batch shards",
         format!(
@@ -92,7 +94,10 @@ pub fn tree_sum(mut leaves: Vec<Vec<f32>>) -> Result<Vec<f32>> {
     if let Some((k, l)) = leaves.iter().enumerate().find(|(_, l)| l.len() != len) {
         return Err(Error::shape(
             "tree_sum",
-            format!("shard {k} holds {} values where shard 0 holds {len}: every shard must flatten the same tensors", l.len()),
+            format!(
+                "shard {k} holds {} values where shard 0 holds {len}: every shard must flatten the same tensors",
+                l.len()
+            ),
         ));
     }
     fn node(leaves: &mut [Vec<f32>]) -> Vec<f32> {

@@ -27,8 +27,8 @@ use crate::Module;
 use ferrofx_core::memory::tracking::{category_scope, Category, MemoryStats, MemoryTracker};
 use ferrofx_core::ops::random::{with_generator, Generator};
 use ferrofx_core::{DType, Error, Result, Tensor};
-use std::ops::Range;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Settings of [`train_digits`].
@@ -305,16 +305,8 @@ pub fn train_digits_sharded(
         let mut n = 0usize;
         for batch in Batches::new(&train, bs, Some(cfg.seed.wrapping_mul(1000) + epoch as u64)) {
             let (x, y) = batch?;
-            let l = sharded_step(
-                &model,
-                &slots,
-                (&x, &y),
-                shards,
-                block.clone(),
-                (cfg.seed, step),
-                train_step,
-                combine,
-            )?;
+            let l =
+                sharded_step(&model, &slots, (&x, &y), shards, block.clone(), (cfg.seed, step), train_step, combine)?;
             {
                 let _mem = category_scope(Category::OptimizerState);
                 opt.step()?;

@@ -473,7 +473,9 @@ mod batch_shards {
     /// Values whose sums round differently in different orders.
     fn leaves(s: usize, len: usize) -> Vec<Vec<f32>> {
         (0..s)
-            .map(|k| (0..len).map(|i| ((k * 7919 + i * 104_729) % 1000) as f32 * 1.37e-3 + 1e-7 * (k as f32 + 1.0)).collect())
+            .map(|k| {
+                (0..len).map(|i| ((k * 7919 + i * 104_729) % 1000) as f32 * 1.37e-3 + 1e-7 * (k as f32 + 1.0)).collect()
+            })
             .collect()
     }
 
