@@ -12,7 +12,7 @@
 //!   with the GPipe or 1F1B [`Schedule`];
 //! * [`SyncBatchNorm`] (global batch statistics) and [`DistributedDropout`] (the global batch's
 //!   masks), with [`convert_sync_batchnorm`] / [`convert_distributed_dropout`] on a traced
-//!   module, which make data-parallel training equal to one process;
+//!   module, which make DDP training equal to one process within rounding;
 //! * [`train::train_digits_data_parallel`]: `ferrofx train --data-parallel`, the fixed shards of
 //!   [`ferrofx_nn::batch_shards`] spread over the ranks: the weights of one process, bit for bit;
 //! * [`shards`]: a checkpoint written as one file per rank plus an index, and
