@@ -13,13 +13,19 @@
 //! * `compute`: the same forward + backward inside `no_sync` (no communication);
 //! * `comm`: a blocking all-reduce of as many floats as the model has parameters;
 //! * `exposed = step − compute`: the communication backward did not hide;
-//! * `overlap = 1 − exposed / comm`: the share of the all-reduce hidden behind backward.
+//! * `overlap = 1 − exposed / comm`: the share of the all-reduce hidden behind backward;
+//! * `sharded`: the step `ferrofx train --data-parallel` runs (fixed batch shards,
+//!   `ferrofx_nn::batch_shards`): forward + backward of this rank's block of the 4 shards, one
+//!   at a time, their gradients summed with the fixed tree, and the all-gather of the block sums
+//!   finishing the tree (`RankShards`); `gather`: that all-gather alone.
 //!
 //! Arguments: `digits|resnet18 [global batch] [timed steps]`.
 
 use ferrofx_core::ops::random::{manual_seed, randint, randn};
 use ferrofx_core::{Result, Tensor};
+use ferrofx_dist::train::RankShards;
 use ferrofx_dist::{shard_rows, DistributedDataParallel, ProcessGroup};
+use ferrofx_nn::batch_shards::{shard_rows as shard_of, tree_sum, ShardCombine};
 use ferrofx_nn::loss::{cross_entropy, CeOpts};
 use ferrofx_nn::Module;
 use std::sync::Arc;
@@ -30,7 +36,41 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn bench<M: Module>(pg: &Arc<ProcessGroup>, model: M, x: &Tensor, y: &Tensor, steps: usize) -> Result<[f64; 3]> {
+/// Fixed batch shards per global batch in the `sharded` figure (the CLI's default).
+const SHARDS: usize = 4;
+
+/// One sharded step: this rank's shards' forward and backward, the tree over them, and the
+/// all-gather finishing it. Returns the step's time and the all-gather's.
+fn sharded_step(pg: &Arc<ProcessGroup>, model: &dyn Module, x: &Tensor, y: &Tensor) -> Result<(f64, f64)> {
+    let mut comb = RankShards::new(pg.clone());
+    let block = comb.block(SHARDS)?;
+    let n = x.shape()[0];
+    let t = Instant::now();
+    let mut leaves = vec![];
+    for k in block {
+        let (a, b) = shard_of(n, SHARDS, k);
+        let xs = x.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
+        let ys = y.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
+        model.zero_grad();
+        cross_entropy(&model.forward(&xs)?, &ys, &CeOpts::default())?.backward(None, false, false)?;
+        let w = (b - a) as f32 / n as f32;
+        let mut flat = vec![];
+        for p in model.parameters() {
+            if let Some(g) = p.grad() {
+                flat.extend(g.to_vec::<f32>()?.into_iter().map(|v| v * w));
+            } else {
+                flat.extend(std::iter::repeat_n(0.0, p.numel()));
+            }
+        }
+        leaves.push(flat);
+    }
+    let local = tree_sum(leaves)?;
+    let g = Instant::now();
+    comb.combine(local)?;
+    Ok((t.elapsed().as_secs_f64(), g.elapsed().as_secs_f64()))
+}
+
+fn bench<M: Module>(pg: &Arc<ProcessGroup>, model: M, x: &Tensor, y: &Tensor, steps: usize) -> Result<[f64; 5]> {
     let (rank, world) = (pg.rank(), pg.world_size());
     let n = x.shape()[0];
     let (a, b) = shard_rows(n, rank, world);
@@ -38,7 +78,7 @@ fn bench<M: Module>(pg: &Arc<ProcessGroup>, model: M, x: &Tensor, y: &Tensor, st
     let ys = y.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
     let ddp = DistributedDataParallel::new(model, pg.clone())?;
     let numel: usize = ddp.module().parameters().iter().map(|p| p.numel()).sum();
-    let (mut step, mut compute, mut comm) = (vec![], vec![], vec![]);
+    let (mut step, mut compute, mut comm, mut sharded, mut gather) = (vec![], vec![], vec![], vec![], vec![]);
     for i in 0..steps + 1 {
         // synchronised step
         pg.barrier()?;
@@ -60,14 +100,20 @@ fn bench<M: Module>(pg: &Arc<ProcessGroup>, model: M, x: &Tensor, y: &Tensor, st
         let t = Instant::now();
         pg.all_reduce_sum(buf)?;
         let r = t.elapsed().as_secs_f64();
+        // the CLI's sharded step
+        pg.barrier()?;
+        // (inside no_sync: DDP's hooks stay quiet)
+        let (sh, ga) = ddp.no_sync(|d| sharded_step(pg, d.module(), x, y))?;
         if i > 0 {
+            sharded.push(sh);
+            gather.push(ga);
             // the first step warms the allocator and the caches
             step.push(s);
             compute.push(c);
             comm.push(r);
         }
     }
-    Ok([median(step), median(compute), median(comm)])
+    Ok([median(step), median(compute), median(comm), median(sharded), median(gather)])
 }
 
 fn main() -> Result<()> {
@@ -101,7 +147,7 @@ fn main() -> Result<()> {
             std::process::exit(2);
         }
     };
-    let [step, compute, comm] = times;
+    let [step, compute, comm, sharded, gather] = times;
     if pg.rank() == 0 {
         let exposed = (step - compute).max(0.0);
         // one rank has nothing to overlap: its "all-reduce" returns its input
@@ -112,7 +158,8 @@ fn main() -> Result<()> {
         };
         println!(
             "{which}: {} ranks x {} threads, global batch {batch}, {params} parameters ({:.1} MB), {steps} steps: \
-             step {:.2} ms ({:.0} samples/s), compute {:.2} ms, all-reduce {:.2} ms, exposed {:.2} ms, overlap {}",
+             step {:.2} ms ({:.0} samples/s), compute {:.2} ms, all-reduce {:.2} ms, exposed {:.2} ms, overlap {}; \
+             sharded ({SHARDS} shards) {:.2} ms ({:.0} samples/s), all-gather {:.2} ms",
             pg.world_size(),
             std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "?".into()),
             params as f64 * 4.0 / 1e6,
@@ -121,7 +168,10 @@ fn main() -> Result<()> {
             compute * 1e3,
             comm * 1e3,
             exposed * 1e3,
-            overlap
+            overlap,
+            sharded * 1e3,
+            batch as f64 / sharded,
+            gather * 1e3
         );
     }
     pg.barrier()?;

@@ -165,44 +165,8 @@ impl<M: Module> DistributedDataParallel<M> {
                 ));
             }
         }
-        // 1. the same model on every rank
-        let mut sig = 0xcbf2_9ce4_8422_2325u64;
-        let mut mix = |bytes: &[u8]| {
-            for &b in bytes {
-                sig ^= b as u64;
-                sig = sig.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        for (name, t) in named.iter().chain(&buffers) {
-            mix(name.as_bytes());
-            mix(format!("{:?}{}", t.shape(), t.dtype()).as_bytes());
-        }
-        let sigs = pg.all_gather_u64(sig)?;
-        if let Some(bad) = sigs.iter().position(|&s| s != sigs[0]) {
-            return Err(Error::argument(
-                "DistributedDataParallel",
-                format!(
-                    "rank {bad} holds a different model from rank 0 (parameter or buffer names, shapes or dtypes \
-                     differ; {} parameters and {} buffers here on rank {}): every rank must build the same model",
-                    named.len(),
-                    buffers.len(),
-                    pg.rank()
-                ),
-            ));
-        }
-        // 2. rank 0's values everywhere
-        if pg.world_size() > 1 {
-            let _g = ferrofx_core::autograd::no_grad();
-            for (name, t) in named.iter().chain(&buffers) {
-                if t.dtype() != DType::F32 {
-                    continue;
-                }
-                let data = pg.broadcast(0, t.to_vec::<f32>()?)?;
-                let src = Tensor::from_vec(data, t.shape())
-                    .map_err(|e| Error::argument("DistributedDataParallel", format!("'{name}': {e}")))?;
-                t.copy_(&src)?;
-            }
-        }
+        // 1. the same model on every rank; 2. rank 0's values everywhere
+        broadcast_module(&module, &pg)?;
         // 3. buckets in reverse parameter order
         let params: Vec<Tensor> = named.into_iter().map(|(_, t)| t).filter(|t| t.requires_grad()).collect();
         let mut buckets: Vec<Bucket> = vec![];
@@ -359,13 +323,55 @@ impl<M: Module> DistributedDataParallel<M> {
     }
 }
 
+/// DDP's start: checks that every rank holds the same model (names, shapes and dtypes of its
+/// parameters and buffers; a rank with a different model is named in the error) and copies rank
+/// 0's float32 parameters and buffers to every rank. Every rank must call it (it communicates).
+pub fn broadcast_module(module: &dyn Module, pg: &ProcessGroup) -> Result<()> {
+    let named = module.named_parameters();
+    let buffers = module.named_buffers();
+    // 1. the same model on every rank
+    let mut sig = 0xcbf2_9ce4_8422_2325u64;
+    let mut mix = |bytes: &[u8]| {
+        for &b in bytes {
+            sig ^= b as u64;
+            sig = sig.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for (name, t) in named.iter().chain(&buffers) {
+        mix(name.as_bytes());
+        mix(format!("{:?}{}", t.shape(), t.dtype()).as_bytes());
+    }
+    let sigs = pg.all_gather_u64(sig)?;
+    if let Some(bad) = sigs.iter().position(|&s| s != sigs[0]) {
+        return Err(Error::argument(
+            "DistributedDataParallel",
+            format!(
+                "rank {bad} holds a different model from rank 0 (parameter or buffer names, shapes or dtypes \
+                     differ; {} parameters and {} buffers here on rank {}): every rank must build the same model",
+                named.len(),
+                buffers.len(),
+                pg.rank()
+            ),
+        ));
+    }
+    // 2. rank 0's values everywhere
+    if pg.world_size() > 1 {
+        let _g = ferrofx_core::autograd::no_grad();
+        for (name, t) in named.iter().chain(&buffers) {
+            if t.dtype() != DType::F32 {
+                continue;
+            }
+            let data = pg.broadcast(0, t.to_vec::<f32>()?)?;
+            let src = Tensor::from_vec(data, t.shape())
+                .map_err(|e| Error::argument("DistributedDataParallel", format!("'{name}': {e}")))?;
+            t.copy_(&src)?;
+        }
+    }
+    Ok(())
+}
+
 /// Rows `[start, end)` of a global batch of `n` rows that rank `rank` of `world` takes: equal
 /// contiguous shares (the first `n % world` ranks take one more row).
 pub fn shard_rows(n: usize, rank: usize, world: usize) -> (usize, usize) {
-    let world = world.max(1);
-    let base = n / world;
-    let extra = n % world;
-    let start = rank * base + rank.min(extra);
-    let len = base + usize::from(rank < extra);
-    (start.min(n), (start + len).min(n))
+    ferrofx_nn::batch_shards::shard_rows(n, world, rank)
 }

@@ -12,8 +12,9 @@
 //!   with the GPipe or 1F1B [`Schedule`];
 //! * [`SyncBatchNorm`] (global batch statistics) and [`DistributedDropout`] (the global batch's
 //!   masks), with [`convert_sync_batchnorm`] / [`convert_distributed_dropout`] on a traced
-//!   module, which make data-parallel training equal to one process;
-//! * [`train::train_digits_data_parallel`]: `ferrofx train --data-parallel`;
+//!   module, which make DDP training equal to one process within rounding;
+//! * [`train::train_digits_data_parallel`]: `ferrofx train --data-parallel`, the fixed shards of
+//!   [`ferrofx_nn::batch_shards`] spread over the ranks: the weights of one process, bit for bit;
 //! * [`shards`]: a checkpoint written as one file per rank plus an index, and
 //!   [`shards::load_sharded_state_dict`], which reassembles it on one machine.
 //!
@@ -29,7 +30,7 @@ pub mod shards;
 pub mod sync_batchnorm;
 pub mod train;
 
-pub use ddp::{shard_rows, DistributedDataParallel, Reduction, DEFAULT_BUCKET_CAP_BYTES};
+pub use ddp::{broadcast_module, shard_rows, DistributedDataParallel, Reduction, DEFAULT_BUCKET_CAP_BYTES};
 pub use dropout::{convert_distributed_dropout, DistributedDropout};
 pub use pipeline::{PipelineStage, Schedule};
 pub use process_group::{PendingReduce, ProcessGroup};

@@ -38,6 +38,7 @@ enum Request {
     AllReduceF32(Vec<f32>, Reply<Vec<f32>>),
     AllReduceF64(Vec<f64>, Reply<Vec<f64>>),
     AllGatherU64(u64, Reply<Vec<u64>>),
+    AllGatherF32(Vec<f32>, Reply<Vec<f32>>),
     BroadcastF32 { root: i32, data: Vec<f32>, reply: Reply<Vec<f32>> },
     SendF32 { dest: i32, tag: i32, data: Vec<f32>, reply: Reply<()> },
     RecvF32 { src: i32, tag: i32, max_len: usize, reply: Reply<Vec<f32>> },
@@ -101,6 +102,11 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
             Request::AllGatherU64(v, reply) => {
                 let mut out = vec![0u64; world.size() as usize];
                 world.all_gather_into(&v, &mut out[..]);
+                let _ = reply.send(Ok(out));
+            }
+            Request::AllGatherF32(data, reply) => {
+                let mut out = vec![0f32; data.len() * world.size() as usize];
+                world.all_gather_into(&data[..], &mut out[..]);
                 let _ = reply.send(Ok(out));
             }
             Request::BroadcastF32 { root, mut data, reply } => {
@@ -180,6 +186,7 @@ fn serve(rx: Receiver<Request>, ready: Sender<std::result::Result<(usize, usize,
             Request::AllReduceF32(data, reply) => drop(reply.send(Ok(data))),
             Request::AllReduceF64(data, reply) => drop(reply.send(Ok(data))),
             Request::AllGatherU64(v, reply) => drop(reply.send(Ok(vec![v]))),
+            Request::AllGatherF32(data, reply) => drop(reply.send(Ok(data))),
             Request::BroadcastF32 { data, reply, .. } => drop(reply.send(Ok(data))),
             Request::SendF32 { reply, .. } => drop(reply.send(Err("a job of one rank has no peer to send to".into()))),
             Request::RecvF32 { reply, .. } => {
@@ -343,6 +350,14 @@ impl ProcessGroup {
     /// One value from every rank, in rank order (`MPI_Allgather`).
     pub fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
         self.call("all_gather", None, |r| Request::AllGatherU64(value, r))
+    }
+
+    /// Every rank's `data`, in rank order (`MPI_Allgather`); every rank passes the same length.
+    /// The result holds `world_size()` vectors.
+    pub fn all_gather(&self, data: Vec<f32>) -> Result<Vec<Vec<f32>>> {
+        let n = data.len();
+        let flat = self.call("all_gather", None, |r| Request::AllGatherF32(data, r))?;
+        Ok(if n == 0 { vec![vec![]; self.size] } else { flat.chunks(n).map(<[f32]>::to_vec).collect() })
     }
 
     /// `root`'s `data` on every rank (`MPI_Bcast`); every rank passes a buffer of the same

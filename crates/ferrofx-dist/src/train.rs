@@ -1,35 +1,41 @@
 //! Data-parallel training of the digits CNN (`mpirun -np N ferrofx train --data-parallel`):
-//! the same run as [`ferrofx_nn::train::train_digits`], with every global batch cut across the
-//! ranks, and the same weights at the end as one process (within float rounding).
+//! the same run as [`ferrofx_nn::train::train_digits`], with every global batch's fixed shards
+//! ([`ferrofx_nn::batch_shards`]) spread over the ranks, and the same weights at the end as one
+//! process, bit for bit, whatever the rank count (any count leaving each rank a power of two of
+//! the `--batch-shards`).
 //!
 //! What makes it equal to one process:
 //!
 //! * the same seed everywhere: every rank builds the model, the split and the batch order from
-//!   the seed, as one process does (and [`DistributedDataParallel`] checks the models agree and
-//!   copies rank 0's values);
-//! * each global batch is cut into contiguous equal shares ([`shard_rows`]); each rank's loss
-//!   is the sum of its rows' losses divided by the *global* batch size, and gradients are
-//!   summed over the ranks ([`Reduction::Sum`]), which is the global mean loss's gradient even
-//!   when the last batch does not divide evenly;
-//! * BatchNorm becomes [`SyncBatchNorm`] (global batch statistics) and Dropout becomes
-//!   [`DistributedDropout`] (the global batch's mask, sliced), on a traced copy of the model
-//!   that shares its tensors;
+//!   the seed, as one process does (and [`broadcast_module`] checks the models agree and copies
+//!   rank 0's values);
+//! * the same arithmetic: each shard's forward and backward are those one process runs for
+//!   that shard (same rows, same shapes, the shard's own BatchNorm statistics and dropout
+//!   generator), and the shards' gradients, running statistics and losses are combined with
+//!   the same fixed tree: rank `r` sums its block, an all-gather brings every block sum to
+//!   every rank, and every rank finishes the tree ([`RankShards`]);
 //! * the optimizer and learning-rate schedule are the single-process ones, stepping on equal
 //!   gradients on every rank.
+//!
+//! [`train_digits_sync_batchnorm`] is the other semantics: BatchNorm over the whole global batch
+//! ([`SyncBatchNorm`]) and PyTorch's DDP all-reduce, equal to one process with
+//! `--batch-shards 1` only within float rounding (the ranks sum in another order).
 
-use crate::ddp::{shard_rows, DistributedDataParallel, Reduction};
+use crate::ddp::{broadcast_module, shard_rows, DistributedDataParallel, Reduction};
 use crate::dropout::convert_distributed_dropout;
 use crate::process_group::ProcessGroup;
 use crate::sync_batchnorm::convert_sync_batchnorm;
 use ferrofx_core::memory::tracking::{category_scope, Category, MemoryTracker};
 use ferrofx_core::ops::random::{with_generator, Generator};
 use ferrofx_core::{Error, Result, Tensor};
+use ferrofx_nn::batch_shards::{check_rank_count, shard_block, shard_seed, tree_sum, ShardCombine};
 use ferrofx_nn::datasets::{Batches, Digits};
 use ferrofx_nn::loss::{cross_entropy, CeOpts, Reduction as LossReduction};
 use ferrofx_nn::optim::{Adam, LrScheduler, OneCycleLR, Optimizer};
-use ferrofx_nn::train::{evaluate, EpochStats, TrainConfig, TrainReport};
+use ferrofx_nn::train::{eager_step, evaluate, train_digits_sharded, EpochStats, TrainConfig, TrainReport};
 use ferrofx_nn::zoo::DigitsCnn;
 use ferrofx_nn::Module;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,9 +46,41 @@ fn err(rank: usize, msg: impl std::fmt::Display) -> Error {
     Error::argument("distributed training", format!("rank {rank}: {msg}"))
 }
 
+/// The shards of a data-parallel job ([`ShardCombine`]): rank `r` of `N` runs the block
+/// [`shard_block`]`(S, r, N)` and the block sums are exchanged with one all-gather, after which
+/// every rank finishes the fixed tree over the `N` block sums in rank order.
+pub struct RankShards {
+    pg: Arc<ProcessGroup>,
+}
+
+impl RankShards {
+    /// The shards of the ranks of `pg`.
+    pub fn new(pg: Arc<ProcessGroup>) -> RankShards {
+        RankShards { pg }
+    }
+}
+
+impl ShardCombine for RankShards {
+    fn start(&mut self, model: &dyn Module) -> Result<()> {
+        broadcast_module(model, &self.pg)
+    }
+    fn block(&self, shards: usize) -> Result<Range<usize>> {
+        check_rank_count(shards, self.pg.world_size())?;
+        Ok(shard_block(shards, self.pg.rank(), self.pg.world_size()))
+    }
+    fn combine(&mut self, block_sum: Vec<f32>) -> Result<Vec<f32>> {
+        if self.pg.world_size() == 1 {
+            return Ok(block_sum);
+        }
+        tree_sum(self.pg.all_gather(block_sum)?)
+    }
+}
+
 /// Trains the digits CNN data parallel over the ranks of `pg` (every rank calls it with the
-/// same `cfg`). See the module docs. Rank 0 prints the per-epoch lines when `cfg.progress`;
-/// every rank returns the same trained model.
+/// same `cfg`): the single-process run's shards spread over the ranks (see the module docs).
+/// Rank 0 prints the per-epoch lines when `cfg.progress`; every rank returns the same trained
+/// model, equal to [`ferrofx_nn::train::train_digits`]'s for the same `cfg` when every process
+/// runs its kernels with the same thread count (the CLI uses one).
 ///
 /// ```no_run
 /// // under `mpirun -np 2`
@@ -52,6 +90,19 @@ fn err(rank: usize, msg: impl std::fmt::Display) -> Error {
 /// println!("{:.3}", report.test_accuracy);
 /// ```
 pub fn train_digits_data_parallel(cfg: &TrainConfig, pg: Arc<ProcessGroup>) -> Result<TrainReport> {
+    let cfg = TrainConfig { progress: cfg.progress && pg.rank() == 0, ..cfg.clone() };
+    train_digits_sharded(&cfg, &mut eager_step, &mut RankShards::new(pg))
+}
+
+/// Trains the digits CNN data parallel with BatchNorm over the whole global batch
+/// ([`SyncBatchNorm`], `ferrofx train --data-parallel --sync-batchnorm`): each global batch is
+/// cut into contiguous equal shares, each rank's loss is the sum of its rows' losses divided by
+/// the *global* batch size, gradients are summed with DDP's bucketed all-reduce
+/// ([`Reduction::Sum`]), and dropout draws the global batch's masks ([`DistributedDropout`])
+/// from the generator of shard 0 of the step, as one process with `--batch-shards 1` does. The
+/// result equals that process's only within rounding: the ranks sum each batch's gradients in
+/// another order, and a whole run amplifies the difference (docs/distributed.md).
+pub fn train_digits_sync_batchnorm(cfg: &TrainConfig, pg: Arc<ProcessGroup>) -> Result<TrainReport> {
     let start = Instant::now();
     // this rank's tensor memory, by category (as the single-process loop reports it)
     let tracker = MemoryTracker::start();
@@ -94,41 +145,38 @@ pub fn train_digits_data_parallel(cfg: &TrainConfig, pg: Arc<ProcessGroup>) -> R
         ddp.module_mut().train(true);
         let mut local_sum = 0.0f64;
         let mut n = 0usize;
-        with_generator(&gen, || -> Result<()> {
-            for batch in Batches::new(&train, bs, Some(cfg.seed.wrapping_mul(1000) + epoch as u64)) {
-                let (x, y) = batch?;
-                let rows = x.shape()[0];
-                let (a, b) = shard_rows(rows, rank, world);
-                let xs = x.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
-                let ys = y.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
-                let loss = {
-                    let _mem = category_scope(Category::Activation);
-                    let logits = ddp.forward(&xs)?;
-                    // this rank's share of the global batch's mean loss
-                    cross_entropy(&logits, &ys, &sum_opts)?.div(rows as f64)?
-                };
-                opt.zero_grad();
-                ddp.backward(&loss)?;
-                {
-                    let _mem = category_scope(Category::OptimizerState);
-                    opt.step()?;
-                }
-                step += 1;
-                if step < total {
-                    sched.step(&mut opt)?;
-                }
-                local_sum += loss.item()?;
-                n += 1;
+        for batch in Batches::new(&train, bs, Some(cfg.seed.wrapping_mul(1000) + epoch as u64)) {
+            let (x, y) = batch?;
+            let rows = x.shape()[0];
+            let (a, b) = shard_rows(rows, rank, world);
+            let xs = x.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
+            let ys = y.narrow(0, a as i64, (b - a) as i64)?.contiguous()?;
+            let loss = {
+                let _mem = category_scope(Category::Activation);
+                let logits = with_generator(&Generator::new(shard_seed(cfg.seed, step, 0)), || ddp.forward(&xs))?;
+                // this rank's share of the global batch's mean loss
+                cross_entropy(&logits, &ys, &sum_opts)?.div(rows as f64)?
+            };
+            opt.zero_grad();
+            ddp.backward(&loss)?;
+            {
+                let _mem = category_scope(Category::OptimizerState);
+                opt.step()?;
             }
-            Ok(())
-        })?;
+            step += 1;
+            if step < total {
+                sched.step(&mut opt)?;
+            }
+            local_sum += loss.item()?;
+            n += 1;
+        }
         let train_loss = pg.all_reduce_sum_f64(vec![local_sum])?[0] / n.max(1) as f64;
         model.eval();
         let (test_loss, acc) = evaluate(&model, &test)?;
         let stats = EpochStats { epoch, train_loss, test_loss, test_accuracy: acc };
         if cfg.progress && rank == 0 {
             println!(
-                "epoch {:>2}/{} ({world} ranks): train loss {:.4}, test loss {:.4}, test accuracy {:.2}%",
+                "epoch {:>2}/{} ({world} ranks, SyncBatchNorm): train loss {:.4}, test loss {:.4}, test accuracy {:.2}%",
                 epoch,
                 cfg.epochs,
                 stats.train_loss,
@@ -166,7 +214,7 @@ pub struct PipelineTrainReport {
 /// --pipeline-stages N` under `mpirun -np N`): the model is traced, its shapes propagated, cut
 /// with [`ferrofx_fx::passes::partition_balanced`], and rank `r` trains stage `r` with
 /// `micro_batches` micro-batches per batch and `schedule`. With one micro-batch the step is the
-/// single-process step (same loss, gradients and dropout masks: only the rank holding the
+/// single-process step of `--batch-shards 1` (same loss, gradients and dropout masks: only the rank holding the
 /// dropout layer draws from the generator, in the same order); with more, BatchNorm and dropout
 /// see micro-batches, as in every pipeline. At the end every stage's state is gathered to rank
 /// 0, which returns the whole trained model; every rank also returns its stage's state (its
@@ -226,7 +274,9 @@ pub fn train_digits_pipeline(
                 let loss = {
                     // forward activations (the engine counts the backward's own tensors as gradients)
                     let _mem = category_scope(Category::Activation);
-                    stage.step(pg, &[x], micro, schedule, &loss_fn)?
+                    // the dropout masks of one process's step (shard 0 of `--batch-shards 1`)
+                    let step_gen = Generator::new(shard_seed(cfg.seed, step, 0));
+                    with_generator(&step_gen, || stage.step(pg, &[x], micro, schedule, &loss_fn))?
                 };
                 {
                     let _mem = category_scope(Category::OptimizerState);

@@ -721,3 +721,61 @@ fn sync_batchnorm_and_dropout_equal_one_process() {
         assert!(worst.0 <= 1e-6, "{n} ranks: {} differs by {}", worst.1, worst.0);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fixed reduction shards: the all-gather of block sums finishes the tree of one process.
+
+/// The leaves of shard `k`: values whose sums round differently in different orders.
+fn shard_leaf(k: usize) -> Vec<f32> {
+    (0..257).map(|i| ((k * 7919 + i * 104_729) % 1000) as f32 * 1.37e-3 + 1e-7 * (k as f32 + 1.0)).collect()
+}
+
+#[test]
+#[ignore = "an MPI program: run by rank_shards_combine_like_one_process under mpirun"]
+fn worker_rank_shards() {
+    use ferrofx_nn::batch_shards::{tree_sum, ShardCombine};
+    let Some(dir) = worker_env() else { return };
+    let pg = Arc::new(ProcessGroup::init().unwrap());
+    let rank = pg.rank();
+    let mut comb = ferrofx_dist::train::RankShards::new(pg.clone());
+    for shards in [4usize, 8, 12] {
+        match comb.block(shards) {
+            Ok(block) => {
+                let local = tree_sum(block.map(shard_leaf).collect()).unwrap();
+                let all = comb.combine(local).unwrap();
+                write_f32(&dir.join(format!("tree_{shards}_{rank}.bin")), &all);
+            }
+            Err(e) => {
+                // refused the same way on every rank: write the message
+                std::fs::write(dir.join(format!("tree_{shards}_{rank}.err")), e.to_string()).unwrap();
+            }
+        }
+    }
+    pg.barrier().unwrap();
+}
+
+#[test]
+fn rank_shards_combine_like_one_process() {
+    use ferrofx_nn::batch_shards::tree_sum;
+    if worker_env().is_some() {
+        return;
+    }
+    for n in [2usize, 3, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((ok, text, _)) = launch(n, "worker_rank_shards", dir.path(), &[]) else { return };
+        assert!(ok, "{n} ranks:\n{text}");
+        for shards in [4usize, 8, 12] {
+            let want = tree_sum((0..shards).map(shard_leaf).collect()).unwrap();
+            let allowed = shards % n == 0 && (shards / n).is_power_of_two();
+            for rank in 0..n {
+                if allowed {
+                    let got = read_f32(&dir.path().join(format!("tree_{shards}_{rank}.bin")));
+                    assert_eq!(got, want, "{shards} shards over {n} ranks, rank {rank}: not the bits of one process");
+                } else {
+                    let e = std::fs::read_to_string(dir.path().join(format!("tree_{shards}_{rank}.err"))).unwrap();
+                    assert!(e.contains(&format!("--batch-shards {shards} cannot be shared by {n} ranks")), "{e}");
+                }
+            }
+        }
+    }
+}

@@ -9,11 +9,12 @@
 //!   [`functional`], [`init`], [`loss`];
 //! * [`optim`] (SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping);
 //! * [`datasets`] (the embedded digits data) and [`zoo`] (MLP, digits CNN, ResNet, MobileNetV2,
-//!   Transformer encoder classifier), [`train`] (the digits training loop).
+//!   Transformer encoder classifier), [`train`] (the digits training loop), [`batch_shards`] (fixed reduction shards).
 #![warn(missing_docs)]
 
 extern crate self as ferrofx_nn;
 
+pub mod batch_shards;
 pub mod containers;
 pub mod datasets;
 pub mod functional;

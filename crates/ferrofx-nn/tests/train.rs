@@ -459,3 +459,125 @@ fn memory_tracking_is_per_thread_and_trackers_nest() {
     t.reset_peak();
     assert_eq!(t.stats().peak_total(), 80);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 22: fixed reduction shards (the arithmetic of a step independent of the rank count).
+
+mod batch_shards {
+    use ferrofx_nn::batch_shards::{check_rank_count, shard_block, shard_rows, tree_sum, ShardCombine};
+    use ferrofx_nn::train::{eager_step, train_digits, train_digits_sharded, TrainConfig};
+    use ferrofx_nn::Module;
+    use std::ops::Range;
+    use std::sync::{Arc, Barrier, Mutex};
+
+    /// Values whose sums round differently in different orders.
+    fn leaves(s: usize, len: usize) -> Vec<Vec<f32>> {
+        (0..s)
+            .map(|k| {
+                (0..len).map(|i| ((k * 7919 + i * 104_729) % 1000) as f32 * 1.37e-3 + 1e-7 * (k as f32 + 1.0)).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_tree_gives_the_same_bits_for_every_rank_count_it_allows() {
+        let mut checked = 0;
+        for s in 1..=32usize {
+            let all = leaves(s, 64);
+            let whole = tree_sum(all.clone()).unwrap();
+            for world in 1..=s {
+                if check_rank_count(s, world).is_err() {
+                    continue;
+                }
+                // each rank sums its block, then the block sums in rank order
+                let blocks: Vec<Vec<f32>> =
+                    (0..world).map(|r| tree_sum(all[shard_block(s, r, world)].to_vec()).unwrap()).collect();
+                assert_eq!(tree_sum(blocks).unwrap(), whole, "{s} shards over {world} ranks");
+                checked += 1;
+            }
+        }
+        assert!(checked > 60, "{checked}");
+        // the order matters: a left fold of the same leaves differs somewhere
+        let all = leaves(8, 64);
+        let fold = all[1..].iter().fold(all[0].clone(), |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+            a
+        });
+        assert_ne!(fold, tree_sum(all).unwrap(), "the test data does not exercise rounding");
+    }
+
+    #[test]
+    fn rank_counts_shards_and_rows() {
+        assert!(check_rank_count(4, 1).is_ok() && check_rank_count(4, 2).is_ok() && check_rank_count(4, 4).is_ok());
+        assert!(check_rank_count(12, 3).is_ok() && check_rank_count(6, 3).is_ok());
+        let e = check_rank_count(4, 3).unwrap_err().to_string();
+        assert!(e.contains("--batch-shards 4 cannot be shared by 3 ranks") && e.contains("use 1, 2, 4 ranks"), "{e}");
+        assert!(check_rank_count(6, 2).is_err(), "blocks of 3 shards are not subtrees");
+        assert_eq!((0..4).map(|k| shard_rows(29, 4, k)).collect::<Vec<_>>(), vec![(0, 8), (8, 15), (15, 22), (22, 29)]);
+        assert!(tree_sum(vec![]).is_err());
+        let e = tree_sum(vec![vec![1.0; 3], vec![1.0; 2]]).unwrap_err().to_string();
+        assert!(e.contains("shard 1 holds 2 values where shard 0 holds 3"), "{e}");
+        // every shard needs a row: 1437 training rows in batches of 32 leave a last batch of 29
+        let cfg = TrainConfig { progress: false, batch_size: 1436, ..TrainConfig::default() };
+        let e = train_digits(&cfg).err().unwrap().to_string();
+        assert!(e.contains("a last batch of 1 rows") && e.contains("--batch-shards 4"), "{e}");
+    }
+
+    /// `world` ranks simulated by threads: each trains its own model on its block of shards and
+    /// exchanges block sums through shared memory, as `ferrofx-dist`'s all-gather does.
+    struct ThreadRanks {
+        rank: usize,
+        world: usize,
+        barrier: Arc<Barrier>,
+        slots: Arc<Mutex<Vec<Vec<f32>>>>,
+    }
+
+    impl ShardCombine for ThreadRanks {
+        fn start(&mut self, _model: &dyn Module) -> ferrofx_core::Result<()> {
+            Ok(())
+        }
+        fn block(&self, shards: usize) -> ferrofx_core::Result<Range<usize>> {
+            check_rank_count(shards, self.world)?;
+            Ok(shard_block(shards, self.rank, self.world))
+        }
+        fn combine(&mut self, block_sum: Vec<f32>) -> ferrofx_core::Result<Vec<f32>> {
+            self.slots.lock().unwrap()[self.rank] = block_sum;
+            self.barrier.wait();
+            let all = self.slots.lock().unwrap().clone();
+            self.barrier.wait();
+            tree_sum(all)
+        }
+    }
+
+    fn weights(m: &dyn Module) -> Vec<(String, Vec<f64>)> {
+        m.state_dict().into_iter().map(|(k, t)| (k, t.to_vec_f64().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_run_over_two_and_four_ranks_gives_the_bits_of_one_process() {
+        let cfg = TrainConfig { progress: false, epochs: 1, seed: 3, ..TrainConfig::default() };
+        let one = train_digits(&cfg).unwrap();
+        for world in [2usize, 4] {
+            let barrier = Arc::new(Barrier::new(world));
+            let slots = Arc::new(Mutex::new(vec![vec![]; world]));
+            let handles: Vec<_> = (0..world)
+                .map(|rank| {
+                    let (cfg, barrier, slots) = (cfg.clone(), barrier.clone(), slots.clone());
+                    std::thread::spawn(move || {
+                        let mut ranks = ThreadRanks { rank, world, barrier, slots };
+                        let r = train_digits_sharded(&cfg, &mut eager_step, &mut ranks).unwrap();
+                        (weights(&r.model), r.epochs[0].train_loss)
+                    })
+                })
+                .collect();
+            for (rank, h) in handles.into_iter().enumerate() {
+                let (w, loss) = h.join().unwrap();
+                assert_eq!(w, weights(&one.model), "rank {rank} of {world}: weights differ from one process");
+                assert_eq!(loss, one.epochs[0].train_loss);
+            }
+        }
+        // with other shards, other bits (the shards are part of the configuration)
+        let two = train_digits(&TrainConfig { batch_shards: 2, ..cfg }).unwrap();
+        assert_ne!(weights(&two.model), weights(&one.model));
+    }
+}

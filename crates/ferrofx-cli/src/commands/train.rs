@@ -25,6 +25,19 @@ pub struct TrainArgs {
     /// Seed of the initialisation, the split and the shuffling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Fixed reduction shards per batch: each batch is cut into this many row blocks whose
+    /// gradients are computed on their own and summed in one fixed order (BatchNorm normalises
+    /// each shard with its own statistics), so that `mpirun -np N ferrofx train --data-parallel`
+    /// writes exactly these weights for any N leaving each rank a power of two of shards (1, 2, 4
+    /// with the default 4).
+    #[arg(long, default_value_t = ferrofx_nn::train::DEFAULT_BATCH_SHARDS)]
+    pub batch_shards: usize,
+    /// Kernel threads per process. The default 1 makes the arithmetic the same on every
+    /// machine and under any `mpirun` binding (some kernels cut their sums by thread count), so
+    /// that one process and every data-parallel rank compute the same bits; more threads may
+    /// train faster, with other roundings.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Fraction of the data held out for testing, in (0, 1).
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
@@ -52,6 +65,9 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
     }
     if a.batch_size == 0 {
         return Err("--batch-size must be at least 1".into());
+    }
+    if a.batch_shards == 0 || a.threads == 0 {
+        return Err("--batch-shards and --threads must be at least 1".into());
     }
     if !(a.test_fraction > 0.0 && a.test_fraction < 1.0) {
         return Err(format!("--test-fraction must be in (0, 1), got {}", a.test_fraction).into());
@@ -83,7 +99,9 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
         seed: a.seed,
         test_fraction: a.test_fraction,
         progress: !a.quiet,
+        batch_shards: a.batch_shards,
     };
+    fix_threads(a.threads)?;
     if let Some(b) = a.memory_budget {
         if !(b > 0.0 && b <= 1.0) {
             return Err(format!(
@@ -101,6 +119,20 @@ pub fn run(a: &TrainArgs) -> CliResult<()> {
     }
     let report = train_digits(&cfg)?;
     save_trained(a, &report)
+}
+
+/// Runs this process's kernels on `threads` threads (`--threads`).
+fn fix_threads(threads: usize) -> CliResult<()> {
+    if rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().is_err()
+        && rayon::current_num_threads() != threads
+    {
+        return Err(format!(
+            "--threads {threads}: the kernels already run on {} threads in this process",
+            rayon::current_num_threads()
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// `ferrofx train --memory-budget F`: one epoch through the default partition for the

@@ -1,5 +1,5 @@
 //! `ferrofx train --data-parallel` / `--pipeline-stages N`: the digits CNN trained over the ranks of an MPI job
-//! (`mpirun -np 2 ferrofx train --data-parallel --seed 0`), with the same weights as
+//! (`mpirun -np 2 ferrofx train --data-parallel --seed 0`), with exactly the weights of
 //! `ferrofx train --seed 0` in one process; or cut into N pipeline stages, one per rank
 //! (`mpirun -np 2 ferrofx train --pipeline-stages 2`). Rank 0 prints the progress and writes the files;
 //! every rank's error names its rank. Needs the CLI's `mpi` feature (Open MPI); without it the
@@ -13,12 +13,17 @@ use ferrofx_nn::train::TrainConfig;
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DistArgs {
     /// Data-parallel training over the ranks of an MPI job: run as `mpirun -np N ferrofx train
-    /// --data-parallel ...`. Each global batch is cut across the ranks (BatchNorm uses the global
-    /// batch's statistics, dropout the global batch's masks), so the weights equal those of one
-    /// process with the same seed; rank 0 writes the files. Needs ferrofx built with `--features
-    /// mpi`.
+    /// --data-parallel ...`. The fixed shards of every batch (`--batch-shards`) are spread over
+    /// the ranks and their gradients summed in the order one process sums them, so the weights
+    /// are exactly those of `ferrofx train` with the same seed; rank 0 writes the files. Needs
+    /// ferrofx built with `--features mpi`.
     #[arg(long)]
     pub data_parallel: bool,
+    /// With --data-parallel: BatchNorm over the whole global batch (SyncBatchNorm) and PyTorch's
+    /// DDP all-reduce instead of fixed shards. Equal to `ferrofx train --batch-shards 1` only
+    /// within rounding, which a whole run amplifies.
+    #[arg(long, requires = "data_parallel")]
+    pub sync_batchnorm: bool,
     /// Pipeline training over N ranks: run as `mpirun -np N ferrofx train --pipeline-stages N`.
     /// The traced model is cut into N stages of balanced cost, one per rank; rank 0 gathers the
     /// trained stages and writes the files. Needs ferrofx built with `--features mpi`.
@@ -99,8 +104,12 @@ pub fn run(a: &TrainArgs, cfg: &TrainConfig) -> CliResult<()> {
         pg.barrier().map_err(|e| format!("rank {rank}: {e}"))?;
         return Ok(());
     }
-    let report =
-        ferrofx_dist::train::train_digits_data_parallel(&cfg, pg.clone()).map_err(|e| format!("rank {rank}: {e}"))?;
+    let report = if a.dist.sync_batchnorm {
+        ferrofx_dist::train::train_digits_sync_batchnorm(&cfg, pg.clone())
+    } else {
+        ferrofx_dist::train::train_digits_data_parallel(&cfg, pg.clone())
+    }
+    .map_err(|e| format!("rank {rank}: {e}"))?;
     if a.dist.save_shards {
         let sd = ferrofx_nn::Module::state_dict(&report.model);
         save_shards(a, &pg, &sd, &ferrofx_dist::shards::assign_by_size(&sd, pg.world_size()))?;
