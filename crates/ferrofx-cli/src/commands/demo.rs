@@ -23,7 +23,9 @@ pub fn run(out_dir: &Path, seed: u64, quiet: bool) -> CliResult<()> {
     let start = Instant::now();
     std::fs::create_dir_all(out_dir)
         .map_err(|e| format!("cannot create the output directory {}: {e}", out_dir.display()))?;
-    let cfg = TrainConfig { seed, progress: !quiet, ..TrainConfig::default() };
+    // one process: every batch is one shard (BatchNorm over the whole batch); the fixed batch
+    // shards of `ferrofx train` exist so that data-parallel ranks reproduce it bit for bit
+    let cfg = TrainConfig { seed, progress: !quiet, batch_shards: 1, ..TrainConfig::default() };
     println!(
         "ferrofx main job: train the digits CNN ({} epochs, batch {}, Adam + one-cycle, lr {}) on the embedded digits",
         cfg.epochs, cfg.batch_size, cfg.lr
