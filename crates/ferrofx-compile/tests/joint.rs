@@ -189,7 +189,11 @@ fn compiled_partition_halves_equal_eager_gradients_on_every_zoo_model() {
             );
             assert_grads_match(&what, &p.grad_targets, &grads, &want.grads);
         }
-        assert_eq!((forward.cache_stats().misses, backward.cache_stats().misses), (1, 1), "{name}: one compilation each");
+        assert_eq!(
+            (forward.cache_stats().misses, backward.cache_stats().misses),
+            (1, 1),
+            "{name}: one compilation each"
+        );
     }
 }
 

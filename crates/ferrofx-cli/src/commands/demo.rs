@@ -48,7 +48,7 @@ pub fn memory_budget_report(cfg: &TrainConfig, budget: f64) -> CliResult<()> {
         "  peak activation memory        {} with the budget, {} without ({:.0}% less)",
         format_bytes(peak as u128),
         format_bytes(peak_free as u128),
-        less(peak, peak_free)
+        less(peak as u64, peak_free as u64)
     );
     println!(
         "  recomputed in backward        {} forward values, {} FLOPs per step ({:.1}% of the step's {} FLOPs)",
