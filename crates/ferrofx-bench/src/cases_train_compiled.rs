@@ -59,7 +59,13 @@ impl CompiledStep {
     fn new(model: &dyn Module, x: &Tensor, y: &Tensor) -> Result<CompiledStep> {
         let joint = capture_joint_with_targets(model, &[x.into()], &[y.into()], &ce, &[])?;
         let p = default_partition(&joint)?;
-        let opts = CompileOptions { inference_passes: false, ..Default::default() };
+        // FERROFX_TRAIN_STEP_NO_FUSION / _NO_EPILOGUE: turn a compile pass off (to see what it brings)
+        let opts = CompileOptions {
+            inference_passes: false,
+            fuse_elementwise: std::env::var_os("FERROFX_TRAIN_STEP_NO_FUSION").is_none(),
+            fuse_conv_epilogue: std::env::var_os("FERROFX_TRAIN_STEP_NO_EPILOGUE").is_none(),
+            ..Default::default()
+        };
         let inputs: Vec<Value> = vec![x.into(), y.into()];
         let forward = compile(&p.forward, &inputs, opts.clone())?;
         let mut saved = {
