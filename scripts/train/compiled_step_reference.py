@@ -30,6 +30,7 @@ def median_secs(fn, quick):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ids", default="", help="comma-separated case ids (default: all)")
     a = ap.parse_args()
     import torch
     from torch import nn
@@ -59,7 +60,10 @@ def main():
         m.train()
         return stepper(m, torch.randn(8, 3, 224, 224), torch.arange(8) % 10)
     cases["train_step_resnet18_b8"] = resnet
+    wanted = [i for i in a.ids.split(",") if i]
     for cid, make in cases.items():
+        if wanted and cid not in wanted:
+            continue
         try:
             s = median_secs(make(), a.quick)
             print(json.dumps({"id": cid, "seconds": s}), flush=True)

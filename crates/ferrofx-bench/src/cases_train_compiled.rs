@@ -59,7 +59,13 @@ impl CompiledStep {
     fn new(model: &dyn Module, x: &Tensor, y: &Tensor) -> Result<CompiledStep> {
         let joint = capture_joint_with_targets(model, &[x.into()], &[y.into()], &ce, &[])?;
         let p = default_partition(&joint)?;
-        let opts = CompileOptions { inference_passes: false, ..Default::default() };
+        // FERROFX_TRAIN_STEP_NO_FUSION / _NO_EPILOGUE: turn a compile pass off (to see what it brings)
+        let opts = CompileOptions {
+            inference_passes: false,
+            fuse_elementwise: std::env::var_os("FERROFX_TRAIN_STEP_NO_FUSION").is_none(),
+            fuse_conv_epilogue: std::env::var_os("FERROFX_TRAIN_STEP_NO_EPILOGUE").is_none(),
+            ..Default::default()
+        };
         let inputs: Vec<Value> = vec![x.into(), y.into()];
         let forward = compile(&p.forward, &inputs, opts.clone())?;
         let mut saved = {
@@ -89,22 +95,38 @@ impl CompiledStep {
 
 /// One model's ferrofx figures: (eager seconds, compiled seconds) per step.
 fn time_model(model: &dyn Module, x: &Tensor, y: &Tensor, budget: Budget) -> Result<(f64, f64)> {
+    // FERROFX_TRAIN_STEP_ONLY=eager|compiled times one side only (for a profiler); the other
+    // column then reads NaN
+    let only = std::env::var("FERROFX_TRAIN_STEP_ONLY").unwrap_or_default();
     let mut opt = sgd(model)?;
-    eager_step(model, x, y, &mut opt)?;
-    let eager = median_secs(budget, 1, || {
-        let _ = eager_step(model, x, y, &mut opt);
-    });
-    let compiled = CompiledStep::new(model, x, y)?;
-    compiled.step(x, y, &mut opt)?;
-    let fast = median_secs(budget, 1, || {
-        let _ = compiled.step(x, y, &mut opt);
-    });
+    let mut eager = f64::NAN;
+    if only != "compiled" {
+        eager_step(model, x, y, &mut opt)?;
+        eager = median_secs(budget, 1, || {
+            let _ = eager_step(model, x, y, &mut opt);
+        });
+    }
+    let mut fast = f64::NAN;
+    if only != "eager" {
+        let compiled = CompiledStep::new(model, x, y)?;
+        if std::env::var_os("FERROFX_TRAIN_STEP_GRAPHS").is_some() {
+            for half in [&compiled.forward, &compiled.backward] {
+                if let Some(s) = half.latest() {
+                    eprintln!("{}", s.module.code()?);
+                }
+            }
+        }
+        compiled.step(x, y, &mut opt)?;
+        fast = median_secs(budget, 1, || {
+            let _ = compiled.step(x, y, &mut opt);
+        });
+    }
     Ok((eager, fast))
 }
 
-fn reference(python: &Path, quick: bool) -> std::result::Result<BTreeMap<String, f64>, String> {
+fn reference(python: &Path, quick: bool, ids: &[&str]) -> std::result::Result<BTreeMap<String, f64>, String> {
     let mut cmd = Command::new(python);
-    cmd.arg("scripts/train/compiled_step_reference.py");
+    cmd.arg("scripts/train/compiled_step_reference.py").arg("--ids").arg(ids.join(","));
     if quick {
         cmd.arg("--quick");
     }
@@ -122,31 +144,45 @@ fn reference(python: &Path, quick: bool) -> std::result::Result<BTreeMap<String,
     Ok(r)
 }
 
+/// The ids of the compiled-step rows.
+const IDS: [&str; 2] = ["train_step_mlp", "train_step_resnet18_b8"];
+
+/// Whether `--filter` selects any compiled-step row.
+pub fn selected(filter: Option<&str>) -> bool {
+    IDS.iter().any(|id| filter.is_none_or(|f| id.contains(f)))
+}
+
 /// One row of the report: case id, what it is, (eager, compiled) seconds.
 type Row<'a> = (&'a str, &'a str, Result<(f64, f64)>);
 
 /// Runs the compiled-training-step rows and returns their markdown section (printed by
 /// `ferrofx-bench` for the group `train`). `python: None`: ferrofx only.
-pub fn report(python: Option<&Path>, quick: bool) -> String {
+pub fn report(python: Option<&Path>, quick: bool, filter: Option<&str>) -> String {
     let budget = Budget::new(quick);
     let mut rows: Vec<Row> = vec![];
-    manual_seed(0);
-    let mlp = (|| -> Result<(f64, f64)> {
-        let m = Mlp::new(64, &[64], 10)?;
-        time_model(&m, &randn(&[32, 64], None)?, &labels(32)?, budget)
-    })();
-    rows.push(("train_step_mlp", "digits MLP 64-64-10, batch 32", mlp));
-    let r18 = (|| -> Result<(f64, f64)> {
-        let mut m = ResNet::resnet18(10)?;
-        m.train(true);
-        time_model(&m, &randn(&[8, 3, 224, 224], None)?, &labels(8)?, budget)
-    })();
-    rows.push(("train_step_resnet18_b8", "ResNet-18, batch 8, 224 px, train mode", r18));
+    let ids: Vec<&str> = IDS.iter().copied().filter(|id| filter.is_none_or(|f| id.contains(f))).collect();
+    if ids.contains(&IDS[0]) {
+        manual_seed(0);
+        let mlp = (|| -> Result<(f64, f64)> {
+            let m = Mlp::new(64, &[64], 10)?;
+            time_model(&m, &randn(&[32, 64], None)?, &labels(32)?, budget)
+        })();
+        rows.push((IDS[0], "digits MLP 64-64-10, batch 32", mlp));
+    }
+    if ids.contains(&IDS[1]) {
+        manual_seed(0);
+        let r18 = (|| -> Result<(f64, f64)> {
+            let mut m = ResNet::resnet18(10)?;
+            m.train(true);
+            time_model(&m, &randn(&[8, 3, 224, 224], None)?, &labels(8)?, budget)
+        })();
+        rows.push((IDS[1], "ResNet-18, batch 8, 224 px, train mode", r18));
+    }
     let reference = match python {
-        Some(p) => reference(p, quick),
+        Some(p) => reference(p, quick, &ids),
         None => Err("--no-reference".to_string()),
     };
-    let ms = |s: f64| format!("{:.2} ms", s * 1e3);
+    let ms = |s: f64| if s < 1e-3 { format!("{:.1} µs", s * 1e6) } else { format!("{:.2} ms", s * 1e3) };
     let mut md = String::from(
         "\n### train: compiled training step (issue 21)\n\nOne SGD step (forward, cross-entropy, backward, update). Compiled: joint forward+backward graph, default partition, each half through `compile` (fusion, memory plan). Ratios above 1: the compiled step is faster.\n\n| case | ferrofx eager | ferrofx compiled | PyTorch eager | eager / compiled | PyTorch / compiled |\n|---|---|---|---|---|---|\n",
     );

@@ -200,7 +200,9 @@ fn main() {
         .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
-    if cases.is_empty() {
+    let compiled_rows = (args.group.is_empty() || args.group.iter().any(|g| g == "train"))
+        && cases_train_compiled::selected(args.filter.as_deref());
+    if cases.is_empty() && !compiled_rows {
         eprintln!(
             "error: no benchmark case matches the filter (groups: kernels, autograd, nn, fx, format, compile, minilm, onnx, qkernels, quant, train)"
         );
@@ -293,8 +295,12 @@ fn main() {
     md.push_str(&cases_onnx::summary());
     md.push_str(&cases_qkernels::summary(&ours, reference.as_ref().ok().map(|r| &r.torch)));
     md.push_str(&cases_quant::summary(&ours));
-    if args.group.is_empty() || args.group.iter().any(|g| g == "train") {
-        md.push_str(&cases_train_compiled::report((!args.no_reference).then_some(args.python.as_path()), args.quick));
+    if compiled_rows {
+        md.push_str(&cases_train_compiled::report(
+            (!args.no_reference).then_some(args.python.as_path()),
+            args.quick,
+            args.filter.as_deref(),
+        ));
     }
     md.push_str(&cases_train::summary(&ours, (!args.no_reference).then_some(args.python.as_path()), args.quick));
     println!("{md}");

@@ -36,6 +36,15 @@ fn demo_trains_saves_reloads_and_reports() {
     assert!(text.contains("2 BatchNorm folded, 1 dropout removed"), "{text}");
     assert!(text.contains("call_module[target=conv1]"), "the traced graph is printed: {text}");
     assert!(dir.path().join("digits_cnn.fxm").exists());
+    // the memory-budget section (issue 21, acceptance 4): the budget halves what is saved for
+    // backward and lowers the peak activation memory
+    let less = |label: &str| -> f64 {
+        let line = text.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("no '{label}' line:\n{text}"));
+        line.split('(').nth(1).and_then(|v| v.split('%').next()).and_then(|v| v.parse().ok()).unwrap()
+    };
+    assert!(text.contains("memory budget 0.5"), "{text}");
+    assert!(less("saved for backward") >= 50.0, "{text}");
+    assert!(less("peak activation memory") > 0.0, "{text}");
     // the int8 section (issue 20, acceptance 2): accuracy within 0.5 pp, file >= 70% smaller
     let line = text.lines().find(|l| l.contains("% int8 (")).unwrap_or_else(|| panic!("no int8 line:\n{text}"));
     let pcts: Vec<f64> =

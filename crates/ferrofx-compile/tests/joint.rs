@@ -149,6 +149,54 @@ fn default_partition_equals_eager_with_batchnorm_and_dropout_on_every_zoo_model(
     }
 }
 
+/// The compiled training step: each half of the default partition through `compile` (fusion,
+/// convolution epilogues, pre-bound plan arguments; no inference passes) gives eager autograd's
+/// loss and gradients on every zoo model, on two calls (the second hits the specialisation
+/// cache). BatchNorm normalises with the batch statistics and dropout's masks come from the
+/// seed, so the running statistics the compile-time runs moved do not enter the step (the
+/// buffers are checked on the uncompiled partitions above).
+#[test]
+fn compiled_partition_halves_equal_eager_gradients_on_every_zoo_model() {
+    use ferrofx_compile::{compile, CompileOptions};
+    let _serial = serial();
+    for (k, name) in NAMES.iter().enumerate() {
+        let seed = 4321 + k as u64;
+        let want = eager(k, seed);
+        let (z, joint) = joint_of(k);
+        let p = default_partition(&joint).unwrap();
+        let opts = CompileOptions { inference_passes: false, ..Default::default() };
+        let x: Vec<Value> = vec![z.input.clone().into()];
+        let _g = ferrofx_core::autograd::no_grad();
+        let forward = compile(&p.forward, &x, opts.clone()).unwrap();
+        let mut example = forward.forward_values(&x).unwrap().split_off(p.num_forward_outputs);
+        example.push(Value::Tensor(Tensor::scalar(1.0f32)));
+        let backward = compile(&p.backward, &example, opts).unwrap();
+        drop(example);
+        for call in 0..2 {
+            manual_seed(seed);
+            let mut outs = forward.forward_values(&x).unwrap();
+            let loss = outs[0].as_tensor().unwrap().item().unwrap() as f32;
+            let mut saved = outs.split_off(p.num_forward_outputs);
+            drop(outs);
+            saved.push(Value::Tensor(Tensor::scalar(1.0f32)));
+            let grads: Vec<Option<Tensor>> =
+                backward.forward_values(&saved).unwrap().into_iter().map(|v| v.as_tensor().cloned()).collect();
+            let what = format!("{name} (compiled step, call {call})");
+            assert!(
+                (loss - want.loss).abs() <= 1e-5 * want.loss.abs().max(1.0),
+                "{what}: loss {loss} vs eager {}",
+                want.loss
+            );
+            assert_grads_match(&what, &p.grad_targets, &grads, &want.grads);
+        }
+        assert_eq!(
+            (forward.cache_stats().misses, backward.cache_stats().misses),
+            (1, 1),
+            "{name}: one compilation each"
+        );
+    }
+}
+
 #[test]
 fn partition_outputs_are_the_forward_outputs_then_the_saved_values() {
     let _serial = serial();

@@ -16,10 +16,134 @@ use std::sync::OnceLock;
 pub(crate) enum Step {
     Input(usize),
     Attr(Tensor),
-    Op { def: &'static OpDef, kind: CallKind, args: Vec<Argument>, kwargs: Vec<(String, Argument)> },
-    Module { path: String, args: Vec<Argument>, single: bool },
-    GetItem { from: NodeId, index: usize },
+    Op {
+        def: &'static OpDef,
+        kind: CallKind,
+        args: Vec<Argument>,
+        kwargs: Vec<(String, Argument)>,
+        /// The arguments bound to the schema once, at build time (see [`prebind`]); `None`:
+        /// converted and bound on every run.
+        pre: Option<Vec<PreArg>>,
+    },
+    Module {
+        path: String,
+        args: Vec<Argument>,
+        single: bool,
+    },
+    GetItem {
+        from: NodeId,
+        index: usize,
+    },
     Output(Argument),
+}
+
+/// One argument of a pre-bound registry-op step.
+pub(crate) enum PreArg {
+    /// A literal, already converted and checked against the schema.
+    Const(Value),
+    /// The tensor value of the node in this slot.
+    Slot(u32),
+    /// A tensor list of the node values in these slots.
+    Slots(Vec<u32>),
+}
+
+/// Binds a registry-op step's arguments once: literals are converted with the op's schema,
+/// defaults filled and keywords placed, exactly as [`bind_args`] does on every run, while each
+/// node argument stands in as a distinct placeholder tensor and becomes a [`PreArg::Slot`].
+/// `None` (the step binds at run time) when a list holds nodes, a node sits where the schema
+/// converts it (a tensor list), or binding fails (the run reports the error).
+fn prebind(
+    def: &'static OpDef,
+    args: &[Argument],
+    kwargs: &[(String, Argument)],
+    slot_of: &[u32],
+) -> Option<Vec<PreArg>> {
+    let mut stand_ins: Vec<(usize, u32)> = Vec::new();
+    let mut stand_in = |n: &NodeId| -> Option<Tensor> {
+        let slot = *slot_of.get(n.index() as usize).filter(|&&s| s != NO_SLOT)?;
+        let t = Tensor::scalar(0.0f32);
+        stand_ins.push((t.id(), slot));
+        Some(t)
+    };
+    let mut convert = |a: &Argument, ty: Option<ArgType>| -> Option<Value> {
+        match a {
+            Argument::Node(n) => stand_in(n).map(Value::Tensor),
+            // a tensor list of nodes (fused_elementwise's inputs, cat's tensors)
+            Argument::List(items) | Argument::Tuple(items)
+                if ty == Some(ArgType::TensorList) && items.iter().all(|x| matches!(x, Argument::Node(_))) =>
+            {
+                let ts = items
+                    .iter()
+                    .map(|x| match x {
+                        Argument::Node(n) => stand_in(n),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(Value::Tensors(ts))
+            }
+            _ => {
+                let mut has_node = false;
+                a.visit_nodes(&mut |_| has_node = true);
+                if has_node {
+                    return None;
+                }
+                to_value(a, ty, &NoSlots, def.name).ok()
+            }
+        }
+    };
+    let vals = args
+        .iter()
+        .enumerate()
+        .map(|(j, a)| convert(a, def.schema.get(j).map(|s| s.ty)))
+        .collect::<Option<Vec<_>>>()?;
+    let kw = kwargs
+        .iter()
+        .map(|(k, a)| {
+            let ty = def.schema.iter().find(|s| s.name == k.as_str()).map(|s| s.ty);
+            convert(a, ty).map(|v| (k.clone(), v))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let bound = bind(def.name, def.schema, vals, kw).ok()?;
+    let mut placed = 0;
+    let mut slot_of_stand_in = |t: &Tensor| -> Option<u32> {
+        let &(_, slot) = stand_ins.iter().find(|(id, _)| *id == t.id())?;
+        placed += 1;
+        Some(slot)
+    };
+    let pre = bound
+        .into_iter()
+        .map(|v| match v {
+            Value::Tensor(t) => slot_of_stand_in(&t).map(PreArg::Slot),
+            Value::Tensors(ts) => ts.iter().map(&mut slot_of_stand_in).collect::<Option<Vec<_>>>().map(PreArg::Slots),
+            v => Some(PreArg::Const(v)),
+        })
+        .collect::<Option<Vec<_>>>()?;
+    (placed == stand_ins.len()).then_some(pre)
+}
+
+/// The pre-bound arguments of a step with the node values of this run; `None` when a node
+/// value is not a single tensor or was freed (the dynamic path then reports it).
+fn prebound(pre: &[PreArg], values: &[Option<Value>]) -> Option<Vec<Value>> {
+    let mut out = Vec::with_capacity(pre.len());
+    for a in pre {
+        out.push(match a {
+            PreArg::Const(v) => v.clone(),
+            PreArg::Slot(s) => match values.get(*s as usize) {
+                Some(Some(v @ Value::Tensor(_))) => v.clone(),
+                _ => return None,
+            },
+            PreArg::Slots(slots) => Value::Tensors(
+                slots
+                    .iter()
+                    .map(|s| match values.get(*s as usize) {
+                        Some(Some(Value::Tensor(t))) => Some(t.clone()),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+        });
+    }
+    Some(out)
 }
 
 /// One step: the node it runs, what it does, and the slots freed after it.
@@ -159,7 +283,8 @@ impl Plan {
                     } else {
                         let kwargs: Vec<(String, Argument)> =
                             n.kwargs().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                        Step::Op { def, kind, args, kwargs }
+                        let pre = prebind(def, &args, &kwargs, &slot_of);
+                        Step::Op { def, kind, args, kwargs, pre }
                     }
                 }
                 Opcode::CallModule => {
@@ -245,7 +370,7 @@ impl Plan {
                     let path = g.node(st.node).map(|n| n.target().name().to_string()).unwrap_or_default();
                     let _ = write!(code, "    let {name} = self.{path};");
                 }
-                Step::Op { def, kind, args, kwargs } => {
+                Step::Op { def, kind, args, kwargs, .. } => {
                     let mut all = shown(args);
                     all.extend(kwargs.iter().map(|(k, v)| format!("{k}={}", fmt_arg(g, v))));
                     if *kind == CallKind::Method && !all.is_empty() {
@@ -289,8 +414,12 @@ impl Plan {
                 match step {
                     Step::Input(k) => inputs[*k].clone(),
                     Step::Attr(t) => Value::Tensor(t.clone()),
-                    Step::Op { def, kind, args, kwargs } => {
-                        eval_op(def, *kind, args, kwargs, &env).map_err(|e| node_err(gm, *node, e))?
+                    Step::Op { def, kind, args, kwargs, pre } => {
+                        match pre.as_deref().and_then(|p| prebound(p, &values)) {
+                            Some(vals) => dispatch(def, *kind, &vals).map(op_value),
+                            None => eval_op(def, *kind, args, kwargs, &env),
+                        }
+                        .map_err(|e| node_err(gm, *node, e))?
                     }
                     Step::Module { path, args, single } => {
                         let m = gm
@@ -349,8 +478,16 @@ pub(crate) fn eval_op(
     slots: &dyn Slots,
 ) -> Result<Value> {
     let bound = bind_args(def, args, kwargs, slots)?;
-    let mut out = dispatch(def, kind, &bound)?;
-    Ok(if out.len() == 1 { Value::Tensor(out.remove(0)) } else { Value::Tensors(out.into_iter().collect()) })
+    dispatch(def, kind, &bound).map(op_value)
+}
+
+/// An op's outputs as one value: one output is a tensor, several a tensor list.
+fn op_value(mut out: ferrofx_core::op::Outputs) -> Value {
+    if out.len() == 1 {
+        Value::Tensor(out.remove(0))
+    } else {
+        Value::Tensors(out.into_iter().collect())
+    }
 }
 
 /// The arguments of a registry-op step as runtime values, converted with the op's schema and

@@ -2,7 +2,9 @@
 //! lines), trace it into a GraphModule, print the graph, optimise it (fold BatchNorm into the
 //! convolutions, drop eval-mode dropout, CSE and simplification), check the optimised module
 //! predicts exactly as the trained one, save it as a traced-module file, load it back (no model
-//! code involved) and evaluate it, then print a short report; then quantize it to int8
+//! code involved) and evaluate it, then print a short report; then train one epoch through the
+//! partitioned joint forward+backward graph with and without a memory budget of 0.5 (what the
+//! budget saves: [`memory_budget_report`]); then quantize it to int8
 //! (`commands::quantize::report`: accuracy, file size, time).
 
 use super::CliResult;
@@ -16,6 +18,53 @@ use std::time::Instant;
 
 fn agree(a: &[i64], b: &[i64]) -> f64 {
     a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / a.len().max(1) as f64
+}
+
+/// Trains one epoch of the digits CNN through the joint forward+backward graph twice, with the
+/// default partition (everything the backward reads is saved) and with the min-cut partition
+/// under `budget`, and prints what the budget saves: bytes saved for backward, peak activation
+/// memory of a step, the recomputed FLOPs and the time of each epoch (`ferrofx train
+/// --memory-budget` does the same for a whole run).
+pub fn memory_budget_report(cfg: &TrainConfig, budget: f64) -> CliResult<()> {
+    use ferrofx_compile::training::digits::{train_digits_graph, Partitioner};
+    use ferrofx_compile::training::MemoryBudget;
+    use ferrofx_core::memory::{format_bytes, tracking::Category};
+    let one = TrainConfig { epochs: 1, progress: false, ..cfg.clone() };
+    let free = train_digits_graph(&one, Partitioner::Default)?;
+    let run = train_digits_graph(&one, Partitioner::Budget(MemoryBudget::Fraction(budget)))?;
+    let (peak, peak_free) =
+        (run.report.memory.peak(Category::Activation), free.report.memory.peak(Category::Activation));
+    let (saved, saved_free) = (run.partition.saved_bytes, free.partition.saved_bytes);
+    let less = |a: u64, b: u64| 100.0 * (1.0 - a as f64 / b.max(1) as f64);
+    let (t, t_free) = (run.report.elapsed.as_secs_f64(), free.report.elapsed.as_secs_f64());
+    println!("memory budget {budget} (one epoch through the partitioned joint graph, batch {})", cfg.batch_size);
+    println!(
+        "  saved for backward            {} with the budget, {} without ({:.0}% less)",
+        format_bytes(saved as u128),
+        format_bytes(saved_free as u128),
+        less(saved, saved_free)
+    );
+    println!(
+        "  peak activation memory        {} with the budget, {} without ({:.0}% less)",
+        format_bytes(peak as u128),
+        format_bytes(peak_free as u128),
+        less(peak as u64, peak_free as u64)
+    );
+    println!(
+        "  recomputed in backward        {} forward values, {} FLOPs per step ({:.1}% of the step's {} FLOPs)",
+        run.recomputed.len(),
+        run.partition.recomputed_flops,
+        100.0 * run.partition.recomputed_flops as f64
+            / (free.partition.forward_flops + free.partition.backward_flops).max(1) as f64,
+        free.partition.forward_flops + free.partition.backward_flops
+    );
+    println!(
+        "  epoch time                    {t:.2} s with the budget, {t_free:.2} s without ({:+.0}%); test accuracy {:.2}% / {:.2}%",
+        100.0 * (t / t_free.max(1e-9) - 1.0),
+        100.0 * run.report.test_accuracy,
+        100.0 * free.report.test_accuracy
+    );
+    Ok(())
 }
 
 /// Runs the main job, writing its files into `out_dir`.
@@ -96,6 +145,8 @@ pub fn run(out_dir: &Path, seed: u64, quiet: bool) -> CliResult<()> {
         file.display()
     );
     println!("  total time                    {:.1} s", start.elapsed().as_secs_f64());
+    println!();
+    memory_budget_report(&cfg, 0.5)?;
     println!();
     super::quantize::report(&gm, &file, &train.images, &test, out_dir)?;
     if loaded_pred != opt_pred {
