@@ -102,6 +102,11 @@ fn split_phases(sw: usize, pl: usize, src: &[f32], dst: &mut [f32], wq: usize) {
     }
 }
 
+/// Whether a plane is computed as one flat stencil (3x3, stride 1, no dilation; see `plane`).
+fn wide(g: &Geom) -> bool {
+    g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1
+}
+
 simd_dispatch! {
     /// One output plane from its padded input plane: `out[oh][ow] = b + Σ w[ki][kj] * x[..]`.
     fn plane(g: &Geom, wq: usize, pad: &[f32], w: &[f32], b: f32, acc: &mut [f32], out: &mut [MaybeUninit<f32>]) {
@@ -112,6 +117,35 @@ simd_dispatch! {
             let start = (oh * g.sh + ki * g.dh) * row_len + (c % g.sw) * wq + c / g.sw;
             &pad[start..start + g.ow]
         };
+        if wide(g) {
+            // stride 1: the plane as one flat stencil over the padded rows ("wide" outputs
+            // include the padding columns between rows, dropped below), so small planes
+            // (7x7, 14x14) still run full-width vectors; same sum order as the per-row loop
+            let n = (g.oh - 1) * wq + g.ow;
+            let (t0, t1, t2) = (&pad[..n], &pad[1..n + 1], &pad[2..n + 2]);
+            let (t3, t4, t5) = (&pad[wq..wq + n], &pad[wq + 1..wq + n + 1], &pad[wq + 2..wq + n + 2]);
+            let (t6, t7, t8) = (&pad[2 * wq..2 * wq + n], &pad[2 * wq + 1..2 * wq + n + 1], &pad[2 * wq + 2..2 * wq + n + 2]);
+            let w: &[f32; 9] = w[..9].try_into().expect("3x3 kernel");
+            let acc = &mut acc[..n];
+            for j in 0..n {
+                let mut a = b + w[0] * t0[j];
+                a += w[1] * t1[j];
+                a += w[2] * t2[j];
+                a += w[3] * t3[j];
+                a += w[4] * t4[j];
+                a += w[5] * t5[j];
+                a += w[6] * t6[j];
+                a += w[7] * t7[j];
+                a += w[8] * t8[j];
+                acc[j] = a;
+            }
+            for (oh, orow) in out.chunks_mut(g.ow).enumerate() {
+                for (o, &a) in orow.iter_mut().zip(&acc[oh * wq..]) {
+                    o.write(a);
+                }
+            }
+            return;
+        }
         for (oh, orow) in out.chunks_mut(g.ow).enumerate() {
             if g.kh == 3 && g.kw == 3 {
                 let (t0, t1, t2) = (tap(oh, 0, 0), tap(oh, 0, 1), tap(oh, 0, 2));
@@ -167,7 +201,7 @@ pub(super) fn conv(
     let run = |(u, o): (usize, &mut [MaybeUninit<f32>]), (pad, acc): &mut (Vec<f32>, Vec<f32>)| {
         let ch = u % g.c;
         pad.resize(p.len(g), 0.0);
-        acc.resize(g.ow, 0.0);
+        acc.resize(if wide(g) { g.oh * p.wq } else { g.ow }, 0.0);
         fill_padded(g, &p, &x[u * plane_in..(u + 1) * plane_in], pad);
         plane(g, p.wq, pad, &w[ch * taps..(ch + 1) * taps], bias.map_or(0.0, |b| b[ch]), acc, o);
         if let Some(ep) = ep {
