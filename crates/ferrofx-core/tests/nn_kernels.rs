@@ -1134,7 +1134,8 @@ fn packed_weight_conv_matches_naive_reference_on_random_shapes() {
     ];
     // random small geometries
     let r = rnd(8 * 40, 4242);
-    let pick = |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f64) as usize % (hi - lo + 1);
+    let pick =
+        |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f64) as usize % (hi - lo + 1);
     for i in 0..40 {
         let k = [1, 1, 3, 5][pick(8 * i, 0, 3)];
         let (st, pd, dl) = (pick(8 * i + 1, 1, 3), pick(8 * i + 2, 0, 2), pick(8 * i + 3, 1, 2));

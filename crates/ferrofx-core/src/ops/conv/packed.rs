@@ -8,12 +8,12 @@
 //! with zero rows), and the packing is cached on the weights' storage
 //! ([`crate::storage::Storage::derived`], as the Winograd weights are): a compiled or eager
 //! inference run packs each weight on its first call only, and any write to the weights
-//! invalidates the packing. `B` is read in place (row stride = the plane), so nothing is copied
-//! per call for 1x1 convolutions.
+//! invalidates the packing. `B` is copied per block of 64 pixels into a contiguous `[k][64]`
+//! panel that every output-channel panel then reads from L1/L2 (in place, its rows are a whole
+//! plane apart: a new page per row, and for planes of a multiple of 4 KiB the same L1 sets).
 //!
 //! The micro-kernel (AVX-512) holds an `MR x 64` tile of outputs (6 rows of 4 vectors: 24
-//! accumulators) in registers: per `k`, four loads of `B` (the last one masked for the plane's
-//! tail) and six broadcasts of `W` feed 24 FMAs. The accumulators start at the bias; after the
+//! accumulators) in registers: per `k`, four loads of the `B` panel and six broadcasts of `W` feed 24 FMAs. The accumulators start at the bias; after the
 //! last `k` the residual is added and ReLU / clamp (ReLU6) applied in registers, and the tile is
 //! stored once (masked at the plane's tail). SiLU and hardswish are applied to the stored tile
 //! while it is in L1. Threads split the pixel blocks (large planes) or the output-channel panels
@@ -156,14 +156,22 @@ fn gemm(
     let blocks = p.div_ceil(NR);
     let threads = rayon::current_num_threads();
     let dst = SendPtr(out.as_mut_ptr().cast::<f32>());
-    // a rectangle of tiles: panels pa..pb, pixel blocks ba..bb
+    // a rectangle of tiles: panels pa..pb, pixel blocks ba..bb. Each pixel block of B is
+    // first copied into a contiguous `[k][NR]` panel (zero past the plane's end): B's rows are
+    // a plane apart, which in place would cost a page and often the same L1 sets per row
     let run = |pa: usize, pb: usize, ba: usize, bb: usize| {
         let dst = dst;
+        let mut panel = vec![0f32; k * NR];
         for bi in ba..bb {
+            let (p0, cols) = (bi * NR, NR.min(p - bi * NR));
+            for (kk, row) in panel.chunks_exact_mut(NR).enumerate() {
+                row[..cols].copy_from_slice(&b[kk * p + p0..kk * p + p0 + cols]);
+                row[cols..].fill(0.0);
+            }
             for pi in pa..pb {
                 // SAFETY: the asserts above bound every operand; rectangles handed to different
                 // tasks are disjoint, so each output element is written by one task only.
-                unsafe { tile(pw, b, p, bias, dst.ptr(), ep, base, pi, bi) };
+                unsafe { tile(pw, &panel, p, bias, dst.ptr(), ep, base, pi, bi) };
             }
         }
     };
@@ -183,11 +191,11 @@ fn gemm(
     }
 }
 
-/// One `MR x NR` tile: panel `pi`, pixel block `bi`.
+/// One `MR x NR` tile: panel `pi`, pixel block `bi` (whose B panel `[k][NR]` is `b`).
 ///
 /// # Safety
 /// `out` must point to `[o][p]` floats, this tile's elements written by no one else meanwhile;
-/// `b` must hold `[k][p]`, `bias` `o` values and the residual `base + o * p` (checked by
+/// `b` must hold `k * NR` floats, `bias` `o` values and the residual `base + o * p` (checked by
 /// [`gemm`]).
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
@@ -216,8 +224,8 @@ unsafe fn tile(
     let t = Tile {
         w: pw.w.as_ptr().add(pi * k * MR),
         k,
-        b: b.as_ptr().add(p0),
-        ldb: p,
+        b: b.as_ptr(),
+        ldb: NR,
         out: out.add(o0 * p + p0),
         ldc: p,
         rows,
@@ -286,18 +294,14 @@ mod avx512 {
         let last: __mmask16 = if tail >= 16 { 0xffff } else { ((1u32 << tail) - 1) as __mmask16 };
         let mask = |v: usize| if v + 1 == NV { last } else { 0xffff };
         let (mut w, mut b) = (t.w, t.b);
-        // rows of B are a plane apart (often a page or more): prefetch the row PF steps
-        // ahead, which the hardware prefetchers do not predict (prefetches never fault, and
-        // the address is only formed, never dereferenced, past the end)
-        const PF: usize = 8;
-        let pf_step = PF * t.ldb;
         for _ in 0..t.k {
-            for v in 0..NV {
-                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf_step + 16 * v) as *const i8);
-            }
             let mut bv = [_mm512_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
-                *x = if v + 1 == NV { _mm512_maskz_loadu_ps(last, b.add(16 * v)) } else { _mm512_loadu_ps(b.add(16 * v)) };
+                *x = if v + 1 == NV {
+                    _mm512_maskz_loadu_ps(last, b.add(16 * v))
+                } else {
+                    _mm512_loadu_ps(b.add(16 * v))
+                };
             }
             for (r, row) in acc.iter_mut().enumerate() {
                 let a = _mm512_set1_ps(*w.add(r));
