@@ -37,7 +37,6 @@ use std::mem::MaybeUninit;
 
 mod depthwise;
 mod epilogue;
-mod packed;
 mod winograd;
 use epilogue::Epilogue;
 pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
@@ -1369,23 +1368,6 @@ fn run_conv(
             ep.apply_all(&mut out);
         }
         return Tensor::from_vec(out, shape);
-    }
-    if !transposed && dt == DType::F32 {
-        let algo = choose(g);
-        if let Some(pw) = packed::applies(g, algo).then(|| packed::cached(w, g)).flatten() {
-            let xc = kernel::contiguous(x)?;
-            let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
-            let len = g.n * g.o * g.oh * g.ow;
-            // not zero-filled: packed::conv writes every element
-            let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
-            xc.with_contiguous::<f32, _>(op, |xs| {
-                packed::conv(op, g, algo, xs, &pw, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
-            })??;
-            // SAFETY: alloc_uninit reserved exactly `len` elements and packed::conv initialised
-            // every one of them.
-            unsafe { buf.set_len(len) };
-            return Tensor::from_vec(buf, shape);
-        }
     }
     if let Some(ep) = ep {
         let xc = kernel::contiguous(x)?;
