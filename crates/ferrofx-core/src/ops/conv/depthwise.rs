@@ -69,10 +69,10 @@ fn fill_padded(g: &Geom, p: &Padded, x: &[f32], pad: &mut [f32]) {
     }
 }
 
-/// Column phase `q` of one zero-padded row (`pl` zeros before `src`): `dst[j] = src[j * sw + q
-/// - pl]`, zero where that column is padding. The valid range of `j` is computed once, so the
-/// copy has no per-element test; stride 2 (every stride-2 layer of MobileNet and EfficientNet)
-/// takes the first of each pair.
+/// Column phase `q` of one zero-padded row (`pl` zeros before `src`):
+/// `dst[j] = src[j * sw + q - pl]`, zero where that column is padding. The valid range of `j`
+/// is computed once, so the copy has no per-element test; stride 2 (every stride-2 layer of
+/// MobileNet and EfficientNet) takes the first of each pair.
 fn phase_row(sw: usize, pl: usize, src: &[f32], q: usize, dst: &mut [f32]) {
     let (w, wq) = (src.len(), dst.len());
     // valid j: 0 <= j*sw + q - pl < w
