@@ -1074,6 +1074,135 @@ fn conv2d_fused_equals_conv_add_activation_on_every_kernel_path() {
     }
 }
 
+/// `act(naive_conv2d + bias + residual)` in f64 (the activations' formulas).
+#[allow(clippy::too_many_arguments)]
+fn naive_conv_epilogue(
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    ins: (usize, usize, usize, usize),
+    ws: (usize, usize, usize),
+    s: (usize, usize),
+    p: (usize, usize),
+    d: (usize, usize),
+    res: Option<&[f32]>,
+    act: &str,
+) -> (Vec<f64>, usize, usize) {
+    let f = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+    let (mut y, oh, ow) = naive_conv2d(&f(x), &f(w), ins, ws, s, p, d, 1);
+    for (j, v) in y.iter_mut().enumerate() {
+        *v += b[(j / (oh * ow)) % ws.0] as f64;
+        if let Some(r) = res {
+            *v += r[j] as f64;
+        }
+        let clamp = |v: f64, lo: f64, hi: f64| v.max(lo).min(hi);
+        *v = match act {
+            "none" => *v,
+            "relu" => v.max(0.0),
+            "relu6" => clamp(*v, 0.0, 6.0),
+            "clamp(-0.5, 0.25)" => clamp(*v, -0.5, 0.25),
+            "silu" => *v / (1.0 + (-*v).exp()),
+            "hardswish" => *v * clamp(*v + 3.0, 0.0, 6.0) / 6.0,
+            other => panic!("no reference for {other}"),
+        };
+    }
+    (y, oh, ow)
+}
+
+#[test]
+fn conv_gemm_paths_match_naive_reference_on_random_shapes() {
+    // conv2d_fused and conv2d against an f64 reference on the GEMM paths (1x1 in place,
+    // im2col, shifted) at small and large planes: output-channel and pixel tails, strides,
+    // padding, dilation, batch > 1, every activation with and without a residual; the training
+    // path (weights requiring grad) must agree. These geometries are also the acceptance test
+    // of any pre-packed kernel (see docs/compile.md: one was built, measured slower and
+    // withdrawn).
+    let acts = ["none", "relu", "relu6", "clamp(-0.5, 0.25)", "silu", "hardswish"];
+    // (n, c, h, w), (o, kh, kw), stride, padding, dilation
+    type Case = ((usize, usize, usize, usize), (usize, usize, usize), (usize, usize), (usize, usize), (usize, usize));
+    let mut cases: Vec<Case> = vec![
+        ((1, 64, 7, 7), (130, 1, 1), (1, 1), (0, 0), (1, 1)),
+        ((1, 40, 14, 14), (96, 1, 1), (1, 1), (0, 0), (1, 1)),
+        ((2, 24, 30, 30), (37, 1, 1), (1, 1), (0, 0), (1, 1)),
+        ((1, 8, 40, 41), (14, 1, 1), (1, 1), (0, 0), (1, 1)),
+        ((2, 3, 64, 63), (10, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((1, 6, 48, 48), (9, 3, 3), (1, 1), (2, 2), (2, 2)),
+        ((1, 32, 14, 13), (64, 1, 1), (2, 2), (0, 0), (1, 1)),
+        ((1, 3, 33, 35), (16, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((2, 3, 31, 29), (13, 7, 7), (2, 2), (3, 3), (1, 1)),
+        ((1, 20, 7, 7), (70, 3, 3), (1, 1), (1, 1), (1, 1)),
+        ((1, 12, 11, 9), (8, 3, 2), (1, 2), (2, 1), (2, 1)),
+        ((3, 5, 6, 6), (1, 1, 1), (1, 1), (0, 0), (1, 1)),
+        ((1, 1, 5, 4), (7, 1, 1), (1, 1), (0, 0), (1, 1)),
+    ];
+    // random small geometries
+    let r = rnd(8 * 40, 4242);
+    let pick =
+        |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f64) as usize % (hi - lo + 1);
+    for i in 0..40 {
+        let k = [1, 1, 3, 5][pick(8 * i, 0, 3)];
+        let (st, pd, dl) = (pick(8 * i + 1, 1, 3), pick(8 * i + 2, 0, 2), pick(8 * i + 3, 1, 2));
+        let hw = (k - 1) * dl + 1 + pick(8 * i + 4, 0, 20);
+        let (c, o, n) = (pick(8 * i + 5, 1, 33), pick(8 * i + 6, 1, 40), pick(8 * i + 7, 1, 2));
+        let pd = if k == 1 && st == 1 && i % 2 == 0 { 0 } else { pd };
+        cases.push(((n, c, hw, hw + 1), (o, k, k), (st, st), (pd, pd), (dl, dl)));
+    }
+    for (i, &(ins, ws, s, p, d)) in cases.iter().enumerate() {
+        let act = acts[i % acts.len()];
+        let (n, c) = (ins.0, ins.1);
+        let seed = 500 + 10 * i as u64;
+        let xf: Vec<f32> = rnd(n * c * ins.2 * ins.3, seed).iter().map(|&v| v as f32).collect();
+        let wf: Vec<f32> = rnd(ws.0 * c * ws.1 * ws.2, seed + 1).iter().map(|&v| v as f32).collect();
+        let bf: Vec<f32> = rnd(ws.0, seed + 2).iter().map(|&v| v as f32).collect();
+        let x = t(xf.clone(), &[n, c, ins.2, ins.3]);
+        let w = t(wf.clone(), &[ws.0, c, ws.1, ws.2]);
+        let b = t(bf.clone(), &[ws.0]);
+        let (si, pi, di) = ([s.0 as i64, s.1 as i64], [p.0 as i64, p.1 as i64], [d.0 as i64, d.1 as i64]);
+        let y0 = conv::conv2d(&x, &w, Some(&b), &si, &pi[..], &di, 1).unwrap();
+        let rf: Vec<f32> = rnd(y0.numel(), seed + 3).iter().map(|&v| 2.0 * v as f32).collect();
+        let rt = t(rf.clone(), y0.shape());
+        for res in [None, Some(&rf)] {
+            let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, d, res.map(|v| &v[..]), act);
+            let rt = res.map(|_| &rt);
+            let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &di, 1, rt, act).unwrap();
+            assert_eq!(got.shape(), &[n, ws.0, oh, ow], "case {i}");
+            let tag = format!("case {i} {ins:?} {ws:?} s{s:?} p{p:?} d{d:?} {act} residual={}", res.is_some());
+            let g: Vec<f64> = got.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+            for (j, (a, e)) in g.iter().zip(&want).enumerate() {
+                assert!((a - e).abs() <= 2e-5 * (1.0 + e.abs()), "{tag}: element {j}: {a} vs {e}");
+            }
+            // twice: a second call (which may read cached weight transforms) gives the same
+            let again = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &di, 1, rt, act).unwrap();
+            assert_eq!(again.to_vec::<f32>().unwrap(), got.to_vec::<f32>().unwrap(), "{tag}");
+        }
+        // plain conv2d, and the training path (weights requiring grad are never cached)
+        let wg = w.detach().requires_grad_(true).unwrap();
+        let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, d, None, "none");
+        for y in [y0, conv::conv2d(&x, &wg, Some(&b), &si, &pi[..], &di, 1).unwrap()] {
+            let g: Vec<f64> = y.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+            close(&g, &want, 2e-5);
+        }
+    }
+}
+
+#[test]
+fn conv_weights_written_in_place_take_effect_on_the_next_call() {
+    let x = t(rnd(2 * 16 * 9 * 9, 1).iter().map(|&v| v as f32).collect(), &[2, 16, 9, 9]);
+    let w = t(rnd(20 * 16, 2).iter().map(|&v| v as f32).collect(), &[20, 16, 1, 1]);
+    let y1 = conv::conv2d(&x, &w, None, &[1, 1], &[0, 0][..], &[1, 1], 1).unwrap().to_vec::<f32>().unwrap();
+    w.mul_(2.0).unwrap();
+    let y2 = conv::conv2d(&x, &w, None, &[1, 1], &[0, 0][..], &[1, 1], 1).unwrap().to_vec::<f32>().unwrap();
+    for (a, b) in y1.iter().zip(&y2) {
+        assert_eq!(2.0 * a, *b);
+    }
+    // a view of part of a weight storage convolves with that part
+    let big = t(rnd(40 * 16, 3).iter().map(|&v| v as f32).collect(), &[40, 16, 1, 1]);
+    let half = big.narrow(0, 20, 20).unwrap();
+    let y3 = conv::conv2d(&x, &half, None, &[1, 1], &[0, 0][..], &[1, 1], 1).unwrap();
+    let y4 = conv::conv2d(&x, &half.contiguous().unwrap(), None, &[1, 1], &[0, 0][..], &[1, 1], 1).unwrap();
+    assert_eq!(y3.to_vec::<f32>().unwrap(), y4.to_vec::<f32>().unwrap());
+}
+
 #[test]
 fn conv2d_fused_errors_name_the_op_the_shapes_and_the_fix() {
     let x = t(vec![0.5; 2 * 4 * 5 * 5], &[2, 4, 5, 5]);

@@ -4,12 +4,14 @@
 //! channel) plane is computed straight from a zero-padded copy of its input plane that stays
 //! in L1/L2:
 //!
-//! - the padded plane is stored by **column phase** (`[rows][stride_w][cols / stride_w]`), so
-//!   for any horizontal stride the input values one kernel tap reads for a row of outputs are
-//!   contiguous;
-//! - per output row, the kernel's taps are accumulated into the row with loops over the width
-//!   compiled for AVX-512/AVX2 by `simd_dispatch!` (the 3x3 case, MobileNet's and
-//!   EfficientNet's, in one pass over the row with the nine taps in registers);
+//! - the padded plane is stored by **row and column phase** (`[stride_h][stride_w][rows /
+//!   stride_h][cols / stride_w]`), so for any stride the input values one kernel tap reads for
+//!   the whole output plane are one contiguous run of a phase plane;
+//! - the plane is computed as one **flat stencil**: per tap, one loop over the "wide" output
+//!   (`oh` rows of the phase plane's width, whose extra columns are dropped when the plane is
+//!   stored), compiled for AVX-512/AVX2 by `simd_dispatch!` (the 3x3 case, MobileNet's and
+//!   EfficientNet's, in one pass with the nine taps in registers). Small planes (7x7, 14x14)
+//!   thus run full-width vectors instead of a 7- or 14-element loop per row;
 //! - planes run in parallel on the rayon pool.
 //!
 //! The sum per output is `bias + Σ_taps w * x` in row-major tap order, as the GEMM lowering
@@ -26,10 +28,11 @@ pub(super) fn applies(g: &Geom) -> bool {
     g.groups > 1 && g.groups == g.c && g.groups == g.o
 }
 
-/// Padded-plane geometry: rows and phase-split columns actually read.
+/// Padded-plane geometry: rows and columns per phase.
 struct Padded {
-    rows: usize,
-    /// Columns per phase (`ceil(cols / sw)`).
+    /// Rows per row phase (`ceil(rows / sh)`).
+    rq: usize,
+    /// Columns per column phase (`ceil(cols / sw)`).
     wq: usize,
 }
 
@@ -37,54 +40,54 @@ impl Padded {
     fn of(g: &Geom) -> Padded {
         let rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
         let cols = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-        Padded { rows, wq: cols.div_ceil(g.sw) }
+        Padded { rq: rows.div_ceil(g.sh), wq: cols.div_ceil(g.sw) }
+    }
+    /// Elements of one phase plane.
+    fn phase(&self) -> usize {
+        self.rq * self.wq
     }
     fn len(&self, g: &Geom) -> usize {
-        self.rows * g.sw * self.wq
+        g.sh * g.sw * self.phase()
     }
 }
 
-/// Copies input plane `x` (`h x w`) into `pad` (zero padding; columns split by phase).
+/// Copies input plane `x` (`h x w`) into `pad` (zero padding; rows and columns split by
+/// phase: padded row `r`, column `c` at `[r % sh][c % sw][r / sh][c / sw]`).
 fn fill_padded(g: &Geom, p: &Padded, x: &[f32], pad: &mut [f32]) {
-    let row_len = g.sw * p.wq;
-    for r in 0..p.rows {
-        let dst = &mut pad[r * row_len..(r + 1) * row_len];
+    let phase = p.phase();
+    for r in 0..p.rq * g.sh {
+        let (ph, rr) = (r % g.sh, r / g.sh);
         let ih = r as isize - g.pt as isize;
-        if ih < 0 || ih as usize >= g.h {
-            dst.fill(0.0);
-            continue;
-        }
-        let src = &x[ih as usize * g.w..(ih as usize + 1) * g.w];
-        if g.sw == 1 {
-            let pl = g.pl.min(dst.len());
-            dst[..pl].fill(0.0);
-            let n = src.len().min(dst.len() - pl);
-            dst[pl..pl + n].copy_from_slice(&src[..n]);
-            dst[pl + n..].fill(0.0);
-        } else {
-            split_phases(g.sw, g.pl, src, dst, p.wq);
+        let src = (ih >= 0 && (ih as usize) < g.h).then(|| &x[ih as usize * g.w..(ih as usize + 1) * g.w]);
+        for q in 0..g.sw {
+            let dst = &mut pad[(ph * g.sw + q) * phase + rr * p.wq..][..p.wq];
+            match src {
+                None => dst.fill(0.0),
+                Some(src) => phase_row(g.sw, g.pl, src, q, dst),
+            }
         }
     }
 }
 
-/// Splits one row `src` into `sw` column phases of the zero-padded row (`pl` zeros before
-/// it): `dst[q * wq + j] = src[j * sw + q - pl]`, zero where that column is padding. The valid
-/// range of `j` is computed once per phase, so the copy has no per-element test; stride 2
-/// (every stride-2 layer of MobileNet and EfficientNet) deinterleaves pairs.
-fn split_phases(sw: usize, pl: usize, src: &[f32], dst: &mut [f32], wq: usize) {
-    let w = src.len();
-    for (q, phase) in dst.chunks_mut(wq).enumerate() {
-        // valid j: 0 <= j*sw + q - pl < w
-        let lo = pl.saturating_sub(q).div_ceil(sw).min(wq);
-        let hi = (w + pl).saturating_sub(q).div_ceil(sw).clamp(lo, wq);
-        phase[..lo].fill(0.0);
-        phase[hi..].fill(0.0);
-        if lo == hi {
-            continue;
-        }
-        let s0 = lo * sw + q - pl;
-        let out = &mut phase[lo..hi];
-        if sw == 2 {
+/// Column phase `q` of one zero-padded row (`pl` zeros before `src`):
+/// `dst[j] = src[j * sw + q - pl]`, zero where that column is padding. The valid range of `j`
+/// is computed once, so the copy has no per-element test; stride 2 (every stride-2 layer of
+/// MobileNet and EfficientNet) takes the first of each pair.
+fn phase_row(sw: usize, pl: usize, src: &[f32], q: usize, dst: &mut [f32]) {
+    let (w, wq) = (src.len(), dst.len());
+    // valid j: 0 <= j*sw + q - pl < w
+    let lo = pl.saturating_sub(q).div_ceil(sw).min(wq);
+    let hi = (w + pl).saturating_sub(q).div_ceil(sw).clamp(lo, wq);
+    dst[..lo].fill(0.0);
+    dst[hi..].fill(0.0);
+    if lo == hi {
+        return;
+    }
+    let s0 = lo * sw + q - pl;
+    let out = &mut dst[lo..hi];
+    match sw {
+        1 => out.copy_from_slice(&src[s0..s0 + out.len()]),
+        2 => {
             // pairs (s0 + 2j, s0 + 2j + 1): the first of each pair is this phase's value
             let pairs = src[s0..].chunks_exact(2);
             let n = pairs.len().min(out.len());
@@ -94,7 +97,8 @@ fn split_phases(sw: usize, pl: usize, src: &[f32], dst: &mut [f32], wq: usize) {
             if n < out.len() {
                 out[n] = src[s0 + 2 * n];
             }
-        } else {
+        }
+        _ => {
             for (d, &v) in out.iter_mut().zip(src[s0..].iter().step_by(sw)) {
                 *d = v;
             }
@@ -103,46 +107,53 @@ fn split_phases(sw: usize, pl: usize, src: &[f32], dst: &mut [f32], wq: usize) {
 }
 
 simd_dispatch! {
-    /// One output plane from its padded input plane: `out[oh][ow] = b + Σ w[ki][kj] * x[..]`.
-    fn plane(g: &Geom, wq: usize, pad: &[f32], w: &[f32], b: f32, acc: &mut [f32], out: &mut [MaybeUninit<f32>]) {
-        let row_len = g.sw * wq;
-        // the slice of the padded plane tap (ki, kj) reads for output row oh
-        let tap = |oh: usize, ki: usize, kj: usize| -> &[f32] {
-            let c = kj * g.dw;
-            let start = (oh * g.sh + ki * g.dh) * row_len + (c % g.sw) * wq + c / g.sw;
-            &pad[start..start + g.ow]
+    /// One output plane from its padded input plane: `out[oh][ow] = b + Σ w[ki][kj] * x[..]`,
+    /// computed as a flat stencil into `acc` (`oh` rows of `wq`) and stored without the extra
+    /// columns.
+    fn plane(g: &Geom, p: &Padded, pad: &[f32], w: &[f32], b: f32, acc: &mut [f32], out: &mut [MaybeUninit<f32>]) {
+        let (wq, phase) = (p.wq, p.phase());
+        // the wide outputs: rows of wq, the last one cut at ow
+        let n = (g.oh - 1) * wq + g.ow;
+        // the run of the padded plane tap (ki, kj) reads for the n wide outputs: rows
+        // oh*sh + ki*dh and columns ow*sw + kj*dw are phase (r % sh, c % sw), index
+        // (oh + r / sh, ow + c / sw) there
+        let tap = |ki: usize, kj: usize| -> &[f32] {
+            let (r, c) = (ki * g.dh, kj * g.dw);
+            let start = ((r % g.sh) * g.sw + c % g.sw) * phase + (r / g.sh) * wq + c / g.sw;
+            &pad[start..start + n]
         };
-        for (oh, orow) in out.chunks_mut(g.ow).enumerate() {
-            if g.kh == 3 && g.kw == 3 {
-                let (t0, t1, t2) = (tap(oh, 0, 0), tap(oh, 0, 1), tap(oh, 0, 2));
-                let (t3, t4, t5) = (tap(oh, 1, 0), tap(oh, 1, 1), tap(oh, 1, 2));
-                let (t6, t7, t8) = (tap(oh, 2, 0), tap(oh, 2, 1), tap(oh, 2, 2));
-                let w: &[f32; 9] = w[..9].try_into().expect("3x3 kernel");
-                for j in 0..orow.len() {
-                    let mut a = b + w[0] * t0[j];
-                    a += w[1] * t1[j];
-                    a += w[2] * t2[j];
-                    a += w[3] * t3[j];
-                    a += w[4] * t4[j];
-                    a += w[5] * t5[j];
-                    a += w[6] * t6[j];
-                    a += w[7] * t7[j];
-                    a += w[8] * t8[j];
-                    orow[j].write(a);
-                }
-            } else {
-                acc.fill(b);
-                for ki in 0..g.kh {
-                    for kj in 0..g.kw {
-                        let wv = w[ki * g.kw + kj];
-                        for (a, &v) in acc.iter_mut().zip(tap(oh, ki, kj)) {
-                            *a += wv * v;
-                        }
+        let acc = &mut acc[..n];
+        if g.kh == 3 && g.kw == 3 {
+            let (t0, t1, t2) = (tap(0, 0), tap(0, 1), tap(0, 2));
+            let (t3, t4, t5) = (tap(1, 0), tap(1, 1), tap(1, 2));
+            let (t6, t7, t8) = (tap(2, 0), tap(2, 1), tap(2, 2));
+            let w: &[f32; 9] = w[..9].try_into().expect("3x3 kernel");
+            for j in 0..n {
+                let mut a = b + w[0] * t0[j];
+                a += w[1] * t1[j];
+                a += w[2] * t2[j];
+                a += w[3] * t3[j];
+                a += w[4] * t4[j];
+                a += w[5] * t5[j];
+                a += w[6] * t6[j];
+                a += w[7] * t7[j];
+                a += w[8] * t8[j];
+                acc[j] = a;
+            }
+        } else {
+            acc.fill(b);
+            for ki in 0..g.kh {
+                for kj in 0..g.kw {
+                    let wv = w[ki * g.kw + kj];
+                    for (a, &v) in acc.iter_mut().zip(tap(ki, kj)) {
+                        *a += wv * v;
                     }
                 }
-                for (o, &a) in orow.iter_mut().zip(acc.iter()) {
-                    o.write(a);
-                }
+            }
+        }
+        for (oh, orow) in out.chunks_mut(g.ow).enumerate() {
+            for (o, &a) in orow.iter_mut().zip(&acc[oh * wq..]) {
+                o.write(a);
             }
         }
     }
@@ -158,18 +169,18 @@ pub(super) fn conv(
     out: &mut [MaybeUninit<f32>],
     ep: Option<&Epilogue<'_>>,
 ) {
-    let p = Padded::of(g);
-    let (plane_in, plane_out, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
     if out.is_empty() {
         return;
     }
-    // scratch per worker: the padded plane and one accumulator row
+    let p = Padded::of(g);
+    let (plane_in, plane_out, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
+    // scratch per worker: the padded plane and the wide output
     let run = |(u, o): (usize, &mut [MaybeUninit<f32>]), (pad, acc): &mut (Vec<f32>, Vec<f32>)| {
         let ch = u % g.c;
         pad.resize(p.len(g), 0.0);
-        acc.resize(g.ow, 0.0);
+        acc.resize(g.oh * p.wq, 0.0);
         fill_padded(g, &p, &x[u * plane_in..(u + 1) * plane_in], pad);
-        plane(g, p.wq, pad, &w[ch * taps..(ch + 1) * taps], bias.map_or(0.0, |b| b[ch]), acc, o);
+        plane(g, &p, pad, &w[ch * taps..(ch + 1) * taps], bias.map_or(0.0, |b| b[ch]), acc, o);
         if let Some(ep) = ep {
             // SAFETY: `plane` wrote every element of `o`.
             let done = unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr().cast::<f32>(), o.len()) };
