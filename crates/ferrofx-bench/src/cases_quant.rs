@@ -20,9 +20,9 @@
 
 use crate::cases::{tensor, Case, Runner};
 use ferrofx_compile::{compile, CompileOptions};
+use ferrofx_core::DType;
 use ferrofx_core::{Result, Tensor, Value};
 use ferrofx_fx::{trace_with_inputs, GraphModule};
-use ferrofx_core::DType;
 use ferrofx_nn::zoo::{ResNet, TransformerClassifier};
 use ferrofx_nn::{save_state_dict, Module};
 use ferrofx_quant::{convert, prepare, quantize_dynamic, QConfigMapping};
@@ -157,7 +157,8 @@ fn transformer_dynamic() -> Result<Runner> {
         let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         let dot: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
         let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-        *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) = Some((diff, (dot / (norm(&a) * norm(&b))) as f32));
+        *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((diff, (dot / (norm(&a) * norm(&b))) as f32));
     }
     // the compiled plan runs registry ops generically; if it refuses the graph, time the
     // GraphModule and say so in the summary
@@ -192,7 +193,11 @@ pub fn all() -> Vec<Case> {
         c("quant_r50_b1_float", "ResNet-50 float, compiled, batch 1", r50_b1_float),
         c("quant_r50_b8", "ResNet-50 int8 (static PTQ), batch 8; reference: PyTorch quantize_fx x86", r50_b8),
         c("quant_r50_b8_float", "ResNet-50 float, compiled, batch 8", r50_b8_float),
-        c("quant_transformer_float", "transformer encoder (384d, 6 layers, 128 tokens) float, compiled", transformer_float),
+        c(
+            "quant_transformer_float",
+            "transformer encoder (384d, 6 layers, 128 tokens) float, compiled",
+            transformer_float,
+        ),
         c(
             "quant_transformer_dynamic",
             "transformer encoder, dynamic int8 Linear (quantize_dynamic), compiled; reference: torch quantize_dynamic",
@@ -222,10 +227,11 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>) -> Strin
         }
     }
     // PyTorch's quantize_fx agreement on the same weights and images (bench_quant.py)
-    let torch: BTreeMap<String, (usize, usize)> = std::fs::read_to_string(format!("{WEIGHTS_DIR}/torch_agreement.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let torch: BTreeMap<String, (usize, usize)> =
+        std::fs::read_to_string(format!("{WEIGHTS_DIR}/torch_agreement.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
     let agreement = AGREEMENT.lock().unwrap_or_else(|e| e.into_inner());
     for (model, (same, n)) in agreement.iter() {
         md.push_str(&format!(

@@ -73,7 +73,12 @@ pub fn quantize_dynamic(gm: &GraphModule, types: &[&str], dtype: DType) -> Resul
 /// `ChooseQuantizationParams`, `reduce_range` halving the range as PyTorch's x86 default does.
 /// `dtype` is the weights' (`int8`, PyTorch's `qint8`; `float16` is not supported). `gm` is not
 /// changed. Errors name the type or the layer.
-pub fn quantize_dynamic_with(gm: &GraphModule, types: &[&str], dtype: DType, reduce_range: bool) -> Result<GraphModule> {
+pub fn quantize_dynamic_with(
+    gm: &GraphModule,
+    types: &[&str],
+    dtype: DType,
+    reduce_range: bool,
+) -> Result<GraphModule> {
     if dtype != DType::I8 {
         return Err(err(format!(
             "dtype {dtype} is not supported: dynamic quantization stores int8 weights (PyTorch's torch.qint8); pass DType::I8"
@@ -86,12 +91,8 @@ pub fn quantize_dynamic_with(gm: &GraphModule, types: &[&str], dtype: DType, red
     }
     let types: Vec<String> = types.iter().map(|s| s.to_string()).collect();
     // re-trace through the leaves that hold layers to quantize
-    let names: Vec<String> = gm
-        .graph()
-        .iter()
-        .filter(|n| n.op() == Opcode::Placeholder)
-        .map(|n| n.target().name().to_string())
-        .collect();
+    let names: Vec<String> =
+        gm.graph().iter().filter(|n| n.op() == Opcode::Placeholder).map(|n| n.target().name().to_string()).collect();
     let needs_retrace = gm.leaf_modules().values().any(|m| opens(m.as_ref(), &types));
     let mut q = if needs_retrace {
         let t2 = types.clone();
@@ -145,7 +146,10 @@ pub fn quantize_dynamic_with(gm: &GraphModule, types: &[&str], dtype: DType, red
         let g = q.graph_mut();
         let node = g.node(id).map_err(err)?;
         if node.args().len() != 1 || !node.kwargs().is_empty() {
-            return Err(err(format!("node `{name}`: a Linear call takes one input, got {} arguments", node.args().len())));
+            return Err(err(format!(
+                "node `{name}`: a Linear call takes one input, got {} arguments",
+                node.args().len()
+            )));
         }
         let x = node.args()[0].clone();
         let new = {

@@ -1214,7 +1214,8 @@ mod dynamic {
 
     fn goldens() -> J {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/quant_dynamic_goldens.json");
-        let text = std::fs::read_to_string(path).expect("tests/data/quant_dynamic_goldens.json (gen_dynamic_goldens.py)");
+        let text =
+            std::fs::read_to_string(path).expect("tests/data/quant_dynamic_goldens.json (gen_dynamic_goldens.py)");
         serde_json::from_str(&text).expect("valid JSON")
     }
 
@@ -1345,7 +1346,10 @@ mod dynamic {
         let after = q.graph().to_string();
         eprintln!("before:\n{before}\nafter:\n{after}");
         assert_eq!(after.matches("quantized_linear_dynamic").count(), 2, "{after}");
-        assert!(!after.contains("call_module[target=layers.0]") && after.contains("call_module[target=layers.1]"), "{after}");
+        assert!(
+            !after.contains("call_module[target=layers.0]") && after.contains("call_module[target=layers.1]"),
+            "{after}"
+        );
         let got = q.forward(&x).unwrap().to_vec::<f32>().unwrap();
         let want = bits(&c["y_bits"]);
         let worst = got.iter().zip(&want).map(|(&a, &b)| ulps(a, b)).max().unwrap();
@@ -1355,7 +1359,9 @@ mod dynamic {
         let loaded = GraphModule::from_bytes(&qb).unwrap();
         assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), got);
         let mut int8 = 0;
-        ferrofx_nn::ModuleStructure::visit_tensors(&loaded, &mut |_, _, t| int8 += (t.dtype() == DType::I8) as usize * t.numel());
+        ferrofx_nn::ModuleStructure::visit_tensors(&loaded, &mut |_, _, t| {
+            int8 += (t.dtype() == DType::I8) as usize * t.numel()
+        });
         assert_eq!(int8, 24 * 32 + 32 * 10);
         assert!(qb.len() < fb.len(), "int8 file {} bytes, float {}", qb.len(), fb.len());
         // both stay close to the float model (the default keeps all 8 bits of the activations)
@@ -1379,7 +1385,8 @@ mod dynamic {
         assert_eq!(q.graph().iter().filter(|n| n.target().name() == "quantized_linear_dynamic").count(), 5, "{code}");
         let attn = q.leaf_modules().values().filter(|m| m.type_name() == "MultiheadAttention").count();
         assert_eq!(attn, 2, "{code}");
-        let (a, b) = (gm.forward(&ids).unwrap().to_vec::<f32>().unwrap(), q.forward(&ids).unwrap().to_vec::<f32>().unwrap());
+        let (a, b) =
+            (gm.forward(&ids).unwrap().to_vec::<f32>().unwrap(), q.forward(&ids).unwrap().to_vec::<f32>().unwrap());
         let dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
         let cos = dot / (a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt());
         assert!(cos > 0.99, "cosine {cos}");
@@ -1402,7 +1409,10 @@ mod dynamic {
             let _g = ferrofx_core::autograd::no_grad();
             m.layers.named_parameters()[0].1.fill_(f64::NAN).unwrap();
         }
-        let e = quantize_dynamic(&trace_with_inputs(&m, &[(&x).into()]).unwrap(), &["Linear"], DType::I8).err().unwrap().to_string();
+        let e = quantize_dynamic(&trace_with_inputs(&m, &[(&x).into()]).unwrap(), &["Linear"], DType::I8)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("weight of `layers.0`") && e.contains("NaN"), "{e}");
     }
 }

@@ -166,7 +166,11 @@ fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {
     Cost {
         // the GEMM, plus the min/max scan and the quantization of the input
         flops: mk.saturating_mul(n).saturating_mul(2).saturating_add(mk.saturating_mul(3)),
-        bytes: (x.numel() as u64).saturating_mul(4).saturating_add(mk).saturating_add(w.numel() as u64).saturating_add(out),
+        bytes: (x.numel() as u64)
+            .saturating_mul(4)
+            .saturating_add(mk)
+            .saturating_add(w.numel() as u64)
+            .saturating_add(out),
     }
 }
 
