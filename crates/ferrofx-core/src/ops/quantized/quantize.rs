@@ -66,8 +66,7 @@ simd_dispatch! {
         for &x in src {
             lo = lo.min(x);
             hi = hi.max(x);
-            // x - x is NaN exactly for NaN and infinities
-            nonfinite |= (x - x) != 0.0;
+            nonfinite |= !x.is_finite();
         }
         (lo, hi, if nonfinite { src.iter().position(|x| !x.is_finite()) } else { None })
     }
