@@ -366,6 +366,7 @@ def main():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant"))
     import bench_quant
     table.update(bench_quant.cases())
+    table.update(bench_quant.dynamic_cases(transformer_classifier))
     ort_extra.update(bench_quant.ort_cases())
     for cid in [i for i in a.ids.split(",") if i]:
         if cid not in table and cid not in ort_extra:

@@ -4,14 +4,28 @@
 //! PyTorch's `quantize_fx` x86 int8 model and onnxruntime's `quantize_static` QDQ model
 //! (`scripts/quant/bench_quant.py`, same ids). The top-1 agreement of each int8 model with its
 //! float model on 256 random images is measured once per model and printed in the summary.
+//!
+//! Same weights and inputs on every side: ferrofx's float models write their (randomly
+//! initialised) state dicts to `target/bench-quant/<arch>.safetensors`, which
+//! `bench_quant.py` loads into torchvision's ResNet (the keys are torchvision's), and the
+//! calibration and agreement images are `cases::data` (an LCG the script reproduces), so
+//! PyTorch's agreement (written to `target/bench-quant/torch_agreement.json`) is printed
+//! beside ours.
+//!
+//! Dynamic quantization (`quant_transformer_*`): the transformer encoder of the `compile`
+//! group (batch 1 x 128 tokens, 384d, 6 layers) in float and after
+//! `ferrofx_quant::quantize_dynamic(gm, ["Linear"], int8)`, both compiled; reference: the
+//! PyTorch twin in float and after `torch.ao.quantization.quantize_dynamic` (per-channel int8
+//! weights). The int8 model's output agreement with float (max abs diff, cosine) is printed.
 
 use crate::cases::{tensor, Case, Runner};
 use ferrofx_compile::{compile, CompileOptions};
+use ferrofx_core::DType;
 use ferrofx_core::{Result, Tensor, Value};
 use ferrofx_fx::{trace_with_inputs, GraphModule};
-use ferrofx_nn::zoo::ResNet;
-use ferrofx_nn::Module;
-use ferrofx_quant::{convert, prepare, QConfigMapping};
+use ferrofx_nn::zoo::{ResNet, TransformerClassifier};
+use ferrofx_nn::{save_state_dict, Module};
+use ferrofx_quant::{convert, prepare, quantize_dynamic, QConfigMapping};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -22,12 +36,33 @@ const AGREEMENT_IMAGES: usize = 256;
 
 /// model → (int8 = float top-1 agreement, images)
 static AGREEMENT: Mutex<BTreeMap<String, (usize, usize)>> = Mutex::new(BTreeMap::new());
+/// transformer → (max abs diff, cosine) of the dynamic int8 output against float
+static DYNAMIC_AGREEMENT: Mutex<Option<(f32, f32)>> = Mutex::new(None);
 
+/// Where the float weights are shared with the reference script (relative to the repo root,
+/// where the bench runs).
+const WEIGHTS_DIR: &str = "target/bench-quant";
+
+/// The float ResNet, its weights written once per process for the reference to load.
 fn float_model(name: &str) -> Result<GraphModule> {
+    static MODELS: Mutex<BTreeMap<String, ferrofx_nn::StateDict>> = Mutex::new(BTreeMap::new());
     let mut m = match name {
         "resnet18" => ResNet::resnet18(1000)?,
         _ => ResNet::resnet50(1000)?,
     };
+    let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+    match models.get(name) {
+        Some(sd) => {
+            m.load_state_dict(sd, true)?;
+        }
+        None => {
+            let sd = m.state_dict();
+            std::fs::create_dir_all(WEIGHTS_DIR).map_err(|e| ferrofx_core::Error::io("bench quant", e.to_string()))?;
+            save_state_dict(&sd, format!("{WEIGHTS_DIR}/{name}.safetensors"))?;
+            models.insert(name.to_string(), sd);
+        }
+    }
+    drop(models);
     m.eval();
     let x = tensor(&[1, 3, 224, 224], 1)?;
     trace_with_inputs(&m, &[(&x).into()])
@@ -74,16 +109,7 @@ fn int8(name: &str, batch: usize) -> Result<Runner> {
 
 fn compiled_float(name: &str, batch: usize) -> Result<Runner> {
     let gm = float_model(name)?;
-    let x = tensor(&[batch, 3, 224, 224], 2)?;
-    let c = compile(&gm, &[(&x).into()], CompileOptions::default())?;
-    let _g = ferrofx_core::autograd::no_grad();
-    for _ in 0..2 {
-        c.forward(&x)?;
-    }
-    Ok(Box::new(move || {
-        let _g = ferrofx_core::autograd::no_grad();
-        let _ = c.forward(&x);
-    }))
+    compiled(&gm, tensor(&[batch, 3, 224, 224], 2)?)
 }
 
 macro_rules! cases {
@@ -94,6 +120,59 @@ macro_rules! cases {
         )*
     };
 }
+
+/// The transformer encoder of the `compile` group and its input ids.
+fn transformer() -> Result<(GraphModule, Tensor)> {
+    // all-MiniLM-L6 sized: d_model 384, 12 heads, ff 1536, 6 layers, 128 tokens
+    let mut m = TransformerClassifier::new(1000, 384, 12, 1536, 6, 128, 2, 0.0)?;
+    m.eval();
+    let ids = Tensor::from_vec((0..128).map(|i| (i * 7 % 1000) as i64).collect::<Vec<_>>(), &[1, 128])?;
+    Ok((trace_with_inputs(&m, &[(&ids).into()])?, ids))
+}
+
+fn compiled(gm: &GraphModule, x: Tensor) -> Result<Runner> {
+    let c = compile(gm, &[(&x).into()], CompileOptions::default())?;
+    let _g = ferrofx_core::autograd::no_grad();
+    for _ in 0..2 {
+        c.forward(&x)?;
+    }
+    Ok(Box::new(move || {
+        let _g = ferrofx_core::autograd::no_grad();
+        let _ = c.forward(&x);
+    }))
+}
+
+fn transformer_float() -> Result<Runner> {
+    let (gm, ids) = transformer()?;
+    compiled(&gm, ids)
+}
+
+fn transformer_dynamic() -> Result<Runner> {
+    let (gm, ids) = transformer()?;
+    let q = quantize_dynamic(&gm, &["Linear"], DType::I8)?;
+    {
+        let _g = ferrofx_core::autograd::no_grad();
+        let a = gm.forward(&ids)?.to_vec::<f32>()?;
+        let b = q.forward(&ids)?.to_vec::<f32>()?;
+        let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        let dot: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((diff, (dot / (norm(&a) * norm(&b))) as f32));
+    }
+    // the compiled plan runs registry ops generically; if it refuses the graph, time the
+    // GraphModule and say so in the summary
+    match compiled(&q, ids.clone()) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            *DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            timed(q, ids)
+        }
+    }
+}
+
+/// Why the dynamic int8 transformer could not be compiled (then it runs as a GraphModule).
+static DYNAMIC_UNCOMPILED: Mutex<Option<String>> = Mutex::new(None);
 
 cases! {
     r18_b1, r18_b1_float => "resnet18", 1;
@@ -114,6 +193,16 @@ pub fn all() -> Vec<Case> {
         c("quant_r50_b1_float", "ResNet-50 float, compiled, batch 1", r50_b1_float),
         c("quant_r50_b8", "ResNet-50 int8 (static PTQ), batch 8; reference: PyTorch quantize_fx x86", r50_b8),
         c("quant_r50_b8_float", "ResNet-50 float, compiled, batch 8", r50_b8_float),
+        c(
+            "quant_transformer_float",
+            "transformer encoder (384d, 6 layers, 128 tokens) float, compiled",
+            transformer_float,
+        ),
+        c(
+            "quant_transformer_dynamic",
+            "transformer encoder, dynamic int8 Linear (quantize_dynamic), compiled; reference: torch quantize_dynamic",
+            transformer_dynamic,
+        ),
     ]
 }
 
@@ -137,12 +226,41 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>) -> Strin
             }
         }
     }
+    // PyTorch's quantize_fx agreement on the same weights and images (bench_quant.py)
+    let torch: BTreeMap<String, (usize, usize)> =
+        std::fs::read_to_string(format!("{WEIGHTS_DIR}/torch_agreement.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
     let agreement = AGREEMENT.lock().unwrap_or_else(|e| e.into_inner());
     for (model, (same, n)) in agreement.iter() {
         md.push_str(&format!(
-            "\n{model} int8 vs float top-1 agreement on {n} random images: {same}/{n} ({:.1}%)\n",
+            "\n{model} int8 vs float top-1 agreement on {n} random images: {same}/{n} ({:.1}%)",
             100.0 * *same as f64 / *n as f64
         ));
+        match torch.get(model) {
+            Some((s, n)) => md.push_str(&format!(
+                "; PyTorch quantize_fx on the same weights and images: {s}/{n} ({:.1}%)\n",
+                100.0 * *s as f64 / *n as f64
+            )),
+            None => md.push_str("; PyTorch's: not run\n"),
+        }
+    }
+    if let (Some(Ok(q)), Some(Ok(f))) = (ours.get("quant_transformer_dynamic"), ours.get("quant_transformer_float")) {
+        md.push_str(&format!(
+            "\ntransformer encoder, dynamic int8 vs float (both compiled): {:.2} ms vs {:.2} ms, speed-up {:.2}x (target >= 1.5x{})",
+            q * 1e3,
+            f * 1e3,
+            f / q,
+            if f / q >= 1.5 { "" } else { ", missed" }
+        ));
+        if let Some((d, c)) = *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) {
+            md.push_str(&format!("; output vs float: max abs diff {d:.4}, cosine {c:.6}"));
+        }
+        if let Some(e) = &*DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()) {
+            md.push_str(&format!(" (the int8 model ran uncompiled: {e})"));
+        }
+        md.push('\n');
     }
     md
 }

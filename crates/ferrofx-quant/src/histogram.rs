@@ -55,8 +55,13 @@ impl HistogramObserver {
     /// PyTorch's default bin count.
     pub const DEFAULT_BINS: usize = 2048;
 
+    /// The largest bin count accepted: the histogram holds `bins` floats per observer and
+    /// `calculate_qparams`'s range search costs `O(bins)` per step over up to `bins` steps, so a
+    /// larger count (e.g. from a corrupted config) is refused rather than allocated.
+    pub const MAX_BINS: usize = 1 << 16;
+
     /// An observer with a per-tensor configuration and `bins` histogram bins (2048 in
-    /// PyTorch; at least 1, at most 2^20).
+    /// PyTorch; at least 1, at most [`HistogramObserver::MAX_BINS`]).
     pub fn new(config: ObserverConfig, bins: usize) -> Result<HistogramObserver> {
         let op = "HistogramObserver";
         config.validate(op)?;
@@ -69,8 +74,15 @@ impl HistogramObserver {
                 ),
             ));
         }
-        if bins == 0 || bins > 1 << 20 {
-            return Err(Error::argument(op, format!("bins must be in 1..=1048576, got {bins}")));
+        if bins == 0 || bins > Self::MAX_BINS {
+            return Err(Error::argument(
+                op,
+                format!(
+                    "bins must be in 1..={}, got {bins} (PyTorch's default is {}; more bins only slow calculate_qparams down)",
+                    Self::MAX_BINS,
+                    Self::DEFAULT_BINS
+                ),
+            ));
         }
         Ok(HistogramObserver { config, bins, state: Mutex::new(Self::empty(bins)) })
     }

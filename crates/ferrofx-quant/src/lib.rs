@@ -13,6 +13,8 @@
 //!   type or op, by module name, `None` to keep in float);
 //! - [`prepare()`] / [`convert()`]: the FX graph-mode workflow (`prepare_fx` → calibrate →
 //!   `convert_fx`) on a [`GraphModule`](ferrofx_fx::GraphModule);
+//! - [`quantize_dynamic()`]: dynamic quantization of `Linear` layers (int8 weights, activations
+//!   quantized per call), PyTorch's `quantize_dynamic`;
 //! - [`numeric`]: per-layer SQNR of a converted module against the float one, and automatic
 //!   mixed precision (the most sensitive layers stay in float until a budget is met).
 //!
@@ -34,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod convert;
+pub mod dynamic;
 pub mod histogram;
 pub mod numeric;
 pub mod observer;
@@ -44,6 +47,7 @@ pub mod qconfig;
 pub mod qparams;
 
 pub use convert::{convert, convert_excluding, QuantMeta, QUANT_META};
+pub use dynamic::{quantize_dynamic, quantize_dynamic_with};
 pub use histogram::HistogramObserver;
 pub use numeric::{mixed_precision, numeric_report, LayerSqnr, MixedPrecision};
 pub use observer::{MinMaxObserver, MovingAverageMinMaxObserver, Observer, PerChannelMinMaxObserver};

@@ -848,6 +848,11 @@ fn histogram_observer_clips_outliers_and_refuses_bad_data() {
     assert!(obs.calculate_qparams().unwrap_err().to_string().contains("1 NaN or infinite values among 2"));
     assert!(HistogramObserver::new(ObserverConfig::per_channel_weight(), 16).is_err());
     assert!(HistogramObserver::new(ObserverConfig::default(), 0).is_err());
+    // an unbounded bin count would allocate `bins` floats: refused above MAX_BINS, with the limit
+    assert!(HistogramObserver::new(ObserverConfig::default(), HistogramObserver::MAX_BINS).is_ok());
+    let e = HistogramObserver::new(ObserverConfig::default(), HistogramObserver::MAX_BINS + 1).unwrap_err().to_string();
+    assert!(e.contains("HistogramObserver") && e.contains("65536") && e.contains("65537"), "{e}");
+    assert!(HistogramObserver::new(ObserverConfig::default(), usize::MAX).is_err());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1192,5 +1197,222 @@ mod workflow {
         assert!((float_acc - int8_acc).abs() <= 0.005, "float {float_acc} int8 {int8_acc}");
         assert!(smaller >= 0.70, "the int8 file is only {:.1}% smaller", 100.0 * smaller);
         assert_eq!(q.graph().iter().filter(|n| n.target().name().starts_with("quantized_")).count(), 4);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dynamic quantization: `quantized_linear_dynamic` and `quantize_dynamic` against PyTorch's
+// `quantized::linear_dynamic` / `quantize_dynamic` (goldens: scripts/quant/gen_dynamic_goldens.py)
+
+mod dynamic {
+    use super::*;
+    use ferrofx_core::ops::quantized::{choose_qparams, quantized_linear_dynamic};
+    use ferrofx_fx::{trace_with_inputs, GraphModule};
+    use ferrofx_nn::zoo::{Mlp, TransformerClassifier};
+    use ferrofx_nn::{Module, StateDict};
+    use ferrofx_quant::{quantize_dynamic, quantize_dynamic_with};
+
+    fn goldens() -> J {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/quant_dynamic_goldens.json");
+        let text =
+            std::fs::read_to_string(path).expect("tests/data/quant_dynamic_goldens.json (gen_dynamic_goldens.py)");
+        serde_json::from_str(&text).expect("valid JSON")
+    }
+
+    fn bits(v: &J) -> Vec<f32> {
+        i64s(v).into_iter().map(|b| f32::from_bits(b as u32)).collect()
+    }
+
+    #[test]
+    fn choose_qparams_matches_fbgemm() {
+        let g = goldens();
+        for c in g["choose_qparams"].as_array().unwrap() {
+            let (lo, hi) = (c["min"].as_f64().unwrap() as f32, c["max"].as_f64().unwrap() as f32);
+            let rr = c["reduce_range"].as_bool().unwrap();
+            let (s, z) = choose_qparams(lo, hi, rr);
+            let want = f32::from_bits(c["scale_bits"].as_u64().unwrap() as u32);
+            assert_eq!((s, z as i64), (want, c["zero_point"].as_i64().unwrap()), "min {lo} max {hi} reduce_range {rr}");
+        }
+    }
+
+    fn run_case(c: &J) -> (Vec<f32>, Vec<f32>, Vec<usize>) {
+        let xs = usizes(&c["x_shape"]);
+        let x = Tensor::from_vec(f32s(&c["x"]), &xs).unwrap();
+        let n = c["n"].as_u64().unwrap() as usize;
+        let k = xs[xs.len() - 1];
+        let w = Tensor::from_vec(i8s(&c["weight"]), &[n, k]).unwrap();
+        let ws = f32t(&f32s(&c["weight_scale"]));
+        let b = c["bias"].as_array().map(|_| f32t(&f32s(&c["bias"])));
+        let rr = c["reduce_range"].as_bool().unwrap();
+        let y = quantized_linear_dynamic(&x, &w, &ws, b.as_ref(), rr).unwrap();
+        assert_eq!(y.dtype(), DType::F32);
+        (y.to_vec::<f32>().unwrap(), bits(&c["y_bits"]), y.shape().to_vec())
+    }
+
+    #[test]
+    fn linear_dynamic_matches_pytorch_on_every_kernel() {
+        let g = goldens();
+        for c in g["linear"].as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            let (reference, want, shape) = with_reference_kernels(|| run_case(c));
+            assert_eq!(shape, usizes(&c["y_shape"]), "{name}");
+            // PyTorch's input qparams are the ones ferrofx picks
+            let xs = f32s(&c["x"]);
+            let lo = xs.iter().cloned().fold(f32::INFINITY, f32::min);
+            let hi = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let (s, z) = choose_qparams(lo, hi, c["reduce_range"].as_bool().unwrap());
+            assert_eq!(s.to_bits() as u64, c["input_scale_bits"].as_u64().unwrap(), "{name}");
+            assert_eq!(z as i64, c["input_zero_point"].as_i64().unwrap(), "{name}");
+            let worst = reference.iter().zip(&want).map(|(&a, &b)| ulps(a, b)).max().unwrap_or(0);
+            // fbgemm's epilogue is `raw * (a_scale * w_scale) + bias` in f32, as ferrofx's
+            assert_eq!(worst, 0, "{name}: reference kernel vs PyTorch, worst {worst} ulps");
+            for path in int8_kernels_available() {
+                let (got, _, _) = with_int8_kernel(path, || run_case(c)).unwrap();
+                assert!(got.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} on {path}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn linear_dynamic_kernels_equal_the_reference(m in 1usize..20, k in 1usize..150, n in 1usize..40, seed in 0u64..1000, rr: bool, scale in 0.01f32..20.0) {
+            let x: Vec<f32> = lcg_bytes(seed, m * k).iter().map(|&b| (b as f32 - 100.0) * scale / 128.0).collect();
+            let x = Tensor::from_vec(x, &[m, k]).unwrap();
+            let w = Tensor::from_vec(lcg_bytes(seed + 1, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
+            let ws = f32t(&(0..n).map(|j| 0.001 + 0.0003 * j as f32).collect::<Vec<_>>());
+            let b = f32t(&(0..n).map(|j| 0.1 * j as f32 - 1.0).collect::<Vec<_>>());
+            let want = with_reference_kernels(|| quantized_linear_dynamic(&x, &w, &ws, Some(&b), rr)).unwrap().to_vec::<f32>().unwrap();
+            for path in int8_kernels_available() {
+                let got = with_int8_kernel(path, || quantized_linear_dynamic(&x, &w, &ws, Some(&b), rr)).unwrap().unwrap().to_vec::<f32>().unwrap();
+                prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{path}");
+            }
+            // and it approximates the float linear it stands for
+            let wf: Vec<f32> = w.to_vec::<i8>().unwrap().iter().enumerate().map(|(i, &q)| q as f32 * (0.001 + 0.0003 * (i / k) as f32)).collect();
+            let yf = ferrofx_core::ops::linalg::linear(&x, &Tensor::from_vec(wf, &[n, k]).unwrap(), Some(&b)).unwrap().to_vec::<f32>().unwrap();
+            let xmax = x.to_vec::<f32>().unwrap().iter().fold(0f32, |a, &v| a.max(v.abs()));
+            let step = 2.0 * xmax / if rr { 127.0 } else { 255.0 };
+            for (j, (a, f)) in want.iter().zip(&yf).enumerate() {
+                let wsum: f32 = w.to_vec::<i8>().unwrap()[(j % n) * k..(j % n + 1) * k].iter().map(|&q| (q as f32).abs()).sum();
+                let bound = step * wsum * (0.001 + 0.0003 * (j % n) as f32) + 1e-3;
+                prop_assert!((a - f).abs() <= bound, "{a} vs float {f} (bound {bound})");
+            }
+        }
+    }
+
+    #[test]
+    fn linear_dynamic_errors_name_the_op_and_fix() {
+        let w = Tensor::from_vec(vec![1i8; 6], &[2, 3]).unwrap();
+        let ws = f32t(&[0.1, 0.2]);
+        let e = quantized_linear_dynamic(&f32t(&[1.0, f32::NAN, 2.0]).reshape(&[1, 3]).unwrap(), &w, &ws, None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quantized_linear_dynamic") && e.contains("NaN") && e.contains("element 1"), "{e}");
+        let e = quantized_linear_dynamic(&f32t(&[1.0; 4]).reshape(&[1, 4]).unwrap(), &w, &ws, None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[1, 4]") && e.contains("[2, 3]") && e.contains("in_features"), "{e}");
+        let wf = f32t(&[1.0; 6]).reshape(&[2, 3]).unwrap();
+        let e = quantized_linear_dynamic(&f32t(&[1.0; 3]).reshape(&[1, 3]).unwrap(), &wf, &ws, None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("weight must be int8"), "{e}");
+        let e = quantized_linear_dynamic(&f32t(&[1.0; 3]).reshape(&[1, 3]).unwrap(), &w, &f32t(&[0.1; 3]), None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("weight_scale") && e.contains("[2]"), "{e}");
+    }
+
+    fn mlp_from_golden(g: &J) -> Mlp {
+        let m = Mlp::new(24, &[32], 10).unwrap();
+        let mut sd = StateDict::new();
+        for (k, v) in g["state"].as_object().unwrap() {
+            sd.insert(k.clone(), Tensor::from_vec(f32s(v), &usizes(&g["shapes"][k])).unwrap());
+        }
+        m.load_state_dict(&sd, true).unwrap();
+        m
+    }
+
+    #[test]
+    fn quantize_dynamic_matches_pytorch_and_saves_int8() {
+        let g = goldens();
+        let c = &g["mlp"];
+        let m = mlp_from_golden(c);
+        let x = Tensor::from_vec(f32s(&c["x"]), &usizes(&c["x_shape"])).unwrap();
+        let gm = trace_with_inputs(&m, &[(&x).into()]).unwrap();
+        // PyTorch's dynamic Linear quantizes activations with reduce_range on x86
+        let q = quantize_dynamic_with(&gm, &["Linear"], DType::I8, true).unwrap();
+        let before = gm.graph().to_string();
+        let after = q.graph().to_string();
+        eprintln!("before:\n{before}\nafter:\n{after}");
+        assert_eq!(after.matches("quantized_linear_dynamic").count(), 2, "{after}");
+        assert!(
+            !after.contains("call_module[target=layers.0]") && after.contains("call_module[target=layers.1]"),
+            "{after}"
+        );
+        let got = q.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        let want = bits(&c["y_bits"]);
+        let worst = got.iter().zip(&want).map(|(&a, &b)| ulps(a, b)).max().unwrap();
+        assert_eq!(worst, 0, "quantize_dynamic vs PyTorch: worst {worst} ulps");
+        // saved with int8 weights, loads and runs without the model's code
+        let (fb, qb) = (gm.to_bytes().unwrap(), q.to_bytes().unwrap());
+        let loaded = GraphModule::from_bytes(&qb).unwrap();
+        assert_eq!(loaded.forward(&x).unwrap().to_vec::<f32>().unwrap(), got);
+        let mut int8 = 0;
+        ferrofx_nn::ModuleStructure::visit_tensors(&loaded, &mut |_, _, t| {
+            int8 += (t.dtype() == DType::I8) as usize * t.numel()
+        });
+        assert_eq!(int8, 24 * 32 + 32 * 10);
+        assert!(qb.len() < fb.len(), "int8 file {} bytes, float {}", qb.len(), fb.len());
+        // both stay close to the float model (the default keeps all 8 bits of the activations)
+        let q8 = quantize_dynamic(&gm, &["Linear"], DType::I8).unwrap();
+        let yf = f32s(&c["y_float"]);
+        let err = |y: &[f32]| y.iter().zip(&yf).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let y8 = q8.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        eprintln!("max abs error vs float: 8-bit {}, reduce_range {}", err(&y8), err(&got));
+        assert!(err(&y8) < 0.1 && err(&got) < 0.2, "8-bit {} reduce_range {}", err(&y8), err(&got));
+    }
+
+    #[test]
+    fn quantize_dynamic_opens_transformer_layers_and_keeps_attention_float() {
+        let mut m = TransformerClassifier::new(50, 32, 4, 64, 2, 16, 3, 0.0).unwrap();
+        m.eval();
+        let ids = Tensor::from_vec((0..16).map(|i| (i * 7 % 50) as i64).collect::<Vec<_>>(), &[1, 16]).unwrap();
+        let gm = trace_with_inputs(&m, &[(&ids).into()]).unwrap();
+        let q = quantize_dynamic(&gm, &["Linear"], DType::I8).unwrap();
+        let code = q.code().unwrap();
+        // linear1 and linear2 of both layers, and the head
+        assert_eq!(q.graph().iter().filter(|n| n.target().name() == "quantized_linear_dynamic").count(), 5, "{code}");
+        let attn = q.leaf_modules().values().filter(|m| m.type_name() == "MultiheadAttention").count();
+        assert_eq!(attn, 2, "{code}");
+        let (a, b) =
+            (gm.forward(&ids).unwrap().to_vec::<f32>().unwrap(), q.forward(&ids).unwrap().to_vec::<f32>().unwrap());
+        let dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let cos = dot / (a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt());
+        assert!(cos > 0.99, "cosine {cos}");
+        let loaded = GraphModule::from_bytes(&q.to_bytes().unwrap()).unwrap();
+        assert_eq!(loaded.forward(&ids).unwrap().to_vec::<f32>().unwrap(), b);
+        // the original is unchanged
+        assert!(!gm.code().unwrap().contains("quantized_linear_dynamic"));
+    }
+
+    #[test]
+    fn quantize_dynamic_errors_name_the_cause() {
+        let x = Tensor::from_vec(vec![0.5f32; 4], &[1, 4]).unwrap();
+        let gm = trace_with_inputs(&Mlp::new(4, &[3], 2).unwrap(), &[(&x).into()]).unwrap();
+        let e = quantize_dynamic(&gm, &["Linear"], DType::F16).err().unwrap().to_string();
+        assert!(e.contains("quantize_dynamic") && e.contains("float16") && e.contains("DType::I8"), "{e}");
+        let e = quantize_dynamic(&gm, &["Conv2d"], DType::I8).err().unwrap().to_string();
+        assert!(e.contains("\"Conv2d\"") && e.contains("Linear"), "{e}");
+        let m = Mlp::new(4, &[3], 2).unwrap();
+        {
+            let _g = ferrofx_core::autograd::no_grad();
+            m.layers.named_parameters()[0].1.fill_(f64::NAN).unwrap();
+        }
+        let e = quantize_dynamic(&trace_with_inputs(&m, &[(&x).into()]).unwrap(), &["Linear"], DType::I8)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("weight of `layers.0`") && e.contains("NaN"), "{e}");
     }
 }

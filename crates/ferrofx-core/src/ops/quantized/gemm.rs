@@ -160,6 +160,18 @@ pub(crate) struct Requant<'a> {
     pub hi: i32,
 }
 
+/// What the GEMM does with each exact i32 sum: requantise it to uint8 ([`Requant`]) or
+/// dequantize it to f32 ([`DequantOut`], dynamic quantization). Both implementations of the GEMM
+/// call the same `apply`, so they stay bit-identical for every epilogue.
+pub(crate) trait Epilogue: Sync {
+    /// The output element.
+    type Out: Copy + Default + Send + Sync;
+    /// The output of column `j` (of the call) from its i32 sum.
+    fn apply(&self, acc: i32, j: usize) -> Self::Out;
+    /// The number of columns the parameters cover.
+    fn columns(&self) -> usize;
+}
+
 impl Requant<'_> {
     /// fbgemm's `requantize_` for float bias: `lrintf((acc - a_zp * colsum + bias') * mult) +
     /// out_zp`, clamped. Values past the i64 range (and infinities) saturate to the clamp
@@ -172,6 +184,44 @@ impl Requant<'_> {
         let v = (raw as f32 + self.bias_term[j]) * self.multiplier[j];
         let q = (v.round_ties_even() as i64).saturating_add(self.out_zp as i64);
         q.clamp(self.lo as i64, self.hi as i64) as u8
+    }
+}
+
+impl Epilogue for Requant<'_> {
+    type Out = u8;
+    #[inline(always)]
+    fn apply(&self, acc: i32, j: usize) -> u8 {
+        Requant::apply(self, acc, j)
+    }
+    fn columns(&self) -> usize {
+        self.b_sums.len().min(self.bias_term.len()).min(self.multiplier.len())
+    }
+}
+
+/// Per-output-column dequantization to f32 (fbgemm's `ReQuantizeForFloat`, the epilogue of
+/// PyTorch's `quantized::linear_dynamic`): `fma(acc - a_zp * colsum, a_scale * w_scale[j],
+/// bias[j])` in f32, one rounding as fbgemm's vector epilogue (`_mm256_fmadd_ps`): PyTorch's
+/// outputs are matched bit for bit.
+pub(crate) struct DequantOut<'a> {
+    /// The activations' zero point.
+    pub a_zp: i32,
+    /// `sum_k b[j, k]`.
+    pub b_sums: &'a [i32],
+    /// `a_scale * w_scale[j]` (f32).
+    pub scale: &'a [f32],
+    /// `bias[j]` (0 without bias: `x + 0.0` is `x` for every non-NaN x but -0.0).
+    pub bias: &'a [f32],
+}
+
+impl Epilogue for DequantOut<'_> {
+    type Out = f32;
+    #[inline(always)]
+    fn apply(&self, acc: i32, j: usize) -> f32 {
+        let raw = acc.wrapping_sub(self.a_zp.wrapping_mul(self.b_sums[j]));
+        (raw as f32).mul_add(self.scale[j], self.bias[j])
+    }
+    fn columns(&self) -> usize {
+        self.b_sums.len().min(self.scale.len()).min(self.bias.len())
     }
 }
 
@@ -228,14 +278,22 @@ pub(crate) fn row_sums(b: &[i8], ldb: usize, n: usize, k: usize) -> Vec<i32> {
     (0..n).map(|j| b[j * ldb..j * ldb + k].iter().map(|&v| v as i32).sum()).collect()
 }
 
-/// Runs the GEMM and writes requantised u8 outputs to `out[i * ldm + j * ldn]`.
-pub(crate) fn gemm_requant(path: Path, p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+/// Runs the GEMM and writes the epilogue's outputs (requantised u8, or f32) to
+/// `out[i * ldm + j * ldn]`.
+pub(crate) fn gemm_requant<E: Epilogue>(
+    path: Path,
+    p: &Operands<'_>,
+    r: &E,
+    out: &mut [E::Out],
+    ldm: usize,
+    ldn: usize,
+) {
     if p.m == 0 || p.n == 0 {
         return;
     }
     assert!(p.a.len() >= (p.m - 1) * p.lda + p.k && p.b.len() >= (p.n - 1) * p.ldb + p.k);
     assert!(out.len() > (p.m - 1) * ldm + (p.n - 1) * ldn);
-    assert!(r.b_sums.len() >= p.n && r.bias_term.len() >= p.n && r.multiplier.len() >= p.n);
+    assert!(r.columns() >= p.n);
     match path {
         Path::Reference => reference(p, r, out, ldm, ldn),
         #[cfg(target_arch = "x86_64")]
@@ -248,7 +306,7 @@ pub(crate) fn gemm_requant(path: Path, p: &Operands<'_>, r: &Requant<'_>, out: &
     }
 }
 
-fn reference(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+fn reference<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
     for i in 0..p.m {
         let a = &p.a[i * p.lda..i * p.lda + p.k];
         for j in 0..p.n {
@@ -261,7 +319,7 @@ fn reference(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn:
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
-    use super::{Operands, Requant};
+    use super::{Epilogue, Operands};
     use std::arch::x86_64::*;
 
     /// Loads up to 64 bytes at `ptr` (`len` of them; the rest read as 0 and never touched).
@@ -278,10 +336,10 @@ mod vnni {
     /// An `MR x NR` block of outputs at rows `i0..`, columns `j0..`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn block<const MR: usize, const NR: usize>(
+    unsafe fn block<E: Epilogue, const MR: usize, const NR: usize>(
         p: &Operands<'_>,
-        r: &Requant<'_>,
-        out: *mut u8,
+        r: &E,
+        out: *mut E::Out,
         ldm: usize,
         ldn: usize,
         i0: usize,
@@ -315,18 +373,18 @@ mod vnni {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn gemm(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+    pub(super) unsafe fn gemm<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
         let o = out.as_mut_ptr();
         let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);
         let mut i = 0;
         while i < m4 {
             let mut j = 0;
             while j < n4 {
-                block::<4, 4>(p, r, o, ldm, ldn, i, j);
+                block::<E, 4, 4>(p, r, o, ldm, ldn, i, j);
                 j += 4;
             }
             while j < p.n {
-                block::<4, 1>(p, r, o, ldm, ldn, i, j);
+                block::<E, 4, 1>(p, r, o, ldm, ldn, i, j);
                 j += 1;
             }
             i += 4;
@@ -334,11 +392,11 @@ mod vnni {
         while i < p.m {
             let mut j = 0;
             while j < n4 {
-                block::<1, 4>(p, r, o, ldm, ldn, i, j);
+                block::<E, 1, 4>(p, r, o, ldm, ldn, i, j);
                 j += 4;
             }
             while j < p.n {
-                block::<1, 1>(p, r, o, ldm, ldn, i, j);
+                block::<E, 1, 1>(p, r, o, ldm, ldn, i, j);
                 j += 1;
             }
             i += 1;
@@ -352,16 +410,16 @@ mod vnni {
 /// sums unless activations are kept to 7 bits, so it is not used.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Operands, Requant};
+    use super::{Epilogue, Operands};
     use std::arch::x86_64::*;
 
     /// An `MR x NR` block of outputs at rows `i0..`, columns `j0..`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn block<const MR: usize, const NR: usize>(
+    unsafe fn block<E: Epilogue, const MR: usize, const NR: usize>(
         p: &Operands<'_>,
-        r: &Requant<'_>,
-        out: *mut u8,
+        r: &E,
+        out: *mut E::Out,
         ldm: usize,
         ldn: usize,
         i0: usize,
@@ -402,18 +460,18 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn gemm(p: &Operands<'_>, r: &Requant<'_>, out: &mut [u8], ldm: usize, ldn: usize) {
+    pub(super) unsafe fn gemm<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
         let o = out.as_mut_ptr();
         let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);
         let mut i = 0;
         while i < m4 {
             let mut j = 0;
             while j < n4 {
-                block::<4, 4>(p, r, o, ldm, ldn, i, j);
+                block::<E, 4, 4>(p, r, o, ldm, ldn, i, j);
                 j += 4;
             }
             while j < p.n {
-                block::<4, 1>(p, r, o, ldm, ldn, i, j);
+                block::<E, 4, 1>(p, r, o, ldm, ldn, i, j);
                 j += 1;
             }
             i += 4;
@@ -421,11 +479,11 @@ mod avx2 {
         while i < p.m {
             let mut j = 0;
             while j < n4 {
-                block::<1, 4>(p, r, o, ldm, ldn, i, j);
+                block::<E, 1, 4>(p, r, o, ldm, ldn, i, j);
                 j += 4;
             }
             while j < p.n {
-                block::<1, 1>(p, r, o, ldm, ldn, i, j);
+                block::<E, 1, 1>(p, r, o, ldm, ldn, i, j);
                 j += 1;
             }
             i += 1;

@@ -28,6 +28,7 @@ mod conv2d;
 mod conv2d_packed;
 mod gemm;
 mod linear;
+mod linear_dynamic;
 mod quantize;
 
 pub use adaptive_avg_pool2d::{quantized_adaptive_avg_pool2d, QUANTIZED_ADAPTIVE_AVG_POOL2D};
@@ -35,6 +36,7 @@ pub use add::{quantized_add, QUANTIZED_ADD};
 pub use conv2d::{quantized_conv2d, QuantizedConv2dArgs, QUANTIZED_CONV2D};
 pub use gemm::{int8_kernel, int8_kernels_available, with_int8_kernel, with_reference_kernels};
 pub use linear::{quantized_linear, QUANTIZED_LINEAR};
+pub use linear_dynamic::{choose_qparams, quantized_linear_dynamic, QUANTIZED_LINEAR_DYNAMIC};
 pub use quantize::{
     dequantize, dequantize_per_channel, quantize_per_channel, quantize_per_tensor, DEQUANTIZE, DEQUANTIZE_PER_CHANNEL,
     QUANTIZE_PER_CHANNEL, QUANTIZE_PER_TENSOR,
@@ -52,6 +54,7 @@ pub(crate) static OPS: &[&OpDef] = &[
     &DEQUANTIZE,
     &DEQUANTIZE_PER_CHANNEL,
     &QUANTIZED_LINEAR,
+    &QUANTIZED_LINEAR_DYNAMIC,
     &QUANTIZED_CONV2D,
     &QUANTIZED_ADD,
     &QUANTIZED_ADAPTIVE_AVG_POOL2D,

@@ -51,10 +51,24 @@ impl QOut for i8 {
 
 simd_dispatch! {
     /// Quantizes `src` into `dst` (same length) with one scale and zero point.
-    fn quantize_slice<Q: QOut>(src: &[f32], dst: &mut [Q], inv_scale: f32, zp: f32, lo: f32, hi: f32) {
+    pub(crate) fn quantize_slice<Q: QOut>(src: &[f32], dst: &mut [Q], inv_scale: f32, zp: f32, lo: f32, hi: f32) {
         for (d, &x) in dst.iter_mut().zip(src) {
             *d = Q::from_clamped(quantize_val(x, inv_scale, zp, lo, hi));
         }
+    }
+}
+
+simd_dispatch! {
+    /// The minimum and maximum of `src` (`(+inf, -inf)` when empty) and the index of its first
+    /// NaN or infinite element, if any (then min/max are meaningless).
+    pub(crate) fn min_max_finite(src: &[f32]) -> (f32, f32, Option<usize>) {
+        let (mut lo, mut hi, mut nonfinite) = (f32::INFINITY, f32::NEG_INFINITY, false);
+        for &x in src {
+            lo = lo.min(x);
+            hi = hi.max(x);
+            nonfinite |= !x.is_finite();
+        }
+        (lo, hi, if nonfinite { src.iter().position(|x| !x.is_finite()) } else { None })
     }
 }
 
