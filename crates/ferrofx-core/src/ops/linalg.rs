@@ -183,6 +183,18 @@ macro_rules! float_mat {
                     }
                     return;
                 }
+                // one `gemm` call on an `bm x bn` block whose operands start at `d`, `aa`, `bb`
+                let call = |bm: usize, bn: usize, d: *mut Self, aa: *const Self, bb: *const Self, p| {
+                    // SAFETY: every caller passes a block of the operands this function's
+                    // contract covers; gemm reads `aa`/`bb` and writes `d` only at the strided
+                    // indices of the block.
+                    unsafe {
+                        gemm::gemm(
+                            bm, bn, k, d, dst_cs, dst_rs, read_dst, aa, a_cs, a_rs, bb, b_cs, b_rs, dst_coef,
+                            prod_coef, false, false, false, p,
+                        )
+                    }
+                };
                 let threads = par.threads();
                 if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS {
                     // One block of output columns (or rows, when the output is tall) per
@@ -193,76 +205,35 @@ macro_rules! float_mat {
                     let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut Self), SendPtr(b as *mut Self));
                     blocks.into_par_iter().for_each(|(start, len)| {
                         let (dst, a, b) = (dst, a, b);
+                        let s = start as isize;
                         // SAFETY: the blocks are disjoint ranges of the output's rows or
                         // columns, so each call writes its own part of `dst`; the offsets stay
-                        // inside the operands this function's contract covers.
+                        // inside the operands.
                         unsafe {
-                            let s = start as isize;
-                            let (bm, bn, d, aa, bb) = if by_cols {
-                                (
+                            if by_cols {
+                                call(
                                     m,
                                     len,
                                     dst.0.offset(s * dst_cs),
-                                    a.0 as *const Self,
-                                    b.0.offset(s * b_cs) as *const Self,
+                                    a.0,
+                                    b.0.offset(s * b_cs),
+                                    gemm::Parallelism::None,
                                 )
                             } else {
-                                (
+                                call(
                                     len,
                                     n,
                                     dst.0.offset(s * dst_rs),
-                                    a.0.offset(s * a_rs) as *const Self,
-                                    b.0 as *const Self,
+                                    a.0.offset(s * a_rs),
+                                    b.0,
+                                    gemm::Parallelism::None,
                                 )
-                            };
-                            gemm::gemm(
-                                bm,
-                                bn,
-                                k,
-                                d,
-                                dst_cs,
-                                dst_rs,
-                                read_dst,
-                                aa,
-                                a_cs,
-                                a_rs,
-                                bb,
-                                b_cs,
-                                b_rs,
-                                dst_coef,
-                                prod_coef,
-                                false,
-                                false,
-                                false,
-                                gemm::Parallelism::None,
-                            )
+                            }
                         }
                     });
                     return;
                 }
-                // SAFETY: forwarded from this function's contract; gemm reads `a`/`b` and
-                // writes `dst` only at the strided indices of the given shapes.
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    dst,
-                    dst_cs,
-                    dst_rs,
-                    read_dst,
-                    a,
-                    a_cs,
-                    a_rs,
-                    b,
-                    b_cs,
-                    b_rs,
-                    dst_coef,
-                    prod_coef,
-                    false,
-                    false,
-                    false,
-                    par.to_gemm(),
-                )
+                call(m, n, dst, a, b, par.to_gemm())
             }
         }
     };

@@ -22,11 +22,26 @@ fn check(args: &[Value]) -> Result<(usize, usize, usize, Vec<usize>)> {
     expect_dtype(OP, "input", x, DType::U8)?;
     check_scale(OP, "input_scale", float(OP, args, 1)?)?;
     check_zero_point(OP, "input_zero_point", int(OP, args, 2)?, DType::U8)?;
-    let w = tensor(OP, args, 3)?;
-    expect_dtype(OP, "weight", w, DType::I8)?;
+    let (m, k, n, shape) = check_weight(OP, x, args, 3)?;
+    check_scale(OP, "output_scale", float(OP, args, 6)?)?;
+    check_zero_point(OP, "output_zero_point", int(OP, args, 7)?, DType::U8)?;
+    Ok((m, k, n, shape))
+}
+
+/// The checks `quantized_linear` and `quantized_linear_dynamic` share: the int8 weight at
+/// argument `w_arg` fits the input `x`, its per-channel scale (`w_arg + 1`) and the optional
+/// bias (`w_arg + 2`) have one value per output channel. Returns `(M, K, N, output shape)`.
+pub(super) fn check_weight(
+    op: &str,
+    x: &Tensor,
+    args: &[Value],
+    w_arg: usize,
+) -> Result<(usize, usize, usize, Vec<usize>)> {
+    let w = tensor(op, args, w_arg)?;
+    expect_dtype(op, "weight", w, DType::I8)?;
     if x.ndim() == 0 || w.ndim() != 2 || x.shape()[x.ndim() - 1] != w.shape()[1] {
         return Err(Error::shape(
-            OP,
+            op,
             format!(
                 "input {:?} and weight {:?} do not fit: the weight must be [out_features, in_features] with in_features equal to the input's last dim",
                 x.shape(),
@@ -35,12 +50,10 @@ fn check(args: &[Value]) -> Result<(usize, usize, usize, Vec<usize>)> {
         ));
     }
     let (n, k) = (w.shape()[0], w.shape()[1]);
-    check_channel_param(OP, "weight_scale", tensor(OP, args, 4)?, n, true)?;
-    if let Some(b) = opt_tensor(OP, args, 5)? {
-        check_channel_param(OP, "bias", b, n, false)?;
+    check_channel_param(op, "weight_scale", tensor(op, args, w_arg + 1)?, n, true)?;
+    if let Some(b) = opt_tensor(op, args, w_arg + 2)? {
+        check_channel_param(op, "bias", b, n, false)?;
     }
-    check_scale(OP, "output_scale", float(OP, args, 6)?)?;
-    check_zero_point(OP, "output_zero_point", int(OP, args, 7)?, DType::U8)?;
     let m = x.shape()[..x.ndim() - 1].iter().product();
     let mut shape = x.shape().to_vec();
     *shape.last_mut().expect("ndim >= 1") = n;

@@ -9,10 +9,10 @@
 //! `fma(acc - zero_point * sum(weight row), scale * w_scale, bias)` (fbgemm's
 //! `ReQuantizeForFloat`, one rounding). The result is float32.
 
+use super::channel_floats;
 use super::gemm::{row_sums, DequantOut, Path};
 use super::linear::linear_u8;
 use super::quantize::{min_max_finite, quantize_slice};
-use super::{channel_floats, check_channel_param, expect_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::args::{bool_, opt_tensor, tensor};
@@ -90,27 +90,7 @@ fn check(args: &[Value]) -> Result<(usize, usize, usize, Vec<usize>)> {
             format!("input must be a floating point tensor (it is quantized per call), got {}", x.dtype()),
         ));
     }
-    let w = tensor(OP, args, 1)?;
-    expect_dtype(OP, "weight", w, DType::I8)?;
-    if x.ndim() == 0 || w.ndim() != 2 || x.shape()[x.ndim() - 1] != w.shape()[1] {
-        return Err(Error::shape(
-            OP,
-            format!(
-                "input {:?} and weight {:?} do not fit: the weight must be [out_features, in_features] with in_features equal to the input's last dim",
-                x.shape(),
-                w.shape()
-            ),
-        ));
-    }
-    let (n, k) = (w.shape()[0], w.shape()[1]);
-    check_channel_param(OP, "weight_scale", tensor(OP, args, 2)?, n, true)?;
-    if let Some(b) = opt_tensor(OP, args, 3)? {
-        check_channel_param(OP, "bias", b, n, false)?;
-    }
-    let m = x.shape()[..x.ndim() - 1].iter().product();
-    let mut shape = x.shape().to_vec();
-    *shape.last_mut().expect("ndim >= 1") = n;
-    Ok((m, k, n, shape))
+    super::linear::check_weight(OP, x, args, 1)
 }
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
