@@ -913,6 +913,69 @@ fn sdpa_fused_f32_matches_the_f64_decomposition() {
     }
 }
 
+/// The fused f32 backward (`scaled_dot_product_attention_backward`: several blocks of query
+/// rows, many matrices in parallel or one matrix on the pool, strided head views, additive and
+/// boolean masks, causal) gives the f64 tensor-op formula's gradients; broadcast batch dims run
+/// the formula; a wrong `grad_out` is named.
+#[test]
+fn sdpa_fused_f32_backward_matches_the_f64_formula() {
+    use ferrofx_core::ops::attention::scaled_dot_product_attention as sdpa;
+    for (n, h) in [(2, 3), (1, 1)] {
+        let (l, s, d) = (150, 140, 8);
+        let heads = |x: &Tensor| x.unflatten(2, &[h as i64, -1]).unwrap().permute(&[0, 2, 1, 3]).unwrap();
+        let mask64 = t64(rnd(n * s, 4).iter().map(|v| if *v < -0.5 { f64::MIN } else { *v }).collect(), &[n, 1, 1, s]);
+        let bmask = Tensor::from_vec(rnd(l * s, 5).iter().map(|v| *v > -0.7).collect::<Vec<bool>>(), &[l, s]).unwrap();
+        let w = t64(rnd(n * h * l * d, 6), &[n, h, l, d]);
+        for (mask, causal) in [(None, false), (Some(&mask64), false), (Some(&bmask), false), (None, true)] {
+            let grads = |dt: DType| -> Vec<Vec<f64>> {
+                let leaf = |seed: u64, len: usize| {
+                    t64(rnd(n * len * h * d, seed), &[n, len, h * d])
+                        .to_dtype(dt)
+                        .unwrap()
+                        .requires_grad_(true)
+                        .unwrap()
+                };
+                let (q, k, v) = (leaf(1, l), leaf(2, s), leaf(3, s));
+                let m = mask.map(|m| if m.dtype() == DType::Bool { m.clone() } else { m.to_dtype(dt).unwrap() });
+                let o = sdpa(&heads(&q), &heads(&k), &heads(&v), m.as_ref(), causal, None).unwrap();
+                o.mul(w.to_dtype(dt).unwrap()).unwrap().sum().unwrap().backward(None, false, false).unwrap();
+                [q, k, v]
+                    .iter()
+                    .map(|x| x.grad().unwrap().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap())
+                    .collect()
+            };
+            let (want, got) = (grads(DType::F64), grads(DType::F32));
+            for (g, w) in got.iter().zip(&want) {
+                close(g, w, 1e-4);
+            }
+        }
+    }
+    // broadcast batch dims (key shared by both images) run the tensor-op formula, same values
+    let q = t(rnd(2 * 5 * 4, 7).iter().map(|&v| v as f32).collect(), &[2, 5, 4]);
+    let k = t(rnd(6 * 4, 8).iter().map(|&v| v as f32).collect(), &[1, 6, 4]);
+    let v = t(rnd(2 * 6 * 3, 9).iter().map(|&v| v as f32).collect(), &[2, 6, 3]);
+    let g = t(rnd(2 * 5 * 3, 10).iter().map(|&v| v as f32).collect(), &[2, 5, 3]);
+    let call = |args: Vec<Value>| op::call("scaled_dot_product_attention_backward", args, vec![]);
+    let out = call(vec![(&g).into(), (&q).into(), (&k).into(), (&v).into()]).unwrap();
+    assert_eq!(
+        out.iter().map(|x| x.shape().to_vec()).collect::<Vec<_>>(),
+        [vec![2, 5, 4], vec![1, 6, 4], vec![2, 6, 3]]
+    );
+    let ke = k.expand(&[2, 6, 4]).unwrap().contiguous().unwrap();
+    let full = call(vec![(&g).into(), (&q).into(), (&ke).into(), (&v).into()]).unwrap();
+    let dk_sum = full[1].sum_dim(&[0], true).unwrap().to_vec::<f32>().unwrap();
+    close(
+        &out[1].to_vec::<f32>().unwrap().iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &dk_sum.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        1e-5,
+    );
+    let e = call(vec![(&q).into(), (&q).into(), (&k).into(), (&v).into()]).unwrap_err().to_string();
+    assert!(
+        e.contains("scaled_dot_product_attention_backward") && e.contains("grad_out") && e.contains("[2, 5, 3]"),
+        "{e}"
+    );
+}
+
 #[test]
 fn sdpa_rows_with_nothing_to_attend_are_zero_and_errors_are_clear() {
     use ferrofx_core::ops::attention::scaled_dot_product_attention as sdpa;

@@ -95,6 +95,10 @@ impl MultiheadAttention {
         let h = self.num_heads as i64;
         let hd = (e / self.num_heads) as i64;
         let ei = e as i64;
+        if !need_weights && attn_mask.is_none() && key_padding_mask.is_none() {
+            let o = self.attend_fused(query, key, value, [l, n, h, hd])?;
+            return Ok((o, None));
+        }
         let w = &self.in_proj_weight;
         let part = |i: i64| -> Result<(Tensor, Option<Tensor>)> {
             Ok((w.narrow(0, i * ei, ei)?, self.in_proj_bias.as_ref().map(|b| b.narrow(0, i * ei, ei)).transpose()?))
@@ -134,6 +138,46 @@ impl MultiheadAttention {
         let o = if self.batch_first { o.transpose(0, 1)? } else { o };
         let weights = if need_weights { Some(p.reshape(&[n, h, l, s])?.mean_dim(&[1], false)?) } else { None };
         Ok((o, weights))
+    }
+}
+
+impl MultiheadAttention {
+    /// The attention without weights or masks, as PyTorch's `multi_head_attention_forward` with
+    /// `need_weights=False`: one input projection when query, key and value are one tensor
+    /// (`_in_projection_packed`), applied to the inputs in their own layout (no transposed
+    /// copy), the heads as strided views `[N, H, L, hd]`, and the fused
+    /// `scaled_dot_product_attention` (scores never materialised nor saved for backward: its
+    /// backward recomputes them from q and k).
+    fn attend_fused(&self, query: &Tensor, key: &Tensor, value: &Tensor, dims: [i64; 4]) -> Result<Tensor> {
+        let [l, n, h, hd] = dims;
+        let ei = self.embed_dim as i64;
+        // [.., .., E] (batch first: [N, T, E]; else [T, N, E]) -> [N, H, T, hd]
+        let heads = |t: &Tensor| -> Result<Tensor> {
+            let sh = t.shape();
+            let t = t.reshape(&[sh[0] as i64, sh[1] as i64, h, hd])?;
+            t.permute(if self.batch_first { &[0, 2, 1, 3] } else { &[1, 2, 0, 3] })
+        };
+        let (q, k, v) = if query.same(key) && key.same(value) {
+            let proj = F::linear(query, &self.in_proj_weight, self.in_proj_bias.as_ref())?;
+            let sh = proj.shape().to_vec();
+            let proj = proj.reshape(&[sh[0] as i64, sh[1] as i64, 3, ei])?;
+            (heads(&proj.select(2, 0)?)?, heads(&proj.select(2, 1)?)?, heads(&proj.select(2, 2)?)?)
+        } else {
+            let w = &self.in_proj_weight;
+            let part = |i: i64, x: &Tensor| -> Result<Tensor> {
+                let b = self.in_proj_bias.as_ref().map(|b| b.narrow(0, i * ei, ei)).transpose()?;
+                heads(&F::linear(x, &w.narrow(0, i * ei, ei)?, b.as_ref())?)
+            };
+            (part(0, query)?, part(1, key)?, part(2, value)?)
+        };
+        let o = F::scaled_dot_product_attention(&q, &k, &v, None, self.dropout, self.training)?; // [N, H, L, hd]
+        if self.batch_first {
+            let o = o.permute(&[0, 2, 1, 3])?.reshape(&[n * l, ei])?;
+            self.out_proj.call(&o)?.reshape(&[n, l, ei])
+        } else {
+            let o = o.permute(&[2, 0, 1, 3])?.reshape(&[l * n, ei])?;
+            self.out_proj.call(&o)?.reshape(&[l, n, ei])
+        }
     }
 }
 
