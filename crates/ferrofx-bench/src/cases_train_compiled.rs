@@ -84,7 +84,7 @@ impl CompiledStep {
             let _g = ferrofx_core::autograd::no_grad();
             let mut saved = self.forward.forward_values(&[x.into(), y.into()])?.split_off(self.num_forward_outputs);
             saved.push(Value::Tensor(Tensor::scalar(1.0f32)));
-            self.backward.forward_values(&saved)?
+            self.backward.forward_values_owned(saved)?
         };
         for (p, g) in self.params.iter().zip(grads) {
             p.set_grad(g.as_tensor().cloned())?;

@@ -341,6 +341,14 @@ impl CompiledModule {
         self.specialize(inputs)?.module.forward_values(inputs)
     }
 
+    /// Runs the compiled module on inputs it takes ownership of, each dropped after its last use
+    /// ([`GraphModule::forward_values_owned`]: what a compiled backward needs to free the saved
+    /// activations as it goes).
+    pub fn forward_values_owned(&self, inputs: Vec<Value>) -> Result<Vec<Value>> {
+        let spec = self.specialize(&inputs)?;
+        spec.module.forward_values_owned(inputs)
+    }
+
     /// Runs a one-input, one-output module.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let out = self.forward_values(&[Value::Tensor(x.clone())])?;

@@ -41,10 +41,10 @@ pub fn has_composite_leaf(gm: &GraphModule) -> bool {
 /// layer.eval();
 /// let x = ferrofx_core::ops::random::randn(&[2, 5, 16], None)?;
 /// let gm = trace_with_inputs(&layer, &[(&x).into()])?;
-/// assert!(!gm.graph().to_string().contains("softmax")); // one opaque call_module
+/// assert!(!gm.graph().to_string().contains("scaled_dot_product_attention")); // one opaque call_module
 /// let inlined = inline_composite_modules(&gm, &[(&x).into()])?;
 /// assert!(!has_composite_leaf(&inlined));
-/// assert!(inlined.graph().to_string().contains("softmax"));
+/// assert!(inlined.graph().to_string().contains("scaled_dot_product_attention"));
 /// let d = (inlined.forward(&x)? - layer.forward(&x)?)?.abs()?.max()?.item()?;
 /// assert!(d < 1e-6, "{d}");
 /// # Ok::<(), ferrofx_core::Error>(())

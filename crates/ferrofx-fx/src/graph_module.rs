@@ -203,6 +203,31 @@ impl GraphModule {
         &self.attrs
     }
 
+    /// Runs the graph on inputs it takes ownership of, dropping each input after its last use
+    /// (AOTAutograd's "boxed" calling convention, where the compiled backward clears its
+    /// argument list): a backward graph fed the saved activations frees each one as soon as it
+    /// is consumed, as the eager engine does, instead of the caller keeping all of them alive
+    /// until the call returns. Otherwise the same as `forward_values`.
+    ///
+    /// ```
+    /// use ferrofx_core::{Tensor, Value};
+    /// use ferrofx_fx::symbolic_trace;
+    /// use ferrofx_nn::layers::ReLU;
+    /// let gm = symbolic_trace(&ReLU::new()).unwrap();
+    /// let x = Tensor::from_vec(vec![-1.0f32, 2.0], &[2]).unwrap();
+    /// let out = gm.forward_values_owned(vec![Value::Tensor(x)]).unwrap();
+    /// assert_eq!(out[0].as_tensor().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 2.0]);
+    /// ```
+    pub fn forward_values_owned(&self, inputs: Vec<Value>) -> Result<Vec<Value>> {
+        let plan = self.plan()?;
+        let inputs = match plan.complete_inputs(self, &inputs)? {
+            Some(all) => all,
+            None => inputs,
+        };
+        self.check_budget(&plan, &inputs)?;
+        plan.run_owned(self, inputs)
+    }
+
     /// The submodule at `path` among the modules this GraphModule holds directly (its leaf
     /// modules and nested traced modules, by qualified path); what the plan calls.
     pub fn get_submodule_owned(&self, path: &str) -> Result<&dyn Module> {

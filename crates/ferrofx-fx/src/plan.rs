@@ -401,10 +401,21 @@ impl Plan {
 
     /// Runs the plan on `inputs`.
     pub(crate) fn run(&self, gm: &GraphModule, inputs: &[Value]) -> Result<Vec<Value>> {
-        if inputs.len() != self.num_inputs {
+        self.run_with(gm, inputs.len(), |k| inputs[k].clone())
+    }
+
+    /// Runs the plan on `inputs` it owns: each input is dropped after its last use, like every
+    /// other value of the plan.
+    pub(crate) fn run_owned(&self, gm: &GraphModule, mut inputs: Vec<Value>) -> Result<Vec<Value>> {
+        let n = inputs.len();
+        self.run_with(gm, n, |k| std::mem::replace(&mut inputs[k], Value::None))
+    }
+
+    fn run_with(&self, gm: &GraphModule, n: usize, mut input: impl FnMut(usize) -> Value) -> Result<Vec<Value>> {
+        if n != self.num_inputs {
             return Err(Error::argument(
                 "GraphModule.forward",
-                format!("{} takes {} inputs, got {}", gm.type_name, self.num_inputs, inputs.len()),
+                format!("{} takes {} inputs, got {}", gm.type_name, self.num_inputs, n),
             ));
         }
         let mut values: Vec<Option<Value>> = vec![None; self.steps.len()];
@@ -412,7 +423,7 @@ impl Plan {
             let v = {
                 let env = Env { values: &values, slot_of: &self.slot_of };
                 match step {
-                    Step::Input(k) => inputs[*k].clone(),
+                    Step::Input(k) => input(*k),
                     Step::Attr(t) => Value::Tensor(t.clone()),
                     Step::Op { def, kind, args, kwargs, pre } => {
                         match pre.as_deref().and_then(|p| prebound(p, &values)) {

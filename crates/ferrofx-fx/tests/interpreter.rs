@@ -96,3 +96,41 @@ fn identity_transformer_copies_the_graph_module() {
     // The copy shares the parameters.
     assert_eq!(copy.get_parameter("fc.weight").unwrap().id(), m.fc.weight.id());
 }
+
+/// `relu(x) * 2 + 1`: the input is dead after the first node.
+#[derive(ferrofx_nn::Module)]
+struct ReluMulAdd {}
+impl Module for ReluMulAdd {
+    fn forward(&self, x: &ferrofx_core::Tensor) -> Result<ferrofx_core::Tensor> {
+        &(&x.relu()? * 2.0)? + 1.0
+    }
+}
+
+/// A graph run on inputs it owns frees each input after its last use (what a compiled backward
+/// needs to release the saved activations as it goes); run on borrowed inputs, the caller keeps
+/// them alive to the end. Same outputs either way.
+#[test]
+fn forward_values_owned_frees_each_input_after_its_last_use() {
+    use ferrofx_core::memory::tracking::MemoryTracker;
+    use ferrofx_core::Tensor;
+    let gm = ferrofx_fx::symbolic_trace(&ReluMulAdd {}).unwrap();
+    let n = 1 << 18;
+    let run = |owned: bool| -> (usize, Vec<f32>) {
+        let tracker = MemoryTracker::start();
+        let x = Tensor::from_vec((0..n).map(|i| i as f32 - 1000.0).collect::<Vec<_>>(), &[n]).unwrap();
+        let out = if owned {
+            gm.forward_values_owned(vec![Value::Tensor(x)])
+        } else {
+            gm.forward_values(&[Value::Tensor(x)])
+        };
+        let peak = tracker.stats().peak_total();
+        (peak, out.unwrap()[0].as_tensor().unwrap().to_vec::<f32>().unwrap())
+    };
+    let ((owned, a), (borrowed, b)) = (run(true), run(false));
+    assert_eq!(a, b);
+    let unit = 4 * n;
+    // owned: x and relu(x), then relu(x) and the product, then the product and the sum
+    assert_eq!(owned, 2 * unit, "owned peak {owned} B");
+    // borrowed: x stays alive beside the two intermediates
+    assert_eq!(borrowed, 3 * unit, "borrowed peak {borrowed} B");
+}

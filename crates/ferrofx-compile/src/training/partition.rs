@@ -97,7 +97,8 @@ impl Partition {
     pub fn run_backward(&self, saved: Vec<Value>, tangent: Tensor) -> Result<Vec<Option<Tensor>>> {
         let mut args = saved;
         args.push(Value::Tensor(tangent));
-        let out = self.backward.forward_values(&args)?;
+        // the backward owns the saved values: each is freed after its last use
+        let out = self.backward.forward_values_owned(args)?;
         Ok(out.into_iter().map(|v| v.as_tensor().cloned()).collect())
     }
 
