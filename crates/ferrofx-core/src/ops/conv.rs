@@ -36,6 +36,7 @@ use smallvec::smallvec;
 use std::mem::MaybeUninit;
 
 mod depthwise;
+mod depthwise3x3;
 mod epilogue;
 mod winograd;
 use epilogue::Epilogue;
