@@ -1258,6 +1258,57 @@ fn depthwise_conv_matches_naive_reference_on_random_shapes() {
 }
 
 #[test]
+fn few_input_channel_conv_matches_naive_reference() {
+    // float32 convolutions with at most 4 input channels (the stems; the direct kernel on
+    // AVX-512): MobileNetV2's and ResNet's stems, then random kernels 2-12 wide, strides 1-3
+    // (column stride 3 takes im2col), padding, batch 1-2, 1-40 output channels (partial blocks
+    // of 16), every activation with and without a residual
+    let acts = ["none", "relu", "relu6", "clamp(-0.5, 0.25)", "silu", "hardswish"];
+    type Case = ((usize, usize, usize, usize), (usize, usize, usize), (usize, usize), (usize, usize));
+    let mut cases: Vec<Case> = vec![
+        ((1, 3, 224, 224), (32, 3, 3), (2, 2), (1, 1)),
+        ((1, 3, 224, 224), (64, 7, 7), (2, 2), (3, 3)),
+        ((2, 3, 35, 33), (24, 3, 3), (1, 1), (1, 1)),
+    ];
+    let r = rnd(8 * 30, 31337);
+    let pick =
+        |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f64) as usize % (hi - lo + 1);
+    for i in 0..30 {
+        let (kh, kw) = (pick(8 * i, 1, 7), pick(8 * i + 1, 2, 12));
+        let (sh, sw) = (pick(8 * i + 2, 1, 3), pick(8 * i + 3, 1, 2) + usize::from(i == 7));
+        let (ph, pw) = (pick(8 * i + 4, 0, 3).min(kh - 1), pick(8 * i + 4, 0, 5).min(kw - 1));
+        let (c, o) = (pick(8 * i + 5, 1, 4), pick(8 * i + 6, 1, 40));
+        let (h, w) = ((kh + pick(8 * i + 7, 0, 20)).max(1), kw + pick(8 * i + 7, 0, 40));
+        cases.push(((1 + i % 2, c, h, w), (o, kh, kw), (sh, sw), (ph, pw)));
+    }
+    for (i, &(ins, ws, s, p)) in cases.iter().enumerate() {
+        let act = acts[i % acts.len()];
+        let (n, c) = (ins.0, ins.1);
+        let seed = 1300 + 10 * i as u64;
+        let xf: Vec<f32> = rnd(n * c * ins.2 * ins.3, seed).iter().map(|&v| v as f32).collect();
+        let wf: Vec<f32> = rnd(ws.0 * c * ws.1 * ws.2, seed + 1).iter().map(|&v| v as f32).collect();
+        let bf: Vec<f32> = rnd(ws.0, seed + 2).iter().map(|&v| v as f32).collect();
+        let (x, w, b) = (t(xf.clone(), &[n, c, ins.2, ins.3]), t(wf.clone(), &[ws.0, c, ws.1, ws.2]), t(bf.clone(), &[ws.0]));
+        let (si, pi) = ([s.0 as i64, s.1 as i64], [p.0 as i64, p.1 as i64]);
+        let tag = format!("case {i} {ins:?} {ws:?} s{s:?} p{p:?} {act}");
+        let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, (1, 1), 1, None, "none");
+        let y0 = conv::conv2d(&x, &w, Some(&b), &si, &pi[..], &[1, 1], 1).unwrap();
+        assert_eq!(y0.shape(), &[n, ws.0, oh, ow], "{tag}");
+        close(&y0.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect::<Vec<_>>(), &want, 1e-5);
+        let rf: Vec<f32> = rnd(y0.numel(), seed + 3).iter().map(|&v| 2.0 * v as f32).collect();
+        let rt = t(rf.clone(), y0.shape());
+        for res in [None, Some(&rf)] {
+            let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, (1, 1), 1, res.map(|v| &v[..]), act);
+            let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &[1, 1], 1, res.map(|_| &rt), act).unwrap();
+            let g: Vec<f64> = got.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+            for (j, (a, e)) in g.iter().zip(&want).enumerate() {
+                assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{tag} residual={}: element {j}: {a} vs {e}", res.is_some());
+            }
+        }
+    }
+}
+
+#[test]
 fn conv_weights_written_in_place_take_effect_on_the_next_call() {
     let x = t(rnd(2 * 16 * 9 * 9, 1).iter().map(|&v| v as f32).collect(), &[2, 16, 9, 9]);
     let w = t(rnd(20 * 16, 2).iter().map(|&v| v as f32).collect(), &[20, 16, 1, 1]);
