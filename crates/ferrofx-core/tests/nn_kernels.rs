@@ -1242,8 +1242,7 @@ fn depthwise_conv_matches_naive_reference_on_random_shapes() {
         let rf: Vec<f32> = rnd(y0.numel(), seed + 3).iter().map(|&v| 2.0 * v as f32).collect();
         let rt = t(rf.clone(), y0.shape());
         for res in [None, Some(&rf)] {
-            let (want, _, _) =
-                naive_conv_epilogue(&xf, &wf, &bf, ins, (c, k, k), s, p, d, c, res.map(|v| &v[..]), act);
+            let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, (c, k, k), s, p, d, c, res.map(|v| &v[..]), act);
             let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &di, c as i64, res.map(|_| &rt), act).unwrap();
             let g: Vec<f64> = got.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
             for (j, (a, e)) in g.iter().zip(&want).enumerate() {
@@ -1288,7 +1287,8 @@ fn few_input_channel_conv_matches_naive_reference() {
         let xf: Vec<f32> = rnd(n * c * ins.2 * ins.3, seed).iter().map(|&v| v as f32).collect();
         let wf: Vec<f32> = rnd(ws.0 * c * ws.1 * ws.2, seed + 1).iter().map(|&v| v as f32).collect();
         let bf: Vec<f32> = rnd(ws.0, seed + 2).iter().map(|&v| v as f32).collect();
-        let (x, w, b) = (t(xf.clone(), &[n, c, ins.2, ins.3]), t(wf.clone(), &[ws.0, c, ws.1, ws.2]), t(bf.clone(), &[ws.0]));
+        let (x, w, b) =
+            (t(xf.clone(), &[n, c, ins.2, ins.3]), t(wf.clone(), &[ws.0, c, ws.1, ws.2]), t(bf.clone(), &[ws.0]));
         let (si, pi) = ([s.0 as i64, s.1 as i64], [p.0 as i64, p.1 as i64]);
         let tag = format!("case {i} {ins:?} {ws:?} s{s:?} p{p:?} {act}");
         let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, (1, 1), 1, None, "none");
@@ -1302,7 +1302,11 @@ fn few_input_channel_conv_matches_naive_reference() {
             let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &[1, 1], 1, res.map(|_| &rt), act).unwrap();
             let g: Vec<f64> = got.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
             for (j, (a, e)) in g.iter().zip(&want).enumerate() {
-                assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{tag} residual={}: element {j}: {a} vs {e}", res.is_some());
+                assert!(
+                    (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "{tag} residual={}: element {j}: {a} vs {e}",
+                    res.is_some()
+                );
             }
         }
     }

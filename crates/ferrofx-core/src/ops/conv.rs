@@ -1356,7 +1356,9 @@ fn run_conv(
         // not zero-filled: the direct kernels write every element
         let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
         xc.with_contiguous::<f32, _>(op, |xs| {
-            wc.with_contiguous::<f32, _>(op, |ws| run(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep))
+            wc.with_contiguous::<f32, _>(op, |ws| {
+                run(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
+            })
         })??;
         // SAFETY: alloc_uninit reserved exactly `len` elements and the kernel initialised every
         // one of them.

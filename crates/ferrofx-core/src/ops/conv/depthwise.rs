@@ -215,7 +215,14 @@ fn conv_padded(
 
 /// [`conv`] by the direct 3x3 kernel (`depthwise3x3.rs`): planes split into a few tasks per
 /// thread (one fork-join per call, each task a run of whole planes), the epilogue in registers.
-fn conv_3x3(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [MaybeUninit<f32>], ep: Option<&Epilogue<'_>>) {
+fn conv_3x3(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [MaybeUninit<f32>],
+    ep: Option<&Epilogue<'_>>,
+) {
     let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
     let planes = g.n * g.c;
     // what the plane kernel could not apply in registers (silu, hardswish): the residual was
@@ -268,7 +275,14 @@ mod tests {
             .collect()
     }
 
-    fn run(f: fn(&Geom, &[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>], Option<&Epilogue<'_>>), g: &Geom, x: &[f32], w: &[f32], b: &[f32], ep: Option<&Epilogue<'_>>) -> Vec<u32> {
+    fn run(
+        f: fn(&Geom, &[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>], Option<&Epilogue<'_>>),
+        g: &Geom,
+        x: &[f32],
+        w: &[f32],
+        b: &[f32],
+        ep: Option<&Epilogue<'_>>,
+    ) -> Vec<u32> {
         let len = g.n * g.c * g.oh * g.ow;
         let mut out = vec![f32::NAN; len];
         // SAFETY: f32 and MaybeUninit<f32> have the same layout; every element is initialised.
@@ -292,7 +306,8 @@ mod tests {
             Activation::Hardswish,
         ];
         let r = rand_vec(12 * 64, 99);
-        let pick = |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f32) as usize % (hi - lo + 1);
+        let pick =
+            |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f32) as usize % (hi - lo + 1);
         let mut geoms = vec![
             // MobileNetV2's shapes, a plane wider than 8 chunks, and 1-3 wide planes
             (1, 32, 112, 112, 1, 1, 1, 1, 1, 1),

@@ -109,7 +109,7 @@ pub(super) fn plane(g: &Geom, p: Plane<'_>, ep: Option<&Epilogue<'_>>) -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::{Geom, RegAct, ROWS_S1, ROWS_S2};
     use std::arch::x86_64::*;
 
@@ -121,9 +121,10 @@ mod avx512 {
         pub out: *mut f32,
     }
 
-    /// The lanes `j` of a 16-lane load at column `t` with `0 <= t + j < w`.
+    /// The lanes `j` of a 16-lane load at column `t` with `0 <= t + j < w` (also used by
+    /// `direct.rs`).
     #[inline(always)]
-    fn mask(t: isize, w: usize) -> __mmask16 {
+    pub(in crate::ops::conv) fn mask(t: isize, w: usize) -> __mmask16 {
         let lo = (-t).clamp(0, 16) as u32;
         let hi = (w as isize - t).clamp(0, 16) as u32;
         if hi <= lo {

@@ -70,12 +70,12 @@ pub(super) fn conv(
     let blocks = g.o.div_ceil(OB);
     let mut wp = vec![0.0f32; blocks * taps * OB];
     let mut bp = vec![0.0f32; blocks * OB];
-    for o in 0..g.o {
+    for (o, bo) in bp.iter_mut().enumerate().take(g.o) {
         let (bi, oi) = (o / OB, o % OB);
-        for t in 0..taps {
-            wp[(bi * taps + t) * OB + oi] = w[o * taps + t];
+        for (t, &wt) in w[o * taps..(o + 1) * taps].iter().enumerate() {
+            wp[(bi * taps + t) * OB + oi] = wt;
         }
-        bp[o] = bias.map_or(0.0, |b| b[o]);
+        *bo = bias.map_or(0.0, |b| b[o]);
     }
     let rows = g.n * g.oh;
     let ptr = SendPtr(out.as_mut_ptr().cast::<f32>());
@@ -91,7 +91,17 @@ pub(super) fn conv(
                 // task writes.
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
-                    avx512::row(g, x, &wp[bi * taps * OB..(bi + 1) * taps * OB], &bp[bi * OB..(bi + 1) * OB], ptr.ptr(), ni, r, bi * OB, nb)
+                    avx512::row(
+                        g,
+                        x,
+                        &wp[bi * taps * OB..(bi + 1) * taps * OB],
+                        &bp[bi * OB..(bi + 1) * OB],
+                        ptr.ptr(),
+                        ni,
+                        r,
+                        bi * OB,
+                        nb,
+                    )
                 };
             }
             if let Some(ep) = ep {
@@ -117,20 +127,9 @@ pub(super) fn conv(
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use super::super::depthwise3x3::avx512::mask;
     use super::{Geom, OB};
     use std::arch::x86_64::*;
-
-    /// The lanes `j` of a 16-lane load at column `t` with `0 <= t + j < w`.
-    #[inline(always)]
-    fn mask(t: isize, w: usize) -> __mmask16 {
-        let lo = (-t).clamp(0, 16) as u32;
-        let hi = (w as isize - t).clamp(0, 16) as u32;
-        if hi <= lo {
-            return 0;
-        }
-        let below_hi = if hi == 16 { 0xffff_u32 } else { (1u32 << hi) - 1 };
-        (below_hi & !((1u32 << lo) - 1)) as __mmask16
-    }
 
     /// `acc[o] += wt[o] * v` for the 16 channels of a block.
     #[inline(always)]
@@ -148,7 +147,17 @@ mod avx512 {
     /// exclusively this call's.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn row(g: &Geom, x: &[f32], wp: &[f32], bp: &[f32], out: *mut f32, ni: usize, r: usize, o0: usize, nb: usize) {
+    pub(super) unsafe fn row(
+        g: &Geom,
+        x: &[f32],
+        wp: &[f32],
+        bp: &[f32],
+        out: *mut f32,
+        ni: usize,
+        r: usize,
+        o0: usize,
+        nb: usize,
+    ) {
         let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
         let (kh, kw) = (g.kh, g.kw);
@@ -175,7 +184,8 @@ mod avx512 {
                     let rowp = x.as_ptr().add(((ni * g.c + ci) * g.h + ri as usize) * g.w);
                     let wrow = wp.as_ptr().add((ci * kh + ki) * kw * OB);
                     // masked-off lanes are not read: only columns 0..w of the row are touched
-                    let ld = |k: usize, off: usize| _mm512_maskz_loadu_ps(ms[k], rowp.wrapping_offset(t + off as isize));
+                    let ld =
+                        |k: usize, off: usize| _mm512_maskz_loadu_ps(ms[k], rowp.wrapping_offset(t + off as isize));
                     if g.sw == 1 {
                         for kj in 0..kw {
                             fma16(&mut acc, wrow.add(kj * OB), ld(kj, kj));
