@@ -276,7 +276,7 @@ mod tests {
     }
 
     fn run(
-        f: fn(&Geom, &[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>], Option<&Epilogue<'_>>),
+        f: super::super::DirectKernel,
         g: &Geom,
         x: &[f32],
         w: &[f32],

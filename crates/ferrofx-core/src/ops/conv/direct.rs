@@ -80,7 +80,6 @@ pub(super) fn conv(
     let rows = g.n * g.oh;
     let ptr = SendPtr(out.as_mut_ptr().cast::<f32>());
     let run = |r0: usize, r1: usize| {
-        let ptr = ptr;
         for row in r0..r1 {
             let (ni, r) = (row / g.oh, row % g.oh);
             for bi in 0..blocks {
