@@ -1148,11 +1148,12 @@ fn naive_conv_epilogue(
     s: (usize, usize),
     p: (usize, usize),
     d: (usize, usize),
+    groups: usize,
     res: Option<&[f32]>,
     act: &str,
 ) -> (Vec<f64>, usize, usize) {
     let f = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<f64>>();
-    let (mut y, oh, ow) = naive_conv2d(&f(x), &f(w), ins, ws, s, p, d, 1);
+    let (mut y, oh, ow) = naive_conv2d(&f(x), &f(w), ins, ws, s, p, d, groups);
     for (j, v) in y.iter_mut().enumerate() {
         *v += b[(j / (oh * ow)) % ws.0] as f64;
         if let Some(r) = res {
@@ -1225,7 +1226,7 @@ fn conv_gemm_paths_match_naive_reference_on_random_shapes() {
         let rf: Vec<f32> = rnd(y0.numel(), seed + 3).iter().map(|&v| 2.0 * v as f32).collect();
         let rt = t(rf.clone(), y0.shape());
         for res in [None, Some(&rf)] {
-            let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, d, res.map(|v| &v[..]), act);
+            let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, d, 1, res.map(|v| &v[..]), act);
             let rt = res.map(|_| &rt);
             let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &di, 1, rt, act).unwrap();
             assert_eq!(got.shape(), &[n, ws.0, oh, ow], "case {i}");
@@ -1240,10 +1241,136 @@ fn conv_gemm_paths_match_naive_reference_on_random_shapes() {
         }
         // plain conv2d, and the training path (weights requiring grad are never cached)
         let wg = w.detach().requires_grad_(true).unwrap();
-        let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, d, None, "none");
+        let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, d, 1, None, "none");
         for y in [y0, conv::conv2d(&x, &wg, Some(&b), &si, &pi[..], &di, 1).unwrap()] {
             let g: Vec<f64> = y.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
             close(&g, &want, 2e-5);
+        }
+    }
+}
+
+#[test]
+fn depthwise_conv_matches_naive_reference_on_random_shapes() {
+    // float32 depthwise convolutions (the direct 3x3 kernel for strides 1 and 2 on AVX-512, the
+    // padded stencil otherwise) against an f64 reference: MobileNet's shapes, planes 1-3 wide,
+    // edges (every padding 0-2, the last partial 16-column chunk, rows wider than 128), strides
+    // 1 and 2 in each dimension, dilation and 5x5 (the stencil), batch 1-3, every activation
+    // with and without a residual, plain conv2d and conv2d_fused.
+    let acts = ["none", "relu", "relu6", "clamp(-0.5, 0.25)", "silu", "hardswish"];
+    // (n, c, h, w), k, stride, padding, dilation
+    type Case = ((usize, usize, usize, usize), usize, (usize, usize), (usize, usize), (usize, usize));
+    let mut cases: Vec<Case> = vec![
+        ((1, 32, 112, 112), 3, (1, 1), (1, 1), (1, 1)),
+        ((1, 16, 112, 112), 3, (2, 2), (1, 1), (1, 1)),
+        ((1, 24, 14, 14), 3, (1, 1), (1, 1), (1, 1)),
+        ((3, 20, 7, 7), 3, (1, 1), (1, 1), (1, 1)),
+        ((1, 8, 14, 14), 3, (2, 2), (1, 1), (1, 1)),
+        ((1, 3, 5, 150), 3, (1, 2), (1, 1), (1, 1)),
+        ((2, 4, 1, 1), 3, (1, 1), (1, 1), (1, 1)),
+        ((1, 5, 2, 3), 3, (2, 2), (1, 1), (1, 1)),
+        ((1, 6, 3, 1), 3, (1, 1), (1, 1), (1, 1)),
+        ((1, 4, 9, 17), 3, (1, 1), (0, 0), (1, 1)),
+        ((1, 4, 10, 17), 3, (2, 1), (2, 0), (1, 1)),
+        ((1, 4, 16, 33), 3, (1, 1), (1, 1), (2, 2)),
+        ((2, 6, 19, 18), 5, (2, 2), (2, 2), (1, 1)),
+    ];
+    let r = rnd(8 * 40, 777);
+    let pick =
+        |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f64) as usize % (hi - lo + 1);
+    for i in 0..40 {
+        let k = [3, 3, 3, 5][pick(8 * i, 0, 3)];
+        let (sh, sw) = (pick(8 * i + 1, 1, 2), pick(8 * i + 2, 1, 2));
+        let (ph, pw) = (pick(8 * i + 3, 0, 2), pick(8 * i + 4, 0, 2));
+        let dl = if i % 5 == 4 { 2 } else { 1 };
+        let reach: usize = (k - 1) * dl + 1;
+        let h = pick(8 * i + 5, 1, 24).max(reach.saturating_sub(2 * ph));
+        let w = pick(8 * i + 6, 1, 40).max(reach.saturating_sub(2 * pw));
+        let (n, c) = (1 + i % 3, pick(8 * i + 7, 1, 12));
+        cases.push(((n, c, h, w), k, (sh, sw), (ph, pw), (dl, dl)));
+    }
+    for (i, &(ins, k, s, p, d)) in cases.iter().enumerate() {
+        let act = acts[i % acts.len()];
+        let (n, c) = (ins.0, ins.1);
+        let seed = 900 + 10 * i as u64;
+        let xf: Vec<f32> = rnd(n * c * ins.2 * ins.3, seed).iter().map(|&v| v as f32).collect();
+        let wf: Vec<f32> = rnd(c * k * k, seed + 1).iter().map(|&v| v as f32).collect();
+        let bf: Vec<f32> = rnd(c, seed + 2).iter().map(|&v| v as f32).collect();
+        let (x, w, b) = (t(xf.clone(), &[n, c, ins.2, ins.3]), t(wf.clone(), &[c, 1, k, k]), t(bf.clone(), &[c]));
+        let (si, pi, di) = ([s.0 as i64, s.1 as i64], [p.0 as i64, p.1 as i64], [d.0 as i64, d.1 as i64]);
+        let tag = format!("case {i} {ins:?} k{k} s{s:?} p{p:?} d{d:?} {act}");
+        let y0 = conv::conv2d(&x, &w, Some(&b), &si, &pi[..], &di, c as i64).unwrap();
+        let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, (c, k, k), s, p, d, c, None, "none");
+        assert_eq!(y0.shape(), &[n, c, oh, ow], "{tag}");
+        close(&y0.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect::<Vec<_>>(), &want, 1e-5);
+        let rf: Vec<f32> = rnd(y0.numel(), seed + 3).iter().map(|&v| 2.0 * v as f32).collect();
+        let rt = t(rf.clone(), y0.shape());
+        for res in [None, Some(&rf)] {
+            let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, (c, k, k), s, p, d, c, res.map(|v| &v[..]), act);
+            let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &di, c as i64, res.map(|_| &rt), act).unwrap();
+            let g: Vec<f64> = got.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+            for (j, (a, e)) in g.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "{tag} residual={}: element {j}: {a} vs {e}",
+                    res.is_some()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn few_input_channel_conv_matches_naive_reference() {
+    // float32 convolutions with at most 4 input channels (the stems; the direct kernel on
+    // AVX-512): MobileNetV2's and ResNet's stems, then random kernels 2-12 wide, strides 1-3
+    // (column stride 3 takes im2col), padding, batch 1-2, 1-40 output channels (partial blocks
+    // of 16), every activation with and without a residual
+    let acts = ["none", "relu", "relu6", "clamp(-0.5, 0.25)", "silu", "hardswish"];
+    type Case = ((usize, usize, usize, usize), (usize, usize, usize), (usize, usize), (usize, usize));
+    let mut cases: Vec<Case> = vec![
+        ((1, 3, 224, 224), (32, 3, 3), (2, 2), (1, 1)),
+        ((1, 3, 224, 224), (64, 7, 7), (2, 2), (3, 3)),
+        ((2, 3, 35, 33), (24, 3, 3), (1, 1), (1, 1)),
+    ];
+    let r = rnd(8 * 30, 31337);
+    let pick =
+        |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f64) as usize % (hi - lo + 1);
+    for i in 0..30 {
+        let (kh, kw) = (pick(8 * i, 1, 7), pick(8 * i + 1, 2, 12));
+        let (sh, sw) = (pick(8 * i + 2, 1, 3), pick(8 * i + 3, 1, 2) + usize::from(i == 7));
+        let (ph, pw) = (pick(8 * i + 4, 0, 3).min(kh - 1), pick(8 * i + 4, 0, 5).min(kw - 1));
+        let (c, o) = (pick(8 * i + 5, 1, 4), pick(8 * i + 6, 1, 40));
+        let (h, w) = ((kh + pick(8 * i + 7, 0, 20)).max(1), kw + pick(8 * i + 7, 0, 40));
+        cases.push(((1 + i % 2, c, h, w), (o, kh, kw), (sh, sw), (ph, pw)));
+    }
+    for (i, &(ins, ws, s, p)) in cases.iter().enumerate() {
+        let act = acts[i % acts.len()];
+        let (n, c) = (ins.0, ins.1);
+        let seed = 1300 + 10 * i as u64;
+        let xf: Vec<f32> = rnd(n * c * ins.2 * ins.3, seed).iter().map(|&v| v as f32).collect();
+        let wf: Vec<f32> = rnd(ws.0 * c * ws.1 * ws.2, seed + 1).iter().map(|&v| v as f32).collect();
+        let bf: Vec<f32> = rnd(ws.0, seed + 2).iter().map(|&v| v as f32).collect();
+        let (x, w, b) =
+            (t(xf.clone(), &[n, c, ins.2, ins.3]), t(wf.clone(), &[ws.0, c, ws.1, ws.2]), t(bf.clone(), &[ws.0]));
+        let (si, pi) = ([s.0 as i64, s.1 as i64], [p.0 as i64, p.1 as i64]);
+        let tag = format!("case {i} {ins:?} {ws:?} s{s:?} p{p:?} {act}");
+        let (want, oh, ow) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, (1, 1), 1, None, "none");
+        let y0 = conv::conv2d(&x, &w, Some(&b), &si, &pi[..], &[1, 1], 1).unwrap();
+        assert_eq!(y0.shape(), &[n, ws.0, oh, ow], "{tag}");
+        close(&y0.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect::<Vec<_>>(), &want, 1e-5);
+        let rf: Vec<f32> = rnd(y0.numel(), seed + 3).iter().map(|&v| 2.0 * v as f32).collect();
+        let rt = t(rf.clone(), y0.shape());
+        for res in [None, Some(&rf)] {
+            let (want, _, _) = naive_conv_epilogue(&xf, &wf, &bf, ins, ws, s, p, (1, 1), 1, res.map(|v| &v[..]), act);
+            let got = conv::conv2d_fused(&x, &w, Some(&b), &si, &pi, &[1, 1], 1, res.map(|_| &rt), act).unwrap();
+            let g: Vec<f64> = got.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+            for (j, (a, e)) in g.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "{tag} residual={}: element {j}: {a} vs {e}",
+                    res.is_some()
+                );
+            }
         }
     }
 }

@@ -13,7 +13,9 @@
 //!   tiles: Winograd F(4x4, 3x3) (`conv/winograd.rs`; [`set_winograd_enabled`] turns it off),
 //!   4x fewer multiplies; also for the input gradient of such convolutions (checked first);
 //! - depthwise float32 (`groups == in == out channels`, MobileNet's): a direct stencil per
-//!   plane (`conv/depthwise.rs`), no GEMM;
+//!   plane (`conv/depthwise.rs`; 3x3 stride 1/2 on AVX-512 by `conv/depthwise3x3.rs`), no GEMM;
+//! - float32 with at most 4 input channels (the RGB stems), on AVX-512: a direct kernel
+//!   (`conv/direct.rs`), no im2col;
 //! - otherwise im2col + one GEMM (wide strided kernels through column phases).
 //!
 //! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across
@@ -36,6 +38,8 @@ use smallvec::smallvec;
 use std::mem::MaybeUninit;
 
 mod depthwise;
+mod depthwise3x3;
+mod direct;
 mod epilogue;
 mod winograd;
 use epilogue::Epilogue;
@@ -1307,6 +1311,10 @@ fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
     t.with_contiguous::<T, _>(op, |s| s.to_vec())
 }
 
+/// A direct float32 forward kernel: `(geometry, x, w, bias, out, epilogue)`, every element of
+/// `out` written.
+type DirectKernel = fn(&Geom, &[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>], Option<&Epilogue<'_>>);
+
 /// Runs a convolution kernel on concrete tensors, computing f16/bf16 in f32. `ep` (float32
 /// forward convolutions only) is applied to each finished block of output.
 #[allow(clippy::too_many_arguments)]
@@ -1334,20 +1342,26 @@ fn run_conv(
         let r = run_conv(op, &x32, &w32, b32.as_ref(), g, shape, DType::F32, transposed, None)?;
         return kernel::cast(&r, dt);
     }
-    if !transposed && dt == DType::F32 && depthwise::applies(g) {
+    // the direct float32 kernels: depthwise, and few input channels (stems)
+    let direct_kernel: Option<DirectKernel> = match (transposed, dt) {
+        (false, DType::F32) if depthwise::applies(g) => Some(depthwise::conv),
+        (false, DType::F32) if direct::applies(g) => Some(direct::conv),
+        _ => None,
+    };
+    if let Some(run) = direct_kernel {
         let xc = kernel::contiguous(x)?;
         let wc = kernel::contiguous(w)?;
         let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
         let len = g.n * g.o * g.oh * g.ow;
-        // not zero-filled: depthwise::conv writes every element
+        // not zero-filled: the direct kernels write every element
         let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
         xc.with_contiguous::<f32, _>(op, |xs| {
             wc.with_contiguous::<f32, _>(op, |ws| {
-                depthwise::conv(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
+                run(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
             })
         })??;
-        // SAFETY: alloc_uninit reserved exactly `len` elements and depthwise::conv initialised
-        // every one of them.
+        // SAFETY: alloc_uninit reserved exactly `len` elements and the kernel initialised every
+        // one of them.
         unsafe { buf.set_len(len) };
         return Tensor::from_vec(buf, shape);
     }

@@ -17,7 +17,7 @@
 //! The sum per output is `bias + Σ_taps w * x` in row-major tap order, as the GEMM lowering
 //! sums it (up to the GEMM's own blocking), within float32 rounding of PyTorch.
 
-use super::{Epilogue, Geom};
+use super::{depthwise3x3, Epilogue, Geom};
 use crate::ops::simd::simd_dispatch;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -172,6 +172,22 @@ pub(super) fn conv(
     if out.is_empty() {
         return;
     }
+    if depthwise3x3::applies(g) {
+        conv_3x3(g, x, w, bias, out, ep);
+    } else {
+        conv_padded(g, x, w, bias, out, ep);
+    }
+}
+
+/// [`conv`] by the portable kernel: a padded, phase-split copy of each plane and a flat stencil.
+fn conv_padded(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [MaybeUninit<f32>],
+    ep: Option<&Epilogue<'_>>,
+) {
     let p = Padded::of(g);
     let (plane_in, plane_out, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
     // scratch per worker: the padded plane and the wide output
@@ -194,5 +210,146 @@ pub(super) fn conv(
         for uo in out.chunks_mut(plane_out).enumerate() {
             run(uo, &mut s);
         }
+    }
+}
+
+/// [`conv`] by the direct 3x3 kernel (`depthwise3x3.rs`): planes split into a few tasks per
+/// thread (one fork-join per call, each task a run of whole planes), the epilogue in registers.
+fn conv_3x3(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [MaybeUninit<f32>],
+    ep: Option<&Epilogue<'_>>,
+) {
+    let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
+    let planes = g.n * g.c;
+    // what the plane kernel could not apply in registers (silu, hardswish): the residual was
+    // added there, so only the activation is left
+    let later = ep.map(|e| Epilogue { residual: None, act: e.act });
+    let run = |u0: usize, o: &mut [MaybeUninit<f32>], zero: &[f32]| {
+        for (k, op) in o.chunks_mut(plane_out).enumerate() {
+            let u = u0 + k;
+            let ch = u % g.c;
+            let p = depthwise3x3::Plane {
+                x: &x[u * plane_in..(u + 1) * plane_in],
+                w: &w[ch * 9..ch * 9 + 9],
+                b: bias.map_or(0.0, |b| b[ch]),
+                res: ep.and_then(|e| e.residual).map(|r| &r[u * plane_out..(u + 1) * plane_out]),
+                zero,
+                out: op,
+            };
+            if depthwise3x3::plane(g, p, ep) {
+                if let Some(l) = &later {
+                    // SAFETY: `plane` wrote every element of `op`.
+                    let done = unsafe { std::slice::from_raw_parts_mut(op.as_mut_ptr().cast::<f32>(), op.len()) };
+                    l.apply(done, u * plane_out);
+                }
+            }
+        }
+    };
+    let zero = vec![0.0f32; g.w];
+    let threads = rayon::current_num_threads();
+    // below ~64K outputs a fork-join costs about what a second thread saves
+    if threads > 1 && planes > 1 && out.len() >= 1 << 16 && rayon::current_thread_index().is_none() {
+        let per = planes.div_ceil(2 * threads);
+        out.par_chunks_mut(per * plane_out).enumerate().for_each(|(t, o)| run(t * per, o, &zero));
+    } else {
+        run(0, out, &zero);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Activation;
+    use super::*;
+
+    fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn run(
+        f: super::super::DirectKernel,
+        g: &Geom,
+        x: &[f32],
+        w: &[f32],
+        b: &[f32],
+        ep: Option<&Epilogue<'_>>,
+    ) -> Vec<u32> {
+        let len = g.n * g.c * g.oh * g.ow;
+        let mut out = vec![f32::NAN; len];
+        // SAFETY: f32 and MaybeUninit<f32> have the same layout; every element is initialised.
+        let o = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<MaybeUninit<f32>>(), len) };
+        f(g, x, w, Some(b), o, ep);
+        out.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// The direct AVX-512 3x3 kernel equals the portable one bit for bit: every stride pair,
+    /// padding 0-2 per side (asymmetric too), planes from 1x1 to wider than one block of 8
+    /// chunks (130 columns), batch 1 and 2 (parallel and serial), every activation with and
+    /// without a residual.
+    #[test]
+    fn direct_3x3_is_bit_equal_to_the_padded_stencil() {
+        let acts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::Clamp(0.0, 6.0),
+            Activation::Clamp(-0.5, 0.25),
+            Activation::Silu,
+            Activation::Hardswish,
+        ];
+        let r = rand_vec(12 * 64, 99);
+        let pick =
+            |i: usize, lo: usize, hi: usize| lo + ((r[i] + 1.0) / 2.0 * (hi - lo + 1) as f32) as usize % (hi - lo + 1);
+        let mut geoms = vec![
+            // MobileNetV2's shapes, a plane wider than 8 chunks, and 1-3 wide planes
+            (1, 32, 112, 112, 1, 1, 1, 1, 1, 1),
+            (1, 24, 56, 56, 2, 2, 1, 1, 1, 1),
+            (2, 40, 7, 7, 1, 1, 1, 1, 1, 1),
+            (1, 3, 9, 261, 1, 2, 1, 1, 1, 1),
+            (1, 4, 1, 1, 1, 1, 1, 1, 1, 1),
+            (2, 3, 3, 2, 2, 2, 1, 1, 1, 1),
+            (1, 5, 2, 3, 1, 1, 1, 1, 1, 1),
+            (1, 2, 5, 1, 2, 1, 0, 2, 1, 1),
+        ];
+        for i in 0..64 {
+            let k = 12 * i;
+            let (sh, sw) = (pick(k, 1, 2), pick(k + 1, 1, 2));
+            let (pt, pb, pl, pr) = (pick(k + 2, 0, 2), pick(k + 3, 0, 2), pick(k + 4, 0, 2), pick(k + 5, 0, 2));
+            let h = pick(k + 6, 1, 20).max(3 - (pt + pb).min(3));
+            let w = pick(k + 7, 1, 40).max(3 - (pl + pr).min(3));
+            geoms.push((pick(k + 8, 1, 2), pick(k + 9, 1, 6), h, w, sh, sw, pt, pb, pl, pr));
+        }
+        let mut tested = 0;
+        for (i, &(n, c, h, w, sh, sw, pt, pb, pl, pr)) in geoms.iter().enumerate() {
+            let (oh, ow) = ((h + pt + pb - 3) / sh + 1, (w + pl + pr - 3) / sw + 1);
+            let g = Geom { n, c, h, w, o: c, kh: 3, kw: 3, sh, sw, pt, pb, pl, pr, dh: 1, dw: 1, groups: c, oh, ow };
+            if !depthwise3x3::applies(&g) {
+                return; // no AVX-512 on this CPU: nothing to compare
+            }
+            let seed = 1000 + 10 * i as u64;
+            let x = rand_vec(n * c * h * w, seed);
+            let wt: Vec<f32> = rand_vec(c * 9, seed + 1).iter().map(|v| 2.0 * v).collect();
+            let b = rand_vec(c, seed + 2);
+            let res = rand_vec(n * c * oh * ow, seed + 3);
+            let act = acts[i % acts.len()];
+            for residual in [None, Some(&res[..])] {
+                let ep = Epilogue { residual, act };
+                for e in [None, Some(&ep)] {
+                    let want = run(conv_padded, &g, &x, &wt, &b, e);
+                    let got = run(conv_3x3, &g, &x, &wt, &b, e);
+                    assert!(got == want, "case {i}: {g:?} {act} residual={}", residual.is_some());
+                    tested += 1;
+                }
+            }
+        }
+        assert_eq!(tested, 4 * geoms.len());
     }
 }
