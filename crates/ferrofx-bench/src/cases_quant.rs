@@ -136,6 +136,13 @@ fn compiled(gm: &GraphModule, x: Tensor) -> Result<Runner> {
     for _ in 0..2 {
         c.forward(&x)?;
     }
+    // FERROFX_COMPILE_PROFILE=N: the N slowest nodes of the compiled graph (best of 5 runs)
+    if let (Some(s), Some(top)) =
+        (c.latest(), std::env::var("FERROFX_COMPILE_PROFILE").ok().and_then(|v| v.parse::<usize>().ok()))
+    {
+        let p = ferrofx_fx::passes::analysis::profile(&s.module, &[(&x).into()], 5)?;
+        eprintln!("\nper-node profile of the compiled model:\n{}", p.table(top));
+    }
     Ok(Box::new(move || {
         let _g = ferrofx_core::autograd::no_grad();
         let _ = c.forward(&x);
