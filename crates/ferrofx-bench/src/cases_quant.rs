@@ -16,7 +16,10 @@
 //! group (batch 1 x 128 tokens, 384d, 6 layers) in float and after
 //! `ferrofx_quant::quantize_dynamic(gm, ["Linear"], int8)`, both compiled; reference: the
 //! PyTorch twin in float and after `torch.ao.quantization.quantize_dynamic` (per-channel int8
-//! weights). The int8 model's output agreement with float (max abs diff, cosine) is printed.
+//! weights). `quant_transformer_dynamic_attn` also quantizes the attention projections
+//! (`quantize_dynamic(gm, ["Linear", "MultiheadAttention"], int8)`; PyTorch keeps them float, so
+//! its reference is the same PyTorch model). The summary says which layers are int8 and each int8
+//! model's output agreement with float (max abs diff, cosine).
 
 use crate::cases::{tensor, Case, Runner};
 use ferrofx_compile::{compile, CompileOptions};
@@ -36,8 +39,8 @@ const AGREEMENT_IMAGES: usize = 256;
 
 /// model → (int8 = float top-1 agreement, images)
 static AGREEMENT: Mutex<BTreeMap<String, (usize, usize)>> = Mutex::new(BTreeMap::new());
-/// transformer → (max abs diff, cosine) of the dynamic int8 output against float
-static DYNAMIC_AGREEMENT: Mutex<Option<(f32, f32)>> = Mutex::new(None);
+/// dynamic case → (max abs diff, cosine) of its int8 output against float
+static DYNAMIC_AGREEMENT: Mutex<BTreeMap<&str, (f32, f32)>> = Mutex::new(BTreeMap::new());
 
 /// Where the float weights are shared with the reference script (relative to the repo root,
 /// where the bench runs).
@@ -154,9 +157,20 @@ fn transformer_float() -> Result<Runner> {
     compiled(&gm, ids)
 }
 
-fn transformer_dynamic() -> Result<Runner> {
+/// The int8 layer sets of the dynamic cases: case id, `quantize_dynamic` types, what is int8.
+const DYNAMIC_CASES: &[(&str, &[&str], &str)] = &[
+    ("quant_transformer_dynamic", &["Linear"], "the Linear layers (feed-forward, head); attention projections float, as PyTorch"),
+    (
+        "quant_transformer_dynamic_attn",
+        &["Linear", "MultiheadAttention"],
+        "the Linear layers and the attention projections (q, k, v, out_proj)",
+    ),
+];
+
+fn transformer_dynamic_case(index: usize) -> Result<Runner> {
+    let (id, types, _) = DYNAMIC_CASES[index];
     let (gm, ids) = transformer()?;
-    let q = quantize_dynamic(&gm, &["Linear"], DType::I8)?;
+    let q = quantize_dynamic(&gm, types, DType::I8)?;
     {
         let _g = ferrofx_core::autograd::no_grad();
         let a = gm.forward(&ids)?.to_vec::<f32>()?;
@@ -164,22 +178,32 @@ fn transformer_dynamic() -> Result<Runner> {
         let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         let dot: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
         let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-        *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((diff, (dot / (norm(&a) * norm(&b))) as f32));
+        DYNAMIC_AGREEMENT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, (diff, (dot / (norm(&a) * norm(&b))) as f32));
     }
     // the compiled plan runs registry ops generically; if it refuses the graph, time the
     // GraphModule and say so in the summary
     match compiled(&q, ids.clone()) {
         Ok(r) => Ok(r),
         Err(e) => {
-            *DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()).insert(id, e.to_string());
             timed(q, ids)
         }
     }
 }
 
-/// Why the dynamic int8 transformer could not be compiled (then it runs as a GraphModule).
-static DYNAMIC_UNCOMPILED: Mutex<Option<String>> = Mutex::new(None);
+fn transformer_dynamic() -> Result<Runner> {
+    transformer_dynamic_case(0)
+}
+
+fn transformer_dynamic_attn() -> Result<Runner> {
+    transformer_dynamic_case(1)
+}
+
+/// Why a dynamic int8 transformer could not be compiled (then it runs as a GraphModule).
+static DYNAMIC_UNCOMPILED: Mutex<BTreeMap<&str, String>> = Mutex::new(BTreeMap::new());
 
 cases! {
     r18_b1, r18_b1_float => "resnet18", 1;
@@ -209,6 +233,11 @@ pub fn all() -> Vec<Case> {
             "quant_transformer_dynamic",
             "transformer encoder, dynamic int8 Linear (quantize_dynamic), compiled; reference: torch quantize_dynamic",
             transformer_dynamic,
+        ),
+        c(
+            "quant_transformer_dynamic_attn",
+            "transformer encoder, dynamic int8 Linear + attention projections, compiled; reference: torch quantize_dynamic (Linear only: PyTorch keeps attention float)",
+            transformer_dynamic_attn,
         ),
     ]
 }
@@ -253,18 +282,21 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>) -> Strin
             None => md.push_str("; PyTorch's: not run\n"),
         }
     }
-    if let (Some(Ok(q)), Some(Ok(f))) = (ours.get("quant_transformer_dynamic"), ours.get("quant_transformer_float")) {
+    for (id, _, int8_layers) in DYNAMIC_CASES {
+        let (Some(Ok(q)), Some(Ok(f))) = (ours.get(id), ours.get("quant_transformer_float")) else {
+            continue;
+        };
         md.push_str(&format!(
-            "\ntransformer encoder, dynamic int8 vs float (both compiled): {:.2} ms vs {:.2} ms, speed-up {:.2}x (target >= 1.5x{})",
+            "\ntransformer encoder, dynamic int8 ({int8_layers}) vs float, both compiled: {:.2} ms vs {:.2} ms, speed-up {:.2}x (target >= 1.5x{})",
             q * 1e3,
             f * 1e3,
             f / q,
             if f / q >= 1.5 { "" } else { ", missed" }
         ));
-        if let Some((d, c)) = *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((d, c)) = DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
             md.push_str(&format!("; output vs float: max abs diff {d:.4}, cosine {c:.6}"));
         }
-        if let Some(e) = &*DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(e) = DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
             md.push_str(&format!(" (the int8 model ran uncompiled: {e})"));
         }
         md.push('\n');

@@ -28,10 +28,19 @@ pub(crate) trait QOut: Copy + Send + Sync + crate::dtype::Element {
     /// To f32 (exact).
     fn to_f32(self) -> f32;
 }
+
+/// The low byte of the integer `v` (`|v| <= 2^22`): `v + 1.5 * 2^23` is exact and holds `v` in
+/// its low mantissa bits (two's complement modulo 2^22 for negative `v`). Unlike the saturating
+/// `as` cast, which the compiler leaves scalar, this vectorises (an add and a byte truncation).
+#[inline(always)]
+fn low_byte(v: f32) -> u8 {
+    (v + 12_582_912.0).to_bits() as u8
+}
+
 impl QOut for u8 {
     #[inline(always)]
     fn from_clamped(v: f32) -> Self {
-        v as u8
+        low_byte(v)
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -41,7 +50,7 @@ impl QOut for u8 {
 impl QOut for i8 {
     #[inline(always)]
     fn from_clamped(v: f32) -> Self {
-        v as i8
+        low_byte(v) as i8
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
