@@ -195,7 +195,54 @@ fn transformer_dynamic_case(index: usize) -> Result<Runner> {
 }
 
 fn transformer_dynamic() -> Result<Runner> {
+    if std::env::var("FERROFX_QUANT_CPU_TIMES").is_ok() {
+        cpu_times()?;
+    }
     transformer_dynamic_case(0)
+}
+
+/// This thread's time on a CPU (ns), from `/proc/thread-self/schedstat` (Linux; 0 elsewhere).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// `FERROFX_QUANT_CPU_TIMES=1` (diagnostic for a loaded machine, run with
+/// `RAYON_NUM_THREADS=1`): the compiled float and dynamic int8 transformers timed by this
+/// thread's on-CPU time per forward, alternating between the models (5 rounds of 10 forwards,
+/// best round), so other processes' load does not enter the ratio.
+fn cpu_times() -> Result<()> {
+    let (gm, ids) = transformer()?;
+    let _g = ferrofx_core::autograd::no_grad();
+    let mut models = vec![("float", compile(&gm, &[(&ids).into()], CompileOptions::default())?)];
+    for (id, types, _) in DYNAMIC_CASES {
+        let q = quantize_dynamic(&gm, types, DType::I8)?;
+        models.push((id, compile(&q, &[(&ids).into()], CompileOptions::default())?));
+    }
+    let mut best = vec![f64::MAX; models.len()];
+    for _ in 0..5 {
+        for ((_, c), b) in models.iter().zip(best.iter_mut()) {
+            c.forward(&ids)?;
+            let t0 = thread_cpu_ns();
+            for _ in 0..10 {
+                c.forward(&ids)?;
+            }
+            *b = b.min((thread_cpu_ns() - t0) as f64 / 10.0 / 1e6);
+        }
+    }
+    eprintln!(
+        "\n[on-CPU time per forward, {} rayon thread(s): {}]",
+        rayon::current_num_threads(),
+        models
+            .iter()
+            .zip(&best)
+            .map(|((id, _), t)| format!("{id} {t:.2} ms ({:.2}x float)", best[0] / t))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 fn transformer_dynamic_attn() -> Result<Runner> {
