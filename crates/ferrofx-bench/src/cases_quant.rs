@@ -159,7 +159,11 @@ fn transformer_float() -> Result<Runner> {
 
 /// The int8 layer sets of the dynamic cases: case id, `quantize_dynamic` types, what is int8.
 const DYNAMIC_CASES: &[(&str, &[&str], &str)] = &[
-    ("quant_transformer_dynamic", &["Linear"], "the Linear layers (feed-forward, head); attention projections float, as PyTorch"),
+    (
+        "quant_transformer_dynamic",
+        &["Linear"],
+        "the Linear layers (feed-forward, head); attention projections float, as PyTorch",
+    ),
     (
         "quant_transformer_dynamic_attn",
         &["Linear", "MultiheadAttention"],

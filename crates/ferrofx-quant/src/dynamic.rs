@@ -309,7 +309,8 @@ fn quantize_in_projections(q: &mut GraphModule, attention: &[String], reduce_ran
         let (name, x, weight, bias) = {
             let n = q.graph().node(id).map_err(err)?;
             let a = n.args();
-            let Some((layer, start, len, w)) = a.get(1).and_then(|w| attention_operand(q, w, "in_proj_weight", attention))
+            let Some((layer, start, len, w)) =
+                a.get(1).and_then(|w| attention_operand(q, w, "in_proj_weight", attention))
             else {
                 continue;
             };

@@ -734,7 +734,8 @@ fn linear_on_every_kernel(
     per_tensor: bool,
 ) -> Vec<(&'static str, Vec<u8>)> {
     let x = Tensor::from_vec(lcg_bytes(seed, m * k), &[m, k]).unwrap();
-    let w = Tensor::from_vec(lcg_bytes(seed ^ 1, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
+    let w =
+        Tensor::from_vec(lcg_bytes(seed ^ 1, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
     let ws = f32t(&(0..if per_tensor { 1 } else { n }).map(|j| 0.0002 + (j % 13) as f32 * 0.00007).collect::<Vec<_>>());
     let b = f32t(&(0..n).map(|j| (j as f32 * 0.37).sin() * 2.0).collect::<Vec<_>>());
     let run = || {
@@ -787,7 +788,8 @@ fn packed_linear_weights_are_cached_and_follow_writes_and_views() {
     let w2 = Tensor::from_vec(lcg_bytes(3, k * n).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[k, n]).unwrap();
     let wt = w2.t().unwrap();
     assert_eq!(run(&wt), with_reference_kernels(|| run(&wt)));
-    let w3 = Tensor::from_vec(lcg_bytes(4, 2 * n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[2 * n, k]).unwrap();
+    let w3 = Tensor::from_vec(lcg_bytes(4, 2 * n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[2 * n, k])
+        .unwrap();
     let lower = w3.narrow(0, n as i64, n as i64).unwrap();
     assert_eq!(run(&lower), with_reference_kernels(|| run(&lower)));
 }
@@ -1473,7 +1475,8 @@ mod dynamic {
         let ids = Tensor::from_vec((0..16).map(|i| (i * 7 % 50) as i64).collect::<Vec<_>>(), &[1, 16]).unwrap();
         let gm = trace_with_inputs(&m, &[(&ids).into()]).unwrap();
         let float = gm.forward(&ids).unwrap().to_vec::<f32>().unwrap();
-        let count = |q: &GraphModule| q.graph().iter().filter(|n| n.target().name() == "quantized_linear_dynamic").count();
+        let count =
+            |q: &GraphModule| q.graph().iter().filter(|n| n.target().name() == "quantized_linear_dynamic").count();
         let cosine = |b: &[f32]| {
             let dot: f32 = float.iter().zip(b).map(|(x, y)| x * y).sum();
             dot / (float.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt())

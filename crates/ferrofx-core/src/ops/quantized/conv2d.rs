@@ -172,15 +172,7 @@ fn im2col(g: &Geom, x: &[u8], c0: usize, zp: u8, col: &mut [u8]) {
 
 /// One image on the reference path: every group's im2col and GEMM; output channels split over
 /// threads when `par`.
-fn conv_image(
-    g: &Geom,
-    x: &[u8],
-    w: &[i8],
-    rq: &RequantParams,
-    zp: u8,
-    out: &mut [u8],
-    par: bool,
-) -> Result<()> {
+fn conv_image(g: &Geom, x: &[u8], w: &[i8], rq: &RequantParams, zp: u8, out: &mut [u8], par: bool) -> Result<()> {
     let (kg, p, ocg) = (g.kg(), g.p(), g.ocg());
     let mut col = crate::memory::try_vec(OP, p * kg, 0u8)?;
     for gi in 0..g.groups {

@@ -75,9 +75,8 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let (a_scale, a_zp) = (check_scale(OP, "input_scale", float(OP, args, 1)?)?, int(OP, args, 2)? as i32);
     let (o_scale, o_zp) = (check_scale(OP, "output_scale", float(OP, args, 6)?)?, int(OP, args, 7)? as i32);
     let relu = bool_(OP, args, 8)?;
-    let params = |sums: Vec<i32>| {
-        RequantParams::new(a_scale, a_zp, &w_scale, sums, bias.as_deref(), o_scale, o_zp, relu)
-    };
+    let params =
+        |sums: Vec<i32>| RequantParams::new(a_scale, a_zp, &w_scale, sums, bias.as_deref(), o_scale, o_zp, relu);
     if path == Path::Reference {
         w.with_contiguous::<i8, _>(OP, |wv| {
             let rq = params(row_sums(wv, k, n, k));

@@ -111,7 +111,9 @@ pub(super) fn packed_weight(op: &str, w: &Tensor, n: usize, k: usize) -> Result<
         if lay.is_contiguous() {
             let off = lay.offset();
             let cached = st.derived(&[KEY, off, n, k], |buf| {
-                buf.as_slice::<i8>().and_then(|v| v.get(off..off + n * k)).map(|ws| Arc::new(PackedLinear::new(ws, n, k)))
+                buf.as_slice::<i8>()
+                    .and_then(|v| v.get(off..off + n * k))
+                    .map(|ws| Arc::new(PackedLinear::new(ws, n, k)))
             });
             if let Some(p) = cached.as_ref() {
                 return Ok(Arc::clone(p));
@@ -147,6 +149,12 @@ impl<T: Epilogue> TileEpilogue for T {}
 /// The output pointer shared by the tasks (each writes its own rows x columns).
 #[derive(Clone, Copy)]
 struct OutPtr<T>(*mut T);
+impl<T> OutPtr<T> {
+    /// The pointer (a method, so that closures capture the `Send + Sync` wrapper, not the field).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
 // SAFETY: the tasks write disjoint (row range, column range) blocks of the output.
 unsafe impl<T: Send> Send for OutPtr<T> {}
 // SAFETY: as above; nothing reads through the pointer.
@@ -164,7 +172,14 @@ fn bounds(len: usize, parts: usize, align: usize) -> Vec<usize> {
 /// row-major; it must hold `ceil(k / 4) * 4 - k` readable bytes past the last row, whose values
 /// do not matter: they meet zero weights) into `out` (`m x n`, row-major), on a fast path
 /// (`path` is not `Path::Reference`). `epilogue` covers [`PackedLinear::padded`] channels.
-pub(super) fn linear_packed<E: TileEpilogue>(path: Path, a: &[u8], m: usize, pw: &PackedLinear, e: &E, out: &mut [E::Out]) {
+pub(super) fn linear_packed<E: TileEpilogue>(
+    path: Path,
+    a: &[u8],
+    m: usize,
+    pw: &PackedLinear,
+    e: &E,
+    out: &mut [E::Out],
+) {
     let (n, k) = (pw.n, pw.k);
     if m == 0 || n == 0 {
         return;
@@ -175,12 +190,11 @@ pub(super) fn linear_packed<E: TileEpilogue>(path: Path, a: &[u8], m: usize, pw:
     let threads = rayon::current_num_threads().max(1);
     let o = OutPtr(out.as_mut_ptr());
     let task = |i0: usize, i1: usize, p0: usize, p1: usize| {
-        let o = o;
         // SAFETY: the kernel reads rows `i0..i1` of `a` (`kq * 4` bytes each, in bounds by the
         // assertion above) and the panels `p0..p1`, and writes `out[i, j]` for `i` in `i0..i1`,
         // `j < n` of those panels (in bounds: `out.len() >= m * n`); the CPU has the path's
         // features (`Path::select` checks them).
-        unsafe { run(path, a.as_ptr(), k, i0, i1, p0, p1, pw, e, o.0, n) }
+        unsafe { run(path, a.as_ptr(), k, i0, i1, p0, p1, pw, e, o.get(), n) }
     };
     if threads == 1 || m * pw.npad * k.max(1) < 1 << 18 {
         task(0, m, 0, panels);
@@ -476,7 +490,10 @@ pub(super) mod avx2 {
             let wp = w.add(q * width);
             let w0 = _mm256_loadu_si256(wp as *const __m256i);
             let w1 = _mm256_loadu_si256(wp.add(8) as *const __m256i);
-            let even = [_mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(w0)), _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(w1))];
+            let even = [
+                _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(w0)),
+                _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(w1)),
+            ];
             let odd = [_mm256_srai_epi16::<8>(w0), _mm256_srai_epi16::<8>(w1)];
             for (r, row) in acc.iter_mut().enumerate() {
                 let word = (a.add(r * lda + 4 * q) as *const i32).read_unaligned();

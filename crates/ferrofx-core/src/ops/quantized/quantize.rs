@@ -81,8 +81,7 @@ simd_dispatch! {
             for (((&x, lo), hi), bad) in c.iter().zip(&mut lo).zip(&mut hi).zip(&mut bad) {
                 *lo = if x < *lo { x } else { *lo };
                 *hi = if x > *hi { x } else { *hi };
-                // NaN fails the comparison, ±inf exceeds f32::MAX
-                *bad |= u32::from(!(x.abs() <= f32::MAX));
+                *bad |= u32::from(!x.is_finite());
             }
         }
         let (mut mn, mut mx) = (f32::INFINITY, f32::NEG_INFINITY);
@@ -126,7 +125,9 @@ pub(crate) fn min_max_finite_par(src: &[f32]) -> (f32, f32, Option<usize>) {
 /// [`quantize_slice`] split over threads for large slices.
 pub(crate) fn quantize_slice_par<Q: QOut>(src: &[f32], dst: &mut [Q], inv_scale: f32, zp: f32, lo: f32, hi: f32) {
     if dst.len() >= 2 * CHUNK {
-        dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| quantize_slice(s, d, inv_scale, zp, lo, hi));
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| quantize_slice(s, d, inv_scale, zp, lo, hi));
     } else {
         quantize_slice(src, dst, inv_scale, zp, lo, hi);
     }
