@@ -213,10 +213,10 @@ fn thread_cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// `FERROFX_QUANT_CPU_TIMES=1` (diagnostic for a loaded machine, run with
-/// `RAYON_NUM_THREADS=1`): the compiled float and dynamic int8 transformers timed by this
-/// thread's on-CPU time per forward, alternating between the models (5 rounds of 10 forwards,
-/// best round), so other processes' load does not enter the ratio.
+/// `FERROFX_QUANT_CPU_TIMES=1` (diagnostic for a loaded machine): the compiled float and
+/// dynamic int8 transformers timed alternately (7 rounds of 10 forwards each, best round), by
+/// the calling thread's on-CPU time (the per-core comparison with `RAYON_NUM_THREADS=1`: other
+/// processes' load does not enter it) and by wall time.
 fn cpu_times() -> Result<()> {
     let (gm, ids) = transformer()?;
     let _g = ferrofx_core::autograd::no_grad();
@@ -225,27 +225,29 @@ fn cpu_times() -> Result<()> {
         let q = quantize_dynamic(&gm, types, DType::I8)?;
         models.push((id, compile(&q, &[(&ids).into()], CompileOptions::default())?));
     }
-    let mut best = vec![f64::MAX; models.len()];
-    for _ in 0..5 {
-        for ((_, c), b) in models.iter().zip(best.iter_mut()) {
+    let (mut best, mut wall) = (vec![f64::MAX; models.len()], vec![f64::MAX; models.len()]);
+    for _ in 0..7 {
+        for (((_, c), b), w) in models.iter().zip(best.iter_mut()).zip(wall.iter_mut()) {
             c.forward(&ids)?;
-            let t0 = thread_cpu_ns();
+            let (t0, w0) = (thread_cpu_ns(), std::time::Instant::now());
             for _ in 0..10 {
                 c.forward(&ids)?;
             }
+            *w = w.min(w0.elapsed().as_secs_f64() / 10.0 * 1e3);
             *b = b.min((thread_cpu_ns() - t0) as f64 / 10.0 / 1e6);
         }
     }
-    eprintln!(
-        "\n[on-CPU time per forward, {} rayon thread(s): {}]",
-        rayon::current_num_threads(),
+    let line = |v: &[f64]| {
         models
             .iter()
-            .zip(&best)
-            .map(|((id, _), t)| format!("{id} {t:.2} ms ({:.2}x float)", best[0] / t))
+            .zip(v)
+            .map(|((id, _), t)| format!("{id} {t:.2} ms ({:.2}x float)", v[0] / t))
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    };
+    let threads = rayon::current_num_threads();
+    eprintln!("\n[calling thread's on-CPU time per forward, {threads} rayon thread(s): {}]", line(&best));
+    eprintln!("[wall time per forward (best of 7 alternating rounds), {threads} rayon thread(s): {}]", line(&wall));
     Ok(())
 }
 
