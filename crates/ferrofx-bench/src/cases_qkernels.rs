@@ -347,6 +347,9 @@ pub fn summary(
         );
         dynamic_rows.iter().for_each(|r| md.push_str(r));
     }
+    if sums.is_empty() {
+        return md;
+    }
     md.push_str(
         "\nSums over each network's conv and linear layers (each layer times its multiplicity; no pooling, \
          adds or quantize/dequantize):\n\n| network | batch | ferrofx int8 | PyTorch int8 | ferrofx f32 | int8 vs \
