@@ -28,6 +28,10 @@ SHAPES = [
     (2048, 512, 1, 1, 7), (512, 1000, 0, 0, 0), (2048, 1000, 0, 0, 0),
 ]
 BATCHES = (1, 8)
+# the transformer's dynamically quantized linears (in, out) on 128 tokens. Keep in sync with
+# DYNAMIC in cases_qkernels.rs.
+DYNAMIC = [(384, 1152), (384, 384), (384, 1536), (1536, 384)]
+DYNAMIC_ROWS = 128
 
 
 def case_id(shape, batch, f32):
@@ -64,9 +68,32 @@ def make(shape, batch, f32):
     return lambda: torch.ops.quantized.conv2d(xq, packed, 0.05, 64), 1
 
 
+def make_dynamic(ci, co, f32):
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.quantized.engine = "fbgemm"
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand((DYNAMIC_ROWS, ci), generator=g) * 2 - 1
+    w = torch.rand((co, ci), generator=g) * 2 - 1
+    b = torch.rand(co, generator=g) * 2 - 1
+    if f32:
+        return lambda: F.linear(x, w, b), 1
+    # what quantize_dynamic's Linear runs: per-channel qint8 weights pre-packed once, the float
+    # input quantized per call (reduce_range=True, PyTorch's x86 default)
+    w_scale = (w.abs().amax(dim=1) / 127.5).double()
+    wq = torch.quantize_per_channel(w, w_scale, torch.zeros(co, dtype=torch.long), 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(wq, b)
+    return lambda: torch.ops.quantized.linear_dynamic(x, packed, True), 1
+
+
 def cases():
     """id -> setup returning (fn, inner), for scripts/bench_reference.py."""
     out = {}
+    for ci, co in DYNAMIC:
+        for f32 in (False, True):
+            cid = f"qlinear_dyn_{ci}x{co}_m{DYNAMIC_ROWS}" + ("_f32" if f32 else "")
+            out[cid] = (lambda a=ci, b=co, f=f32: make_dynamic(a, b, f))
     for shape in SHAPES:
         for batch in BATCHES:
             for f32 in (False, True):

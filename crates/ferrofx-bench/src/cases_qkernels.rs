@@ -10,7 +10,7 @@
 //! and the ratios) and the sums over each network's layers (with their multiplicities).
 
 use crate::cases::{data, Case, Runner};
-use ferrofx_core::ops::quantized::{quantized_conv2d, quantized_linear, QuantizedConv2dArgs};
+use ferrofx_core::ops::quantized::{quantized_conv2d, quantized_linear, quantized_linear_dynamic, QuantizedConv2dArgs};
 use ferrofx_core::{op, Result, Tensor, Value};
 use std::collections::BTreeMap;
 
@@ -163,9 +163,57 @@ setups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 2
         77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109
         110 111 112 113 114 115 116 117 118 119 120 121 122 123);
 
+/// The transformer encoder's linear layers (`in -> out`, 384d, ff 1536; in_proj as one 384 ->
+/// 1152 product) on 128 tokens, as dynamically quantized linears (`quantized_linear_dynamic`,
+/// the float input quantized per call) against the float linear of the same shape.
+const DYNAMIC: &[(usize, usize)] = &[(384, 1152), (384, 384), (384, 1536), (1536, 384)];
+/// Rows (tokens) of the dynamic cases.
+const DYNAMIC_ROWS: usize = 128;
+
+/// The case id of dynamic linear `i` (`_f32` appended for the float case).
+fn dynamic_id(i: usize, float: bool) -> String {
+    let (ci, co) = DYNAMIC[i];
+    format!("qlinear_dyn_{ci}x{co}_m{DYNAMIC_ROWS}{}", if float { "_f32" } else { "" })
+}
+
+fn dynamic_setup(i: usize, float: bool) -> Result<Runner> {
+    let (k, n) = DYNAMIC[i];
+    let m = DYNAMIC_ROWS;
+    let x = Tensor::from_vec(data(m * k, 1), &[m, k])?;
+    let bias = Tensor::from_vec(data(n, 5), &[n])?;
+    if float {
+        let w = Tensor::from_vec(data(n * k, 2), &[n, k])?;
+        let args: Vec<Value> = vec![(&x).into(), (&w).into(), (&bias).into()];
+        op::call("linear", args.clone(), vec![])?;
+        return Ok(Box::new(move || {
+            let _g = ferrofx_core::autograd::no_grad();
+            let _ = op::call("linear", args.clone(), vec![]);
+        }));
+    }
+    let w = Tensor::from_vec(bytes(n * k, 2).into_iter().map(|b| (b as i8) / 2).collect::<Vec<_>>(), &[n, k])?;
+    let ws = Tensor::from_vec((0..n).map(|j| 0.002 + (j % 11) as f32 * 1e-4).collect::<Vec<_>>(), &[n])?;
+    quantized_linear_dynamic(&x, &w, &ws, Some(&bias), false)?;
+    Ok(Box::new(move || {
+        let _ = quantized_linear_dynamic(&x, &w, &ws, Some(&bias), false);
+    }))
+}
+
+/// One setup per dynamic case (int8, float) x shape.
+const DYNAMIC_SETUPS: &[fn() -> Result<Runner>] = &[
+    || dynamic_setup(0, false),
+    || dynamic_setup(0, true),
+    || dynamic_setup(1, false),
+    || dynamic_setup(1, true),
+    || dynamic_setup(2, false),
+    || dynamic_setup(2, true),
+    || dynamic_setup(3, false),
+    || dynamic_setup(3, true),
+];
+
 /// The cases of the group.
 pub fn all() -> Vec<Case> {
     assert_eq!(SETUPS.len(), 2 * CASES.len(), "one setup per case");
+    assert_eq!(DYNAMIC_SETUPS.len(), 2 * DYNAMIC.len(), "one setup per dynamic case");
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let mut out = Vec::new();
     for (i, &(s, batch)) in CASES.iter().enumerate() {
@@ -184,6 +232,19 @@ pub fn all() -> Vec<Case> {
                 work: Some((2.0 * macs(s, batch), "GOP/s")),
                 inner: 1,
                 setup: SETUPS[2 * i + usize::from(float)],
+            });
+        }
+    }
+    for (i, &(ci, co)) in DYNAMIC.iter().enumerate() {
+        for float in [false, true] {
+            let kind = if float { "float linear" } else { "dynamic int8 linear (input quantized per call)" };
+            out.push(Case {
+                id: leak(dynamic_id(i, float)),
+                group: "qkernels",
+                what: leak(format!("{kind} {ci}->{co}, {DYNAMIC_ROWS} rows")),
+                work: Some((2.0 * (DYNAMIC_ROWS * ci * co) as f64, "GOP/s")),
+                inner: 1,
+                setup: DYNAMIC_SETUPS[2 * i + usize::from(float)],
             });
         }
     }
@@ -209,7 +270,9 @@ pub fn summary(
 ) -> String {
     let get_ours = |id: &str| ours.get(id).and_then(|r| r.as_ref().ok().copied());
     let get_torch = |id: &str| torch.and_then(|t| t.get(id).copied());
-    if !CASES.iter().any(|&(s, b)| get_ours(&id(s, b, false)).is_some()) {
+    if !CASES.iter().any(|&(s, b)| get_ours(&id(s, b, false)).is_some())
+        && !(0..DYNAMIC.len()).any(|i| get_ours(&dynamic_id(i, false)).is_some())
+    {
         return String::new();
     }
     let kernel = ferrofx_core::ops::quantized::int8_kernel();
@@ -256,6 +319,36 @@ pub fn summary(
                 }
             }
         }
+    }
+    let dynamic_rows: Vec<String> = (0..DYNAMIC.len())
+        .filter_map(|i| {
+            let (qi, fi) = (dynamic_id(i, false), dynamic_id(i, true));
+            let (oq, tq, of, tf) = (get_ours(&qi), get_torch(&qi), get_ours(&fi), get_torch(&fi));
+            oq.map(|_| {
+                let cell = |v: Option<f64>| v.map(ms).unwrap_or_else(|| "–".into());
+                format!(
+                    "| {} | {} | {} | {} | {} | {} | {} |\n",
+                    qi,
+                    cell(oq),
+                    cell(tq),
+                    cell(of),
+                    cell(tf),
+                    ratio(tq, oq),
+                    ratio(of, oq)
+                )
+            })
+        })
+        .collect();
+    if !dynamic_rows.is_empty() {
+        md.push_str(
+            "\nDynamic int8 linears of the transformer (128 tokens; the float input quantized per call; PyTorch int8 = \
+             torch.ops.quantized.linear_dynamic, fbgemm; times in ms):\n\n| layer | ferrofx int8 | PyTorch int8 | \
+             ferrofx f32 | PyTorch f32 | int8 vs PyTorch int8 | int8 vs ferrofx f32 |\n|---|---|---|---|---|---|---|\n",
+        );
+        dynamic_rows.iter().for_each(|r| md.push_str(r));
+    }
+    if sums.is_empty() {
+        return md;
     }
     md.push_str(
         "\nSums over each network's conv and linear layers (each layer times its multiplicity; no pooling, \

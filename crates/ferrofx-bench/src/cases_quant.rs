@@ -16,7 +16,10 @@
 //! group (batch 1 x 128 tokens, 384d, 6 layers) in float and after
 //! `ferrofx_quant::quantize_dynamic(gm, ["Linear"], int8)`, both compiled; reference: the
 //! PyTorch twin in float and after `torch.ao.quantization.quantize_dynamic` (per-channel int8
-//! weights). The int8 model's output agreement with float (max abs diff, cosine) is printed.
+//! weights). `quant_transformer_dynamic_attn` also quantizes the attention projections
+//! (`quantize_dynamic(gm, ["Linear", "MultiheadAttention"], int8)`; PyTorch keeps them float, so
+//! its reference is the same PyTorch model). The summary says which layers are int8 and each int8
+//! model's output agreement with float (max abs diff, cosine).
 
 use crate::cases::{tensor, Case, Runner};
 use ferrofx_compile::{compile, CompileOptions};
@@ -36,8 +39,8 @@ const AGREEMENT_IMAGES: usize = 256;
 
 /// model → (int8 = float top-1 agreement, images)
 static AGREEMENT: Mutex<BTreeMap<String, (usize, usize)>> = Mutex::new(BTreeMap::new());
-/// transformer → (max abs diff, cosine) of the dynamic int8 output against float
-static DYNAMIC_AGREEMENT: Mutex<Option<(f32, f32)>> = Mutex::new(None);
+/// dynamic case → (max abs diff, cosine) of its int8 output against float
+static DYNAMIC_AGREEMENT: Mutex<BTreeMap<&str, (f32, f32)>> = Mutex::new(BTreeMap::new());
 
 /// Where the float weights are shared with the reference script (relative to the repo root,
 /// where the bench runs).
@@ -136,6 +139,13 @@ fn compiled(gm: &GraphModule, x: Tensor) -> Result<Runner> {
     for _ in 0..2 {
         c.forward(&x)?;
     }
+    // FERROFX_COMPILE_PROFILE=N: the N slowest nodes of the compiled graph (best of 5 runs)
+    if let (Some(s), Some(top)) =
+        (c.latest(), std::env::var("FERROFX_COMPILE_PROFILE").ok().and_then(|v| v.parse::<usize>().ok()))
+    {
+        let p = ferrofx_fx::passes::analysis::profile(&s.module, &[(&x).into()], 5)?;
+        eprintln!("\nper-node profile of the compiled model:\n{}", p.table(top));
+    }
     Ok(Box::new(move || {
         let _g = ferrofx_core::autograd::no_grad();
         let _ = c.forward(&x);
@@ -147,9 +157,24 @@ fn transformer_float() -> Result<Runner> {
     compiled(&gm, ids)
 }
 
-fn transformer_dynamic() -> Result<Runner> {
+/// The int8 layer sets of the dynamic cases: case id, `quantize_dynamic` types, what is int8.
+const DYNAMIC_CASES: &[(&str, &[&str], &str)] = &[
+    (
+        "quant_transformer_dynamic",
+        &["Linear"],
+        "the Linear layers (feed-forward, head); attention projections float, as PyTorch",
+    ),
+    (
+        "quant_transformer_dynamic_attn",
+        &["Linear", "MultiheadAttention"],
+        "the Linear layers and the attention projections (q, k, v, out_proj)",
+    ),
+];
+
+fn transformer_dynamic_case(index: usize) -> Result<Runner> {
+    let (id, types, _) = DYNAMIC_CASES[index];
     let (gm, ids) = transformer()?;
-    let q = quantize_dynamic(&gm, &["Linear"], DType::I8)?;
+    let q = quantize_dynamic(&gm, types, DType::I8)?;
     {
         let _g = ferrofx_core::autograd::no_grad();
         let a = gm.forward(&ids)?.to_vec::<f32>()?;
@@ -157,22 +182,81 @@ fn transformer_dynamic() -> Result<Runner> {
         let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         let dot: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
         let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-        *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((diff, (dot / (norm(&a) * norm(&b))) as f32));
+        DYNAMIC_AGREEMENT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, (diff, (dot / (norm(&a) * norm(&b))) as f32));
     }
     // the compiled plan runs registry ops generically; if it refuses the graph, time the
     // GraphModule and say so in the summary
     match compiled(&q, ids.clone()) {
         Ok(r) => Ok(r),
         Err(e) => {
-            *DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()).insert(id, e.to_string());
             timed(q, ids)
         }
     }
 }
 
-/// Why the dynamic int8 transformer could not be compiled (then it runs as a GraphModule).
-static DYNAMIC_UNCOMPILED: Mutex<Option<String>> = Mutex::new(None);
+fn transformer_dynamic() -> Result<Runner> {
+    if std::env::var("FERROFX_QUANT_CPU_TIMES").is_ok() {
+        cpu_times()?;
+    }
+    transformer_dynamic_case(0)
+}
+
+/// This thread's time on a CPU (ns), from `/proc/thread-self/schedstat` (Linux; 0 elsewhere).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// `FERROFX_QUANT_CPU_TIMES=1` (diagnostic for a loaded machine): the compiled float and
+/// dynamic int8 transformers timed alternately (7 rounds of 10 forwards each, best round), by
+/// the calling thread's on-CPU time (the per-core comparison with `RAYON_NUM_THREADS=1`: other
+/// processes' load does not enter it) and by wall time.
+fn cpu_times() -> Result<()> {
+    let (gm, ids) = transformer()?;
+    let _g = ferrofx_core::autograd::no_grad();
+    let mut models = vec![("float", compile(&gm, &[(&ids).into()], CompileOptions::default())?)];
+    for (id, types, _) in DYNAMIC_CASES {
+        let q = quantize_dynamic(&gm, types, DType::I8)?;
+        models.push((id, compile(&q, &[(&ids).into()], CompileOptions::default())?));
+    }
+    let (mut best, mut wall) = (vec![f64::MAX; models.len()], vec![f64::MAX; models.len()]);
+    for _ in 0..7 {
+        for (((_, c), b), w) in models.iter().zip(best.iter_mut()).zip(wall.iter_mut()) {
+            c.forward(&ids)?;
+            let (t0, w0) = (thread_cpu_ns(), std::time::Instant::now());
+            for _ in 0..10 {
+                c.forward(&ids)?;
+            }
+            *w = w.min(w0.elapsed().as_secs_f64() / 10.0 * 1e3);
+            *b = b.min((thread_cpu_ns() - t0) as f64 / 10.0 / 1e6);
+        }
+    }
+    let line = |v: &[f64]| {
+        models
+            .iter()
+            .zip(v)
+            .map(|((id, _), t)| format!("{id} {t:.2} ms ({:.2}x float)", v[0] / t))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let threads = rayon::current_num_threads();
+    eprintln!("\n[calling thread's on-CPU time per forward, {threads} rayon thread(s): {}]", line(&best));
+    eprintln!("[wall time per forward (best of 7 alternating rounds), {threads} rayon thread(s): {}]", line(&wall));
+    Ok(())
+}
+
+fn transformer_dynamic_attn() -> Result<Runner> {
+    transformer_dynamic_case(1)
+}
+
+/// Why a dynamic int8 transformer could not be compiled (then it runs as a GraphModule).
+static DYNAMIC_UNCOMPILED: Mutex<BTreeMap<&str, String>> = Mutex::new(BTreeMap::new());
 
 cases! {
     r18_b1, r18_b1_float => "resnet18", 1;
@@ -202,6 +286,11 @@ pub fn all() -> Vec<Case> {
             "quant_transformer_dynamic",
             "transformer encoder, dynamic int8 Linear (quantize_dynamic), compiled; reference: torch quantize_dynamic",
             transformer_dynamic,
+        ),
+        c(
+            "quant_transformer_dynamic_attn",
+            "transformer encoder, dynamic int8 Linear + attention projections, compiled; reference: torch quantize_dynamic (Linear only: PyTorch keeps attention float)",
+            transformer_dynamic_attn,
         ),
     ]
 }
@@ -246,18 +335,21 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>) -> Strin
             None => md.push_str("; PyTorch's: not run\n"),
         }
     }
-    if let (Some(Ok(q)), Some(Ok(f))) = (ours.get("quant_transformer_dynamic"), ours.get("quant_transformer_float")) {
+    for (id, _, int8_layers) in DYNAMIC_CASES {
+        let (Some(Ok(q)), Some(Ok(f))) = (ours.get(id), ours.get("quant_transformer_float")) else {
+            continue;
+        };
         md.push_str(&format!(
-            "\ntransformer encoder, dynamic int8 vs float (both compiled): {:.2} ms vs {:.2} ms, speed-up {:.2}x (target >= 1.5x{})",
+            "\ntransformer encoder, dynamic int8 ({int8_layers}) vs float, both compiled: {:.2} ms vs {:.2} ms, speed-up {:.2}x (target >= 1.5x{})",
             q * 1e3,
             f * 1e3,
             f / q,
             if f / q >= 1.5 { "" } else { ", missed" }
         ));
-        if let Some((d, c)) = *DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((d, c)) = DYNAMIC_AGREEMENT.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
             md.push_str(&format!("; output vs float: max abs diff {d:.4}, cosine {c:.6}"));
         }
-        if let Some(e) = &*DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(e) = DYNAMIC_UNCOMPILED.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
             md.push_str(&format!(" (the int8 model ran uncompiled: {e})"));
         }
         md.push('\n');

@@ -6,10 +6,13 @@
 //! The graph is re-traced through built-in layers that contain the chosen layers (e.g.
 //! `TransformerEncoderLayer`, a leaf of the default trace, so that its `linear1`/`linear2` become
 //! graph nodes). As in PyTorch, `MultiheadAttention` stays whole and float (its projections are
-//! `NonDynamicallyQuantizableLinear` there).
+//! `NonDynamicallyQuantizableLinear` there) unless `"MultiheadAttention"` is one of the types:
+//! then the attention layers are re-traced too and their projections become dynamically
+//! quantized linears: the query, key and value projections (slices of `in_proj_weight`, each its
+//! own int8 weight) and `out_proj`.
 
 use ferrofx_core::ops::quantized::quantize_per_channel;
-use ferrofx_core::{DType, Error, Result, Tensor};
+use ferrofx_core::{DType, Error, Result, Tensor, Value};
 use ferrofx_fx::{Argument, GraphModule, Kwargs, Opcode, Target, Tracer};
 use ferrofx_nn::{Linear, Module, TensorKind};
 
@@ -19,19 +22,101 @@ use crate::qparams::ObserverConfig;
 const OP: &str = "quantize_dynamic";
 
 /// The layer types dynamic quantization supports.
-const SUPPORTED: &[&str] = &["Linear"];
+const SUPPORTED: &[&str] = &["Linear", "MultiheadAttention"];
+
+/// The attention layer type, quantized only when named.
+const MHA: &str = "MultiheadAttention";
 
 fn err(e: impl std::fmt::Display) -> Error {
     Error::argument(OP, e.to_string())
 }
 
 /// Whether `m` is a built-in leaf the re-trace must open: it holds a layer of `types` and is not
-/// one itself (`MultiheadAttention` stays whole, as in PyTorch).
+/// one itself; `MultiheadAttention` is opened only when it is one of `types` (it stays whole
+/// and float otherwise, as in PyTorch).
 fn opens(m: &dyn Module, types: &[String]) -> bool {
     let t = m.type_name();
+    if t == MHA {
+        return types.iter().any(|x| x == MHA);
+    }
     !types.iter().any(|x| x == t)
-        && t != "MultiheadAttention"
         && m.named_modules().iter().any(|(p, c)| !p.is_empty() && types.iter().any(|x| x == c.type_name()))
+}
+
+/// The paths of the `MultiheadAttention` layers of `gm` (inside its leaves).
+fn attention_paths(gm: &GraphModule) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, m) in gm.leaf_modules() {
+        for (sub, c) in m.named_modules() {
+            if c.type_name() == MHA {
+                out.push(match (path.is_empty(), sub.is_empty()) {
+                    (_, true) => path.clone(),
+                    (true, false) => sub.clone(),
+                    (false, false) => format!("{path}.{sub}"),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Example inputs for a re-trace through attention layers (whose forward computes with shapes):
+/// zeros of the shapes and dtypes `gm`'s placeholders recorded when it was traced with example
+/// inputs. The re-traced graph is specialised to those shapes (as `ferrofx-compile`'s inlining of
+/// the same layers).
+fn example_inputs(gm: &GraphModule) -> Result<Vec<Value>> {
+    gm.graph()
+        .iter()
+        .filter(|n| n.op() == Opcode::Placeholder)
+        .map(|n| {
+            let meta = n.meta().tensor_meta.as_ref().ok_or_else(|| {
+                err(format!(
+                    "quantizing MultiheadAttention needs the shapes of the model's inputs (attention computes with them), but placeholder `{}` has none: trace the model with trace_with_inputs",
+                    n.name()
+                ))
+            })?;
+            let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
+            Ok(Value::from(&ferrofx_core::ops::creation::zeros(&shape, Some(meta.dtype))?))
+        })
+        .collect()
+}
+
+/// A constant operand of a traced functional `linear`: a `get_attr` of `<attention>.<name>`
+/// (an attention layer's `in_proj_weight` / `in_proj_bias`), or its `narrow(0, start, length)`.
+/// Returns the attention layer's path, the rows taken (`start`, `length`) and the tensor.
+fn attention_operand(
+    q: &GraphModule,
+    arg: &Argument,
+    name: &str,
+    attention: &[String],
+) -> Option<(String, usize, usize, Tensor)> {
+    let node = q.graph().node(arg.as_node()?).ok()?;
+    let (attr, slice) = match node.op() {
+        Opcode::GetAttr => (node, None),
+        Opcode::CallFunction | Opcode::CallMethod if node.target().name() == "narrow" => {
+            let a = node.args();
+            let int = |i: usize| match a.get(i) {
+                Some(Argument::Int(v)) => Some(*v),
+                _ => None,
+            };
+            let src = q.graph().node(a.first()?.as_node()?).ok()?;
+            if src.op() != Opcode::GetAttr || int(1)? != 0 || !node.kwargs().is_empty() {
+                return None;
+            }
+            (src, Some((usize::try_from(int(2)?).ok()?, usize::try_from(int(3)?).ok()?)))
+        }
+        _ => return None,
+    };
+    let path = attr.target().name();
+    let (layer, field) = path.rsplit_once('.')?;
+    if field != name || !attention.iter().any(|a| a == layer) {
+        return None;
+    }
+    let t = q.get_attr(path).ok()?;
+    let rows = t.shape().first().copied()?;
+    let (start, len) = slice.unwrap_or((0, rows));
+    let t = t.narrow(0, start as i64, len as i64).ok()?;
+    Some((layer.to_string(), start, len, t))
 }
 
 /// The int8 weight (per output channel, symmetric) and its scales.
@@ -66,13 +151,33 @@ pub fn quantize_dynamic(gm: &GraphModule, types: &[&str], dtype: DType) -> Resul
     quantize_dynamic_with(gm, types, dtype, false)
 }
 
-/// Dynamic quantization of the layers of `gm` whose module type is in `types` (`"Linear"`):
-/// each becomes a `quantized_linear_dynamic` node with int8 per-channel weights (attributes
+/// Dynamic quantization of the layers of `gm` whose module type is in `types`: `"Linear"` (every
+/// `Linear` layer) and `"MultiheadAttention"` (the attention layers' query/key/value and output
+/// projections, which PyTorch's `quantize_dynamic` keeps float; a ferrofx option). Each becomes
+/// a `quantized_linear_dynamic` node with int8 per-channel weights (attributes
 /// `<path>_weight_int8`, `<path>_weight_scale`, `<path>_bias`, so the module saves to `.fxm`
 /// with int8 weights); its input is quantized to uint8 per call (per tensor) with PyTorch's
 /// `ChooseQuantizationParams`, `reduce_range` halving the range as PyTorch's x86 default does.
 /// `dtype` is the weights' (`int8`, PyTorch's `qint8`; `float16` is not supported). `gm` is not
 /// changed. Errors name the type or the layer.
+///
+/// ```
+/// use ferrofx_core::{DType, Tensor};
+/// use ferrofx_fx::trace_with_inputs;
+/// use ferrofx_nn::{Module, TransformerEncoderLayer};
+/// use ferrofx_quant::quantize_dynamic_with;
+/// let mut layer = TransformerEncoderLayer::new(16, 2, 32, 0.0, "relu", true, false)?;
+/// layer.eval();
+/// let x = ferrofx_core::ops::random::randn(&[1, 6, 16], None)?;
+/// let gm = trace_with_inputs(&layer, &[(&x).into()])?;
+/// // feed-forward and attention projections: q, k, v, out_proj, linear1, linear2
+/// let q = quantize_dynamic_with(&gm, &["Linear", "MultiheadAttention"], DType::I8, false)?;
+/// let code = q.code()?;
+/// assert_eq!(code.matches("quantized_linear_dynamic(").count(), 6, "{code}");
+/// let d = (q.forward(&x)? - gm.forward(&x)?)?.abs()?.max()?.item()?;
+/// assert!(d < 0.1, "{d}");
+/// # Ok::<(), ferrofx_core::Error>(())
+/// ```
 pub fn quantize_dynamic_with(
     gm: &GraphModule,
     types: &[&str],
@@ -90,6 +195,10 @@ pub fn quantize_dynamic_with(
         )));
     }
     let types: Vec<String> = types.iter().map(|s| s.to_string()).collect();
+    let (all_linears, attention) = (
+        types.iter().any(|t| t == "Linear"),
+        if types.iter().any(|t| t == MHA) { attention_paths(gm) } else { Vec::new() },
+    );
     // re-trace through the leaves that hold layers to quantize
     let names: Vec<String> =
         gm.graph().iter().filter(|n| n.op() == Opcode::Placeholder).map(|n| n.target().name().to_string()).collect();
@@ -97,11 +206,15 @@ pub fn quantize_dynamic_with(
     let mut q = if needs_retrace {
         let t2 = types.clone();
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        Tracer::new()
-            .input_names(&name_refs)
-            .is_leaf_module(move |m, _| m.is_builtin_leaf() && !opens(m, &t2))
-            .trace(gm, names.len())
-            .map_err(|e| err(format!("re-tracing the model through the layers that hold {types:?}: {e}")))?
+        let tracer =
+            Tracer::new().input_names(&name_refs).is_leaf_module(move |m, _| m.is_builtin_leaf() && !opens(m, &t2));
+        // attention computes with its inputs' shapes: trace it on the recorded example shapes
+        let traced = if attention.is_empty() {
+            tracer.trace(gm, names.len())
+        } else {
+            tracer.trace_with_inputs(gm, &example_inputs(gm)?)
+        };
+        traced.map_err(|e| err(format!("re-tracing the model through the layers that hold {types:?}: {e}")))?
     } else {
         let (g, _) = gm.graph().deep_copy().map_err(err)?;
         let modules = gm
@@ -123,7 +236,9 @@ pub fn quantize_dynamic_with(
         .filter_map(|n| {
             let path = n.target().name().to_string();
             let m = q.leaf_modules().get(&path)?;
-            types.iter().any(|t| t == m.type_name()).then(|| (n.id(), path, n.name().to_string()))
+            // every Linear, or (for "MultiheadAttention") the attention layers' out_proj
+            let in_attention = path.rsplit_once('.').is_some_and(|(p, _)| attention.iter().any(|a| a == p));
+            (m.type_name() == "Linear" && (all_linears || in_attention)).then(|| (n.id(), path, n.name().to_string()))
         })
         .collect();
     for (id, path, name) in targets {
@@ -171,7 +286,83 @@ pub fn quantize_dynamic_with(
         g.replace_all_uses_with(id, new).map_err(err)?;
         g.erase_node(id).map_err(err)?;
     }
+    if !attention.is_empty() {
+        quantize_in_projections(&mut q, &attention, reduce_range)?;
+    }
     q.delete_all_unused_submodules();
     q.recompile()?;
     Ok(q)
+}
+
+/// The attention layers' input projections: each traced `linear(x, in_proj_weight[rows],
+/// in_proj_bias[rows])` (the query, key and value rows) becomes a `quantized_linear_dynamic`
+/// with its own int8 weight (`<layer>_in_proj_q_weight_int8`, ...: one storage per projection,
+/// so each keeps its packed form cached); the float `in_proj_weight` is dropped.
+fn quantize_in_projections(q: &mut GraphModule, attention: &[String], reduce_range: bool) -> Result<()> {
+    let linears: Vec<ferrofx_fx::NodeId> = q
+        .graph()
+        .iter()
+        .filter(|n| n.op() == Opcode::CallFunction && n.target().name() == "linear")
+        .map(|n| n.id())
+        .collect();
+    for id in linears {
+        let (name, x, weight, bias) = {
+            let n = q.graph().node(id).map_err(err)?;
+            let a = n.args();
+            let Some((layer, start, len, w)) =
+                a.get(1).and_then(|w| attention_operand(q, w, "in_proj_weight", attention))
+            else {
+                continue;
+            };
+            let bias = match a.get(2) {
+                None | Some(Argument::None) => None,
+                Some(b) => match attention_operand(q, b, "in_proj_bias", attention) {
+                    Some((l, s, bl, b)) if l == layer && s == start && bl == len => Some(b),
+                    _ => continue, // a bias from elsewhere: leave this linear float
+                },
+            };
+            if !n.kwargs().is_empty() || a.len() > 3 {
+                continue;
+            }
+            let part = match (start / len.max(1), start % len.max(1)) {
+                (0, 0) => "q".to_string(),
+                (1, 0) => "k".to_string(),
+                (2, 0) => "v".to_string(),
+                _ => format!("{start}"),
+            };
+            let base = format!("{}_in_proj_{part}", layer.replace('.', "_"));
+            (base, a[0].clone(), (layer, w), bias)
+        };
+        let (layer, w) = weight;
+        let (wq, scale) = quantize_weight(&format!("{layer}.in_proj_weight"), &w.contiguous()?)?;
+        let (wn, sn, bn) = (format!("{name}_weight_int8"), format!("{name}_weight_scale"), format!("{name}_bias"));
+        q.register_attribute(&wn, wq, TensorKind::Buffer);
+        q.register_attribute(&sn, scale, TensorKind::Buffer);
+        if let Some(b) = &bias {
+            q.register_attribute(&bn, b.contiguous()?.to_dtype(DType::F32)?, TensorKind::Buffer);
+        }
+        let g = q.graph_mut();
+        let node_name = g.node(id).map_err(err)?.name().to_string();
+        let new = {
+            let mut g = g.inserting_before(Some(id)).map_err(err)?;
+            let w_arg: Argument = g.get_attr(&wn).map_err(err)?.into();
+            let s_arg: Argument = g.get_attr(&sn).map_err(err)?.into();
+            let b_arg: Argument = if bias.is_some() { g.get_attr(&bn).map_err(err)?.into() } else { Argument::None };
+            let t = Target::op("quantized_linear_dynamic").map_err(err)?;
+            g.create_node(
+                Opcode::CallFunction,
+                t,
+                vec![x, w_arg, s_arg, b_arg, Argument::Bool(reduce_range)],
+                Kwargs::new(),
+                Some(&format!("{node_name}_dynamic")),
+                None,
+            )
+            .map_err(err)?
+        };
+        g.replace_all_uses_with(id, new).map_err(err)?;
+        g.erase_node(id).map_err(err)?;
+    }
+    q.eliminate_dead_code()?;
+    q.delete_unused_attributes();
+    Ok(())
 }

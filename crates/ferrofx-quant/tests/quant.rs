@@ -708,18 +708,90 @@ proptest! {
     }
 
     #[test]
-    fn linear_every_kernel_equals_reference(m in 1usize..20, k in 0usize..100, n in 1usize..20, zp in 0i64..256,
-                                            relu in any::<bool>(), seed in any::<u64>()) {
-        let x = Tensor::from_vec(lcg_bytes(seed, m * k), &[m, k]).unwrap();
-        let wv: Vec<i8> = lcg_bytes(seed ^ 1, n * k).into_iter().map(|b| b as i8).collect();
-        let w = Tensor::from_vec(wv, &[n, k]).unwrap();
-        let ws: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0003).collect();
-        let run = || quantized_linear(&x, 0.02, zp, &w, &f32t(&ws), None, 0.05, 128, relu).unwrap().to_vec::<u8>().unwrap();
-        let reference = with_reference_kernels(run);
-        for name in int8_kernels_available() {
-            prop_assert_eq!(with_int8_kernel(name, run).unwrap(), reference.clone(), "{}", name);
+    fn linear_every_kernel_equals_reference(m in 1usize..40, k in 0usize..150, n in 1usize..120, zp in 0i64..256,
+                                            out_zp in 0i64..256, relu in any::<bool>(), bias in any::<bool>(),
+                                            per_tensor in any::<bool>(), seed in any::<u64>()) {
+        // the packed kernels' tiles and tails: rows past 8 (VNNI) / 4 (AVX2), channels past one
+        // 48-wide panel and within its 16-lane vectors, k not a multiple of 4
+        let runs = linear_on_every_kernel(seed, m, k, n, zp, out_zp, relu, bias, per_tensor);
+        for (name, got) in &runs[1..] {
+            prop_assert_eq!(got, &runs[0].1, "{} vs reference", name);
         }
     }
+}
+
+/// A random `quantized_linear` on every kernel: the bytes of each, the reference's first.
+#[allow(clippy::too_many_arguments)]
+fn linear_on_every_kernel(
+    seed: u64,
+    m: usize,
+    k: usize,
+    n: usize,
+    zp: i64,
+    out_zp: i64,
+    relu: bool,
+    bias: bool,
+    per_tensor: bool,
+) -> Vec<(&'static str, Vec<u8>)> {
+    let x = Tensor::from_vec(lcg_bytes(seed, m * k), &[m, k]).unwrap();
+    let w =
+        Tensor::from_vec(lcg_bytes(seed ^ 1, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
+    let ws = f32t(&(0..if per_tensor { 1 } else { n }).map(|j| 0.0002 + (j % 13) as f32 * 0.00007).collect::<Vec<_>>());
+    let b = f32t(&(0..n).map(|j| (j as f32 * 0.37).sin() * 2.0).collect::<Vec<_>>());
+    let run = || {
+        quantized_linear(&x, 0.02, zp, &w, &ws, bias.then_some(&b), 0.05, out_zp, relu).unwrap().to_vec::<u8>().unwrap()
+    };
+    let mut names = int8_kernels_available();
+    names.rotate_right(1); // the reference first
+    names.into_iter().map(|name| (name, with_int8_kernel(name, run).unwrap())).collect()
+}
+
+#[test]
+fn linear_tiles_tails_and_thread_splits_on_every_kernel_equal_the_reference() {
+    // full tiles and every tail of rows (8-row VNNI / 4-row AVX2 tiles), channels (48-wide
+    // panels, 16-lane vectors), k (4-byte quads), and shapes large enough to split over
+    // threads by columns (128 tokens) and by rows; the transformer's shapes
+    let shapes: &[(usize, usize, usize)] = &[
+        (8, 4, 48),
+        (9, 5, 49),
+        (17, 67, 97),
+        (3, 384, 16),
+        (130, 70, 200),
+        (1000, 36, 20),
+        (128, 384, 1152),
+        (128, 1536, 384),
+    ];
+    for (i, &(m, k, n)) in shapes.iter().enumerate() {
+        let runs = linear_on_every_kernel(i as u64, m, k, n, 77, 100, i % 2 == 0, true, false);
+        for (name, got) in &runs[1..] {
+            assert_eq!(got, &runs[0].1, "{name}: m {m} k {k} n {n}");
+        }
+    }
+}
+
+#[test]
+fn packed_linear_weights_are_cached_and_follow_writes_and_views() {
+    let (m, k, n) = (5, 40, 20);
+    let x = Tensor::from_vec(lcg_bytes(1, m * k), &[m, k]).unwrap();
+    let w = Tensor::from_vec(lcg_bytes(2, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
+    let ws = f32t(&[0.001]);
+    let run = |w: &Tensor| quantized_linear(&x, 0.02, 3, w, &ws, None, 0.05, 7, false).unwrap().to_vec::<u8>().unwrap();
+    let first = run(&w);
+    assert_eq!(run(&w), first, "second call (cached packed weight)");
+    assert_eq!(first, with_reference_kernels(|| run(&w)));
+    // an in-place write to the weight invalidates its packed form
+    w.fill_(1i64).unwrap();
+    let zeroed = run(&w);
+    assert_eq!(zeroed, with_reference_kernels(|| run(&w)));
+    assert_ne!(zeroed, first);
+    // a strided view (packed for the call, not cached) and a row slice at an offset
+    let w2 = Tensor::from_vec(lcg_bytes(3, k * n).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[k, n]).unwrap();
+    let wt = w2.t().unwrap();
+    assert_eq!(run(&wt), with_reference_kernels(|| run(&wt)));
+    let w3 = Tensor::from_vec(lcg_bytes(4, 2 * n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[2 * n, k])
+        .unwrap();
+    let lower = w3.narrow(0, n as i64, n as i64).unwrap();
+    assert_eq!(run(&lower), with_reference_kernels(|| run(&lower)));
 }
 
 #[test]
@@ -1276,7 +1348,7 @@ mod dynamic {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         #[test]
-        fn linear_dynamic_kernels_equal_the_reference(m in 1usize..20, k in 1usize..150, n in 1usize..40, seed in 0u64..1000, rr: bool, scale in 0.01f32..20.0) {
+        fn linear_dynamic_kernels_equal_the_reference(m in 1usize..40, k in 1usize..150, n in 1usize..120, seed in 0u64..1000, rr: bool, scale in 0.01f32..20.0) {
             let x: Vec<f32> = lcg_bytes(seed, m * k).iter().map(|&b| (b as f32 - 100.0) * scale / 128.0).collect();
             let x = Tensor::from_vec(x, &[m, k]).unwrap();
             let w = Tensor::from_vec(lcg_bytes(seed + 1, n * k).into_iter().map(|b| b as i8).collect::<Vec<_>>(), &[n, k]).unwrap();
@@ -1394,6 +1466,42 @@ mod dynamic {
         assert_eq!(loaded.forward(&ids).unwrap().to_vec::<f32>().unwrap(), b);
         // the original is unchanged
         assert!(!gm.code().unwrap().contains("quantized_linear_dynamic"));
+    }
+
+    #[test]
+    fn quantize_dynamic_quantizes_attention_projections_on_request() {
+        let mut m = TransformerClassifier::new(50, 32, 4, 64, 2, 16, 3, 0.0).unwrap();
+        m.eval();
+        let ids = Tensor::from_vec((0..16).map(|i| (i * 7 % 50) as i64).collect::<Vec<_>>(), &[1, 16]).unwrap();
+        let gm = trace_with_inputs(&m, &[(&ids).into()]).unwrap();
+        let float = gm.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+        let count =
+            |q: &GraphModule| q.graph().iter().filter(|n| n.target().name() == "quantized_linear_dynamic").count();
+        let cosine = |b: &[f32]| {
+            let dot: f32 = float.iter().zip(b).map(|(x, y)| x * y).sum();
+            dot / (float.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt())
+        };
+        // every projection: q, k, v (slices of in_proj_weight, each its own int8 weight) and
+        // out_proj of both layers, linear1/linear2 of both layers, the head
+        let q = quantize_dynamic(&gm, &["Linear", "MultiheadAttention"], DType::I8).unwrap();
+        let code = q.code().unwrap();
+        assert_eq!(count(&q), 2 * 6 + 1, "{code}");
+        assert!(q.leaf_modules().values().all(|m| m.type_name() != "MultiheadAttention"), "{code}");
+        for part in ["q", "k", "v"] {
+            assert!(q.attributes().contains_key(&format!("layers_1_self_attn_in_proj_{part}_weight_int8")), "{code}");
+        }
+        // the float projection weights are gone: the file holds int8 ones
+        assert!(q.attributes().keys().all(|k| !k.ends_with("in_proj_weight")), "{:?}", q.attributes().keys());
+        let b = q.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+        assert!(cosine(&b) > 0.99, "cosine {}", cosine(&b));
+        let loaded = GraphModule::from_bytes(&q.to_bytes().unwrap()).unwrap();
+        assert_eq!(loaded.forward(&ids).unwrap().to_vec::<f32>().unwrap(), b);
+        // attention only: its four projections per layer; the feed-forward Linears stay float
+        let a = quantize_dynamic(&gm, &["MultiheadAttention"], DType::I8).unwrap();
+        assert_eq!(count(&a), 2 * 4, "{}", a.code().unwrap());
+        assert_eq!(a.leaf_modules().values().filter(|m| m.type_name() == "Linear").count(), 2 * 2 + 1);
+        let c = a.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+        assert!(cosine(&c) > 0.99, "cosine {}", cosine(&c));
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! uint8 (PyTorch's `quantized::conv2d` / `conv2d_relu`), with the float conv's stride,
 //! padding, dilation and groups.
 //!
-//! Each (image, group) is im2col (patch rows of `C/groups * kH * kW` bytes, padded positions
-//! hold the input zero point so they contribute nothing) followed by the int8 GEMM of
-//! [`super::gemm`] against the weight rows, writing the channel-major output directly. Images
-//! run in parallel; a single image splits its output channels over threads.
+//! The fast paths (AVX-512 VNNI, AVX2) are the direct convolution of `conv2d_packed.rs`. The
+//! reference path is im2col per (image, group) (patch rows of `C/groups * kH * kW` bytes, padded
+//! positions hold the input zero point so they contribute nothing) followed by the reference
+//! int8 GEMM of [`super::gemm`] against the weight rows, writing the channel-major output
+//! directly. Images run in parallel; a single image splits its output channels over threads.
 
 use super::conv2d_packed::{self, PackedWeight};
-use super::gemm::{gemm_requant, row_sums, Operands, Path, RequantParams};
+use super::gemm::{reference_gemm, row_sums, Operands, Path, RequantParams};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -169,18 +170,9 @@ fn im2col(g: &Geom, x: &[u8], c0: usize, zp: u8, col: &mut [u8]) {
     }
 }
 
-/// One image: every group's im2col and GEMM; output channels split over threads when `par`.
-#[allow(clippy::too_many_arguments)]
-fn conv_image(
-    path: Path,
-    g: &Geom,
-    x: &[u8],
-    w: &[i8],
-    rq: &RequantParams,
-    zp: u8,
-    out: &mut [u8],
-    par: bool,
-) -> Result<()> {
+/// One image on the reference path: every group's im2col and GEMM; output channels split over
+/// threads when `par`.
+fn conv_image(g: &Geom, x: &[u8], w: &[i8], rq: &RequantParams, zp: u8, out: &mut [u8], par: bool) -> Result<()> {
     let (kg, p, ocg) = (g.kg(), g.p(), g.ocg());
     let mut col = crate::memory::try_vec(OP, p * kg, 0u8)?;
     for gi in 0..g.groups {
@@ -195,11 +187,11 @@ fn conv_image(
                 let j0 = c * cols;
                 let nn = o.len() / p;
                 let ops = Operands { a: &col, lda: kg, b: &wg[j0 * kg..], ldb: kg, m: p, n: nn, k: kg };
-                gemm_requant(path, &ops, &rq.slice(j_base + j0, j_base + j0 + nn), o, 1, p);
+                reference_gemm(&ops, &rq.slice(j_base + j0, j_base + j0 + nn), o, 1, p);
             });
         } else {
             let ops = Operands { a: &col, lda: kg, b: wg, ldb: kg, m: p, n: ocg, k: kg };
-            gemm_requant(path, &ops, &rq.slice(j_base, j_base + ocg), region, 1, p);
+            reference_gemm(&ops, &rq.slice(j_base, j_base + ocg), region, 1, p);
         }
     }
     Ok(())
@@ -250,11 +242,11 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
             let threads = rayon::current_num_threads().max(1);
             if g.n >= 2 && threads > 1 {
                 out.par_chunks_mut(img_out).enumerate().try_for_each(|(i, o)| {
-                    conv_image(path, &g, &xv[i * img_in..(i + 1) * img_in], wv, &rq, a_zp as u8, o, false)
+                    conv_image(&g, &xv[i * img_in..(i + 1) * img_in], wv, &rq, a_zp as u8, o, false)
                 })
             } else {
                 for (i, o) in out.chunks_mut(img_out).enumerate() {
-                    conv_image(path, &g, &xv[i * img_in..(i + 1) * img_in], wv, &rq, a_zp as u8, o, true)?;
+                    conv_image(&g, &xv[i * img_in..(i + 1) * img_in], wv, &rq, a_zp as u8, o, true)?;
                 }
                 Ok(())
             }

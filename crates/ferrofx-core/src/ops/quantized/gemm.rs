@@ -1,19 +1,15 @@
-//! The u8 x s8 → i32 GEMM with fused requantisation to u8, shared by `quantized_linear` and
-//! `quantized_conv2d`.
+//! The int8 kernels' shared parts: which implementation runs ([`int8_kernel`], the per-thread
+//! override), the epilogues (requantisation to u8, [`Requant`]; dequantization to f32,
+//! [`DequantOut`]) and the portable reference GEMM every fast path is checked against.
 //!
-//! Both operands are row-major with the reduction dim `k` contiguous: `a` is `m x k` (u8
-//! activations, or im2col patches), `b` is `n x k` (s8 weights in their natural `[out, in]`
-//! layout, which is already the packed form this dot-product kernel reads: no repacking per
-//! call). Each output `(i, j)` is `requantize(sum_k a[i,k] * b[j,k], j)`, written to
-//! `out[i * ldm + j * ldn]`, so one kernel serves row-major linear outputs and channel-major
-//! convolution outputs.
-//!
-//! Two implementations, bit-identical by construction (they share [`Requant::apply`] and the
-//! i32 sums are exact): the portable reference (a scalar triple loop) and AVX-512 VNNI, which
-//! computes 4x4 output blocks with `vpdpbusd` (64 u8 x s8 products per instruction summed into
-//! sixteen i32 lanes, no i16 intermediate, so unlike AVX2's `vpmaddubsw` it cannot saturate
-//! and activations use the full 0..=255 range) and masked loads for the `k` tail. CPUs without
-//! VNNI use the reference.
+//! The reference GEMM (`reference_gemm`) takes both operands row-major with the reduction dim
+//! `k` contiguous: `a` is `m x k` (u8 activations, or im2col patches), `b` is `n x k` (s8 weights
+//! in their natural `[out, in]` layout). Each output `(i, j)` is `epilogue(sum_k a[i,k] *
+//! b[j,k], j)`, written to `out[i * ldm + j * ldn]`, so one routine serves row-major linear
+//! outputs and channel-major convolution outputs. The fast paths (`linear_packed.rs`,
+//! `conv2d_packed.rs`) are bit-identical to it by construction: their i32 sums hold the same exact
+//! terms and their vector epilogues do the f32 operations of [`Epilogue::apply`] in the same
+//! order.
 
 use std::cell::Cell;
 
@@ -259,6 +255,16 @@ impl RequantParams {
         RequantParams { a_zp, b_sums, bias_term, multiplier, out_zp, lo: if relu { out_zp } else { 0 }, hi: 255 }
     }
 
+    /// The parameters extended with zeros to `len` channels (the packed linear reads its
+    /// parameters 16 channels at a time; the padded channels' outputs are not stored).
+    pub(crate) fn padded(mut self, len: usize) -> RequantParams {
+        let len = len.max(self.b_sums.len());
+        self.b_sums.resize(len, 0);
+        self.bias_term.resize(len, 0.0);
+        self.multiplier.resize(len, 0.0);
+        self
+    }
+
     /// The parameters of output channels `j0..j1`.
     pub(crate) fn slice(&self, j0: usize, j1: usize) -> Requant<'_> {
         Requant {
@@ -278,215 +284,21 @@ pub(crate) fn row_sums(b: &[i8], ldb: usize, n: usize, k: usize) -> Vec<i32> {
     (0..n).map(|j| b[j * ldb..j * ldb + k].iter().map(|&v| v as i32).sum()).collect()
 }
 
-/// Runs the GEMM and writes the epilogue's outputs (requantised u8, or f32) to
-/// `out[i * ldm + j * ldn]`.
-pub(crate) fn gemm_requant<E: Epilogue>(
-    path: Path,
-    p: &Operands<'_>,
-    r: &E,
-    out: &mut [E::Out],
-    ldm: usize,
-    ldn: usize,
-) {
+/// The portable reference GEMM: writes the epilogue's outputs (requantised u8, or f32) to
+/// `out[i * ldm + j * ldn]` (a scalar triple loop, i32 sums).
+pub(crate) fn reference_gemm<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
     if p.m == 0 || p.n == 0 {
         return;
     }
     assert!(p.a.len() >= (p.m - 1) * p.lda + p.k && p.b.len() >= (p.n - 1) * p.ldb + p.k);
     assert!(out.len() > (p.m - 1) * ldm + (p.n - 1) * ldn);
     assert!(r.columns() >= p.n);
-    match path {
-        Path::Reference => reference(p, r, out, ldm, ldn),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Path::Vnni` is only selected when the CPU has AVX-512 F/BW/VL/VNNI; the
-        // bounds the kernel reads and writes were checked just above.
-        Path::Vnni => unsafe { vnni::gemm(p, r, out, ldm, ldn) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Path::Avx2` is only selected when the CPU has AVX2; bounds checked above.
-        Path::Avx2 => unsafe { avx2::gemm(p, r, out, ldm, ldn) },
-    }
-}
-
-fn reference<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
     for i in 0..p.m {
         let a = &p.a[i * p.lda..i * p.lda + p.k];
         for j in 0..p.n {
             let b = &p.b[j * p.ldb..j * p.ldb + p.k];
             let acc = a.iter().zip(b).fold(0i32, |s, (&x, &w)| s.wrapping_add(x as i32 * w as i32));
             out[i * ldm + j * ldn] = r.apply(acc, j);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod vnni {
-    use super::{Epilogue, Operands};
-    use std::arch::x86_64::*;
-
-    /// Loads up to 64 bytes at `ptr` (`len` of them; the rest read as 0 and never touched).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn load(ptr: *const u8, len: usize) -> __m512i {
-        if len >= 64 {
-            _mm512_loadu_si512(ptr as *const _)
-        } else {
-            _mm512_maskz_loadu_epi8((1u64 << len) - 1, ptr as *const i8)
-        }
-    }
-
-    /// An `MR x NR` block of outputs at rows `i0..`, columns `j0..`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn block<E: Epilogue, const MR: usize, const NR: usize>(
-        p: &Operands<'_>,
-        r: &E,
-        out: *mut E::Out,
-        ldm: usize,
-        ldn: usize,
-        i0: usize,
-        j0: usize,
-    ) {
-        let mut acc = [[_mm512_setzero_si512(); NR]; MR];
-        let mut k0 = 0;
-        while k0 < p.k {
-            let len = (p.k - k0).min(64);
-            let mut av = [_mm512_setzero_si512(); MR];
-            for (x, v) in av.iter_mut().enumerate() {
-                *v = load(p.a.as_ptr().add((i0 + x) * p.lda + k0), len);
-            }
-            let mut bv = [_mm512_setzero_si512(); NR];
-            for (y, v) in bv.iter_mut().enumerate() {
-                *v = load(p.b.as_ptr().add((j0 + y) * p.ldb + k0) as *const u8, len);
-            }
-            for (row, a) in acc.iter_mut().zip(av.iter()) {
-                for (c, b) in row.iter_mut().zip(bv.iter()) {
-                    *c = _mm512_dpbusd_epi32(*c, *a, *b);
-                }
-            }
-            k0 += 64;
-        }
-        for (x, row) in acc.iter().enumerate() {
-            for (y, c) in row.iter().enumerate() {
-                let s = _mm512_reduce_add_epi32(*c);
-                *out.add((i0 + x) * ldm + (j0 + y) * ldn) = r.apply(s, j0 + y);
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn gemm<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
-        let o = out.as_mut_ptr();
-        let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);
-        let mut i = 0;
-        while i < m4 {
-            let mut j = 0;
-            while j < n4 {
-                block::<E, 4, 4>(p, r, o, ldm, ldn, i, j);
-                j += 4;
-            }
-            while j < p.n {
-                block::<E, 4, 1>(p, r, o, ldm, ldn, i, j);
-                j += 1;
-            }
-            i += 4;
-        }
-        while i < p.m {
-            let mut j = 0;
-            while j < n4 {
-                block::<E, 1, 4>(p, r, o, ldm, ldn, i, j);
-                j += 4;
-            }
-            while j < p.n {
-                block::<E, 1, 1>(p, r, o, ldm, ldn, i, j);
-                j += 1;
-            }
-            i += 1;
-        }
-    }
-}
-
-/// AVX2 without VNNI: u8 and s8 are widened to i16 (`vpmovzxbw`/`vpmovsxbw`) and multiplied
-/// pairwise into i32 with `vpmaddwd`, which is exact for every input (a pair sum is at most
-/// 2 * 255 * 128 in magnitude). `vpmaddubsw` would be twice as dense but saturates its i16 pair
-/// sums unless activations are kept to 7 bits, so it is not used.
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{Epilogue, Operands};
-    use std::arch::x86_64::*;
-
-    /// An `MR x NR` block of outputs at rows `i0..`, columns `j0..`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn block<E: Epilogue, const MR: usize, const NR: usize>(
-        p: &Operands<'_>,
-        r: &E,
-        out: *mut E::Out,
-        ldm: usize,
-        ldn: usize,
-        i0: usize,
-        j0: usize,
-    ) {
-        let mut acc = [[_mm256_setzero_si256(); NR]; MR];
-        let k16 = p.k / 16 * 16;
-        let mut k0 = 0;
-        while k0 < k16 {
-            let mut av = [_mm256_setzero_si256(); MR];
-            for (x, v) in av.iter_mut().enumerate() {
-                *v = _mm256_cvtepu8_epi16(_mm_loadu_si128(p.a.as_ptr().add((i0 + x) * p.lda + k0) as *const __m128i));
-            }
-            let mut bv = [_mm256_setzero_si256(); NR];
-            for (y, v) in bv.iter_mut().enumerate() {
-                *v = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.b.as_ptr().add((j0 + y) * p.ldb + k0) as *const __m128i));
-            }
-            for (row, a) in acc.iter_mut().zip(av.iter()) {
-                for (c, b) in row.iter_mut().zip(bv.iter()) {
-                    *c = _mm256_add_epi32(*c, _mm256_madd_epi16(*a, *b));
-                }
-            }
-            k0 += 16;
-        }
-        for (x, row) in acc.iter().enumerate() {
-            for (y, c) in row.iter().enumerate() {
-                let mut lanes = [0i32; 8];
-                _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, *c);
-                let mut s = lanes.iter().fold(0i32, |s, &v| s.wrapping_add(v));
-                let a = &p.a[(i0 + x) * p.lda + k16..(i0 + x) * p.lda + p.k];
-                let b = &p.b[(j0 + y) * p.ldb + k16..(j0 + y) * p.ldb + p.k];
-                for (&u, &v) in a.iter().zip(b) {
-                    s = s.wrapping_add(u as i32 * v as i32);
-                }
-                *out.add((i0 + x) * ldm + (j0 + y) * ldn) = r.apply(s, j0 + y);
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn gemm<E: Epilogue>(p: &Operands<'_>, r: &E, out: &mut [E::Out], ldm: usize, ldn: usize) {
-        let o = out.as_mut_ptr();
-        let (m4, n4) = (p.m / 4 * 4, p.n / 4 * 4);
-        let mut i = 0;
-        while i < m4 {
-            let mut j = 0;
-            while j < n4 {
-                block::<E, 4, 4>(p, r, o, ldm, ldn, i, j);
-                j += 4;
-            }
-            while j < p.n {
-                block::<E, 4, 1>(p, r, o, ldm, ldn, i, j);
-                j += 1;
-            }
-            i += 4;
-        }
-        while i < p.m {
-            let mut j = 0;
-            while j < n4 {
-                block::<E, 1, 4>(p, r, o, ldm, ldn, i, j);
-                j += 4;
-            }
-            while j < p.n {
-                block::<E, 1, 1>(p, r, o, ldm, ldn, i, j);
-                j += 1;
-            }
-            i += 1;
         }
     }
 }

@@ -1,7 +1,9 @@
 //! `quantized_linear`: `y = x W^T + b` on a uint8 input and int8 weights, requantised to uint8
-//! (PyTorch's `quantized::linear` / `quantized::linear_relu` with the fbgemm backend).
+//! (PyTorch's `quantized::linear` / `quantized::linear_relu` with the fbgemm backend). The fast
+//! paths are the packed GEMM of `linear_packed.rs`, the reference is `gemm.rs`'s scalar GEMM.
 
-use super::gemm::{gemm_requant, row_sums, Epilogue, Operands, Path, RequantParams};
+use super::gemm::{reference_gemm, row_sums, Operands, Path, RequantParams};
+use super::linear_packed::{linear_packed, packed_weight, with_quad_slack};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -11,7 +13,6 @@ use crate::op::{
 };
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 const OP: &str = "quantized_linear";
@@ -74,63 +75,25 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let (a_scale, a_zp) = (check_scale(OP, "input_scale", float(OP, args, 1)?)?, int(OP, args, 2)? as i32);
     let (o_scale, o_zp) = (check_scale(OP, "output_scale", float(OP, args, 6)?)?, int(OP, args, 7)? as i32);
     let relu = bool_(OP, args, 8)?;
-    w.with_contiguous::<i8, _>(OP, |wv| -> Result<()> {
-        let rq =
-            RequantParams::new(a_scale, a_zp, &w_scale, row_sums(wv, k, n, k), bias.as_deref(), o_scale, o_zp, relu);
-        x.with_contiguous::<u8, _>(OP, |xv| linear_u8(OP, path, xv, wv, m, k, n, &|j0, j1| rq.slice(j0, j1), &mut out))?
-    })??;
-    Ok(smallvec![Tensor::from_vec(out, &shape)?])
-}
-
-/// `out[m, n] = epilogue(x[m, k] . w[n, k])`, split over threads: rows when there are many,
-/// output channels otherwise. `epilogue(j0, j1)` gives the epilogue of output channels
-/// `j0..j1` (shared by `quantized_linear` and `quantized_linear_dynamic`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn linear_u8<E: Epilogue>(
-    op: &str,
-    path: Path,
-    x: &[u8],
-    w: &[i8],
-    m: usize,
-    k: usize,
-    n: usize,
-    epilogue: &(dyn Fn(usize, usize) -> E + Sync),
-    out: &mut [E::Out],
-) -> Result<()> {
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let work = m.saturating_mul(n).saturating_mul(k.max(1));
-    let threads = rayon::current_num_threads().max(1);
-    let all = Operands { a: x, lda: k, b: w, ldb: k, m, n, k };
-    if work < 1 << 17 || threads == 1 {
-        gemm_requant(path, &all, &epilogue(0, n), out, n, 1);
-    } else if m >= 4 * threads {
-        let rows = m.div_ceil(threads * 4).next_multiple_of(4);
-        out.par_chunks_mut(rows * n).enumerate().for_each(|(c, o)| {
-            let i0 = c * rows;
-            let mm = o.len() / n;
-            let p = Operands { a: &x[i0 * k..], lda: k, b: w, ldb: k, m: mm, n, k };
-            gemm_requant(path, &p, &epilogue(0, n), o, n, 1);
-        });
+    let params =
+        |sums: Vec<i32>| RequantParams::new(a_scale, a_zp, &w_scale, sums, bias.as_deref(), o_scale, o_zp, relu);
+    if path == Path::Reference {
+        w.with_contiguous::<i8, _>(OP, |wv| {
+            let rq = params(row_sums(wv, k, n, k));
+            x.with_contiguous::<u8, _>(OP, |xv| {
+                let p = Operands { a: xv, lda: k, b: wv, ldb: k, m, n, k };
+                reference_gemm(&p, &rq.slice(0, n), &mut out, n, 1)
+            })
+        })??;
     } else {
-        // few rows: split the output channels; each task writes a channel-major block, then
-        // the blocks are transposed into the row-major output
-        let cols = n.div_ceil(threads * 4).next_multiple_of(4);
-        let mut t = crate::memory::try_vec(op, m * n, E::Out::default())?;
-        t.par_chunks_mut(cols * m).enumerate().for_each(|(c, o)| {
-            let j0 = c * cols;
-            let nn = o.len() / m;
-            let p = Operands { a: x, lda: k, b: &w[j0 * k..], ldb: k, m, n: nn, k };
-            gemm_requant(path, &p, &epilogue(j0, j0 + nn), o, 1, m);
-        });
-        for (j, col) in t.chunks(m).enumerate() {
-            for (i, &v) in col.iter().enumerate() {
-                out[i * n + j] = v;
-            }
-        }
+        // weights packed once (cached on the weight's storage), the GEMM tiled in registers
+        let pw = packed_weight(OP, w, n, k)?;
+        let rq = params(pw.sums.clone()).padded(pw.padded());
+        x.with_contiguous::<u8, _>(OP, |xv| {
+            with_quad_slack(OP, xv, k, |a| linear_packed(path, a, m, &pw, &rq.slice(0, pw.padded()), &mut out))
+        })??;
     }
-    Ok(())
+    Ok(smallvec![Tensor::from_vec(out, &shape)?])
 }
 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {

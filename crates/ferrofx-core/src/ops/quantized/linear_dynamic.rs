@@ -8,11 +8,16 @@
 //! of `quantized_linear` accumulates in i32, and the epilogue dequantizes each sum to f32:
 //! `fma(acc - zero_point * sum(weight row), scale * w_scale, bias)` (fbgemm's
 //! `ReQuantizeForFloat`, one rounding). The result is float32.
+//!
+//! Per call the work besides the GEMM is two vectorised passes over the input (min/max, then
+//! quantize; both split over threads for large inputs); the allocations besides the output are
+//! the u8 activations and the O(N) per-channel scales and bias. The weight is packed and its row sums computed once (cached on its
+//! storage, see `linear_packed.rs`).
 
 use super::channel_floats;
-use super::gemm::{row_sums, DequantOut, Path};
-use super::linear::linear_u8;
-use super::quantize::{min_max_finite, quantize_slice};
+use super::gemm::{reference_gemm, row_sums, DequantOut, Operands, Path};
+use super::linear_packed::{linear_packed, packed_weight};
+use super::quantize::{min_max_finite_par, quantize_slice_par};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::args::{bool_, opt_tensor, tensor};
@@ -99,15 +104,21 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let x = tensor(OP, args, 0)?;
     let x = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };
     let w = tensor(OP, args, 1)?;
-    let w_scale = channel_floats(OP, "weight_scale", tensor(OP, args, 2)?, n, true)?;
-    let bias = match opt_tensor(OP, args, 3)? {
+    // the weight packed once (cached on its storage) for the fast paths; its row sums
+    let packed = if path == Path::Reference { None } else { Some(packed_weight(OP, w, n, k)?) };
+    let cols = packed.as_ref().map_or(n, |p| p.padded());
+    // per-channel parameters, zero-padded to the channels the kernels read
+    let mut w_scale = channel_floats(OP, "weight_scale", tensor(OP, args, 2)?, n, true)?;
+    w_scale.resize(cols, 0.0);
+    let mut bias = match opt_tensor(OP, args, 3)? {
         Some(b) => channel_floats(OP, "bias", b, n, false)?,
         None => crate::memory::try_vec(OP, n, 0f32)?,
     };
+    bias.resize(cols, 0.0);
     let reduce_range = bool_(OP, args, 4)?;
     let mut out = crate::memory::alloc_filled::<f32>(OP, &shape, 0.0)?;
     x.with_contiguous::<f32, _>(OP, |xv| -> Result<()> {
-        let (lo, hi, bad) = min_max_finite(xv);
+        let (lo, hi, bad) = min_max_finite_par(xv);
         if let Some(i) = bad {
             return Err(Error::argument(
                 OP,
@@ -119,19 +130,24 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
             ));
         }
         let (scale, zp) = if xv.is_empty() { choose_qparams(0.0, 0.0, reduce_range) } else { choose_qparams(lo, hi, reduce_range) };
-        let mut xq = crate::memory::try_vec(OP, xv.len(), 0u8)?;
-        quantize_slice(xv, &mut xq, 1.0f32 / scale, zp as f32, 0.0, 255.0);
-        w.with_contiguous::<i8, _>(OP, |wv| {
-            let sums = row_sums(wv, k, n, k);
-            let act: Vec<f32> = w_scale.iter().map(|&s| scale * s).collect();
-            let epilogue = |j0: usize, j1: usize| DequantOut {
-                a_zp: zp,
-                b_sums: &sums[j0..j1],
-                scale: &act[j0..j1],
-                bias: &bias[j0..j1],
-            };
-            linear_u8(OP, path, &xq, wv, m, k, n, &epilogue, &mut out)
-        })?
+        // the u8 activations, with the k-quad slack the packed kernels read past the last row
+        let mut xq = crate::memory::try_vec(OP, xv.len() + 3, 0u8)?;
+        quantize_slice_par(xv, &mut xq[..xv.len()], 1.0f32 / scale, zp as f32, 0.0, 255.0);
+        // w_scale becomes `scale * w_scale[j]` (fbgemm's act_times_w_scale, f32)
+        w_scale.iter_mut().for_each(|s| *s *= scale);
+        match &packed {
+            Some(pw) => {
+                let e = DequantOut { a_zp: zp, b_sums: &pw.sums, scale: &w_scale, bias: &bias };
+                linear_packed(path, &xq, m, pw, &e, &mut out);
+                Ok(())
+            }
+            None => w.with_contiguous::<i8, _>(OP, |wv| {
+                let sums = row_sums(wv, k, n, k);
+                let e = DequantOut { a_zp: zp, b_sums: &sums, scale: &w_scale, bias: &bias };
+                let p = Operands { a: &xq, lda: k, b: wv, ldb: k, m, n, k };
+                reference_gemm(&p, &e, &mut out, n, 1);
+            }),
+        }
     })??;
     Ok(smallvec![Tensor::from_vec(out, &shape)?])
 }

@@ -15,9 +15,10 @@
 //!   output zero point and clamp (to `output_zero_point..=255` with the fused ReLU), as fbgemm's
 //!   requantisation does.
 //!
-//! The integer GEMM has a portable reference implementation and an AVX-512 VNNI path
+//! The integer kernels have a portable reference implementation, an AVX-512 VNNI path
 //! (`vpdpbusd`: u8 x s8 products summed into i32 without the i16 saturation of AVX2's
-//! `vpmaddubsw`, so activations keep all 8 bits); both give bit-identical results
+//! `vpmaddubsw`, so activations keep all 8 bits) and an AVX2 path (`vpmaddwd` on bytes widened
+//! to i16, also exact); all give bit-identical results
 //! ([`with_reference_kernels`] forces the reference for a comparison, [`int8_kernel`] names the
 //! path in use). None of these ops is differentiable: a backward through one is an autograd
 //! error naming the op.
@@ -29,6 +30,7 @@ mod conv2d_packed;
 mod gemm;
 mod linear;
 mod linear_dynamic;
+mod linear_packed;
 mod quantize;
 
 pub use adaptive_avg_pool2d::{quantized_adaptive_avg_pool2d, QUANTIZED_ADAPTIVE_AVG_POOL2D};
