@@ -8,8 +8,9 @@
 //! graph nodes). As in PyTorch, `MultiheadAttention` stays whole and float (its projections are
 //! `NonDynamicallyQuantizableLinear` there) unless `"MultiheadAttention"` is one of the types:
 //! then the attention layers are re-traced too and their projections become dynamically
-//! quantized linears: the query, key and value projections (slices of `in_proj_weight`, each its
-//! own int8 weight) and `out_proj`.
+//! quantized linears: the packed query/key/value projection of self-attention (the whole
+//! `in_proj_weight`, as PyTorch's `_in_projection_packed`), or for attention over other inputs
+//! the three slices of it, each its own int8 weight; and `out_proj`.
 
 use ferrofx_core::ops::quantized::quantize_per_channel;
 use ferrofx_core::{DType, Error, Result, Tensor, Value};
@@ -295,9 +296,10 @@ pub fn quantize_dynamic_with(
 }
 
 /// The attention layers' input projections: each traced `linear(x, in_proj_weight[rows],
-/// in_proj_bias[rows])` (the query, key and value rows) becomes a `quantized_linear_dynamic`
-/// with its own int8 weight (`<layer>_in_proj_q_weight_int8`, ...: one storage per projection,
-/// so each keeps its packed form cached); the float `in_proj_weight` is dropped.
+/// in_proj_bias[rows])` becomes a `quantized_linear_dynamic` with its own int8 weight:
+/// `<layer>_in_proj_qkv_weight_int8` for self-attention's packed projection (all rows), else
+/// `..._in_proj_{q,k,v}_weight_int8` (one storage per projection, so each keeps its packed form
+/// cached); the float `in_proj_weight` is dropped.
 fn quantize_in_projections(q: &mut GraphModule, attention: &[String], reduce_range: bool) -> Result<()> {
     let linears: Vec<ferrofx_fx::NodeId> = q
         .graph()
@@ -324,7 +326,9 @@ fn quantize_in_projections(q: &mut GraphModule, attention: &[String], reduce_ran
             if !n.kwargs().is_empty() || a.len() > 3 {
                 continue;
             }
+            let whole = q.get_attr(&format!("{layer}.in_proj_weight")).ok().and_then(|t| t.shape().first().copied());
             let part = match (start / len.max(1), start % len.max(1)) {
+                _ if start == 0 && Some(len) == whole => "qkv".to_string(),
                 (0, 0) => "q".to_string(),
                 (1, 0) => "k".to_string(),
                 (2, 0) => "v".to_string(),

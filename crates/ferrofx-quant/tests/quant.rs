@@ -1481,24 +1481,23 @@ mod dynamic {
             let dot: f32 = float.iter().zip(b).map(|(x, y)| x * y).sum();
             dot / (float.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt())
         };
-        // every projection: q, k, v (slices of in_proj_weight, each its own int8 weight) and
-        // out_proj of both layers, linear1/linear2 of both layers, the head
+        // every projection: self-attention's packed q/k/v projection (the whole in_proj_weight,
+        // as PyTorch's _in_projection_packed) and out_proj of both layers, linear1/linear2 of
+        // both layers, the head
         let q = quantize_dynamic(&gm, &["Linear", "MultiheadAttention"], DType::I8).unwrap();
         let code = q.code().unwrap();
-        assert_eq!(count(&q), 2 * 6 + 1, "{code}");
+        assert_eq!(count(&q), 2 * 4 + 1, "{code}");
         assert!(q.leaf_modules().values().all(|m| m.type_name() != "MultiheadAttention"), "{code}");
-        for part in ["q", "k", "v"] {
-            assert!(q.attributes().contains_key(&format!("layers_1_self_attn_in_proj_{part}_weight_int8")), "{code}");
-        }
+        assert!(q.attributes().contains_key("layers_1_self_attn_in_proj_qkv_weight_int8"), "{code}");
         // the float projection weights are gone: the file holds int8 ones
         assert!(q.attributes().keys().all(|k| !k.ends_with("in_proj_weight")), "{:?}", q.attributes().keys());
         let b = q.forward(&ids).unwrap().to_vec::<f32>().unwrap();
         assert!(cosine(&b) > 0.99, "cosine {}", cosine(&b));
         let loaded = GraphModule::from_bytes(&q.to_bytes().unwrap()).unwrap();
         assert_eq!(loaded.forward(&ids).unwrap().to_vec::<f32>().unwrap(), b);
-        // attention only: its four projections per layer; the feed-forward Linears stay float
+        // attention only: its two projections per layer; the feed-forward Linears stay float
         let a = quantize_dynamic(&gm, &["MultiheadAttention"], DType::I8).unwrap();
-        assert_eq!(count(&a), 2 * 4, "{}", a.code().unwrap());
+        assert_eq!(count(&a), 2 * 2, "{}", a.code().unwrap());
         assert_eq!(a.leaf_modules().values().filter(|m| m.type_name() == "Linear").count(), 2 * 2 + 1);
         let c = a.forward(&ids).unwrap().to_vec::<f32>().unwrap();
         assert!(cosine(&c) > 0.99, "cosine {}", cosine(&c));
