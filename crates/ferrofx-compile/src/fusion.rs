@@ -9,6 +9,11 @@
 //!   hardsigmoid`), its value and every tensor operand are float32 (so PyTorch's type
 //!   promotion never changes a dtype inside a group: an int64 or float64 operand leaves the
 //!   node unfused), its scalar operands are numbers and its keyword arguments the defaults;
+//! - comparisons (`eq ne gt ge lt le`) of float32 operands are fusable too: their bool value
+//!   is computed as `1.0` / `0.0` inside the group and read by the float32 op that uses it
+//!   (relu's backward `mul(grad, gt(y, 0))` becomes one pass, as eager's fused kernel), which is
+//!   PyTorch's promotion of bool where it meets float32. A comparison is never a group's root
+//!   (its value must stay bool), and a mask used outside the group is read as an input;
 //! - a group grows from its last node (the *root*) backwards over producers of the root's
 //!   shape; a producer joins only when **all** its users are in the group (a value used
 //!   outside stays a materialised boundary), and only when no in-place op lies between it and
@@ -96,6 +101,18 @@ fn shape_f32(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
     (m.dtype == DType::F32).then(|| m.shape.clone())
 }
 
+/// The shape of a float32 value or of a bool mask (which a float32 op reads as `1.0` / `0.0`).
+fn shape_f32_or_mask(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
+    let n = g.node(id).ok()?;
+    let m = n.meta().tensor_meta.as_ref()?;
+    matches!(m.dtype, DType::F32 | DType::Bool).then(|| m.shape.clone())
+}
+
+/// Whether `id`'s value is a bool tensor (a comparison: a member of a group, never its root).
+fn is_mask(g: &Graph, id: NodeId) -> bool {
+    g.node(id).ok().and_then(|n| n.meta().tensor_meta.as_ref().map(|m| m.dtype == DType::Bool)).unwrap_or(false)
+}
+
 fn number(a: &Argument) -> Option<f32> {
     match a {
         Argument::Int(i) => Some(*i as f32),
@@ -104,9 +121,12 @@ fn number(a: &Argument) -> Option<f32> {
     }
 }
 
+/// An operand of a float32-valued op: a float32 node, a bool mask (promoted to `1.0` / `0.0`
+/// as PyTorch promotes it: the op's value being float32 says the promotion happened) or a
+/// number.
 fn operand(g: &Graph, a: &Argument) -> Option<In> {
     match a {
-        Argument::Node(id) => shape_f32(g, *id).map(|_| In::Node(*id)),
+        Argument::Node(id) => shape_f32_or_mask(g, *id).map(|_| In::Node(*id)),
         other => number(other).map(In::Const),
     }
 }
@@ -127,11 +147,35 @@ fn lower(g: &Graph, n: &Node<'_>) -> Option<Lowered> {
     if def.effect != Effect::Pure {
         return None;
     }
-    shape_f32(g, n.id())?;
     let args = n.args();
     let kw = n.kwargs();
     let arg = |i: usize| args.get(i);
     let kwarg = |k: &str| kw.get(k);
+    let comparisons = [
+        ("eq", FusedOp::Eq),
+        ("ne", FusedOp::Ne),
+        ("gt", FusedOp::Gt),
+        ("ge", FusedOp::Ge),
+        ("lt", FusedOp::Lt),
+        ("le", FusedOp::Le),
+    ];
+    if let Some(&(_, op)) = comparisons.iter().find(|(c, _)| *c == def.name) {
+        // a bool mask of float32 operands (relu's backward `gt(y, 0)`): fused as 1.0 / 0.0
+        // into the float32 op that reads it
+        if !is_mask(g, n.id()) || args.len() != 2 || !kw.is_empty() {
+            return None;
+        }
+        let a = match arg(0)? {
+            Argument::Node(id) => shape_f32(g, *id).map(|_| In::Node(*id))?,
+            _ => return None,
+        };
+        let b = match arg(1)? {
+            Argument::Node(id) => shape_f32(g, *id).map(|_| In::Node(*id))?,
+            other => In::Const(number(other)?),
+        };
+        return Some(Lowered { op, args: SmallVec::from_slice(&[a, b]) });
+    }
+    shape_f32(g, n.id())?;
     let tensor0 = || match arg(0) {
         Some(Argument::Node(id)) => shape_f32(g, *id).map(|_| In::Node(*id)),
         _ => None,
@@ -180,7 +224,11 @@ fn lower(g: &Graph, n: &Node<'_>) -> Option<Lowered> {
             if !(args.len() == 2 || (has_alpha && args.len() == 3)) || !only(&["alpha"]) || !alpha_ok {
                 return None;
             }
-            let a = tensor0()?;
+            // either operand may be a bool mask (promoted: the node's value is float32)
+            let a = match arg(0)? {
+                Argument::Node(id) => shape_f32_or_mask(g, *id).map(|_| In::Node(*id))?,
+                _ => return None,
+            };
             let b = operand(g, arg(1)?)?;
             let op = match name {
                 "add" => FusedOp::Add,
@@ -271,7 +319,7 @@ fn plan_groups(g: &Graph) -> Result<(FusionPlan, Groups)> {
     let mut plan = FusionPlan::default();
     let mut groups: Groups = Vec::new();
     for &root in order.iter().rev() {
-        if taken.contains(&root) || !lowered.contains_key(&root) {
+        if taken.contains(&root) || !lowered.contains_key(&root) || is_mask(g, root) {
             continue;
         }
         let root_shape = shape_f32(g, root);
@@ -298,10 +346,10 @@ fn plan_groups(g: &Graph) -> Result<(FusionPlan, Groups)> {
                 None // not an elementwise float32 op: an ordinary input, nothing to explain
             } else if taken.contains(&p) {
                 Some("already in a later group".to_string())
-            } else if shape_f32(g, p) != root_shape {
+            } else if shape_f32_or_mask(g, p) != root_shape {
                 Some(format!(
                     "its shape {:?} differs from the group's {:?} (read broadcast, not recomputed)",
-                    shape_f32(g, p).unwrap_or_default(),
+                    shape_f32_or_mask(g, p).unwrap_or_default(),
                     root_shape.clone().unwrap_or_default()
                 ))
             } else if let Some(u) = g

@@ -211,6 +211,46 @@ fn broadcast_operands_are_read_not_recomputed() {
 }
 
 #[test]
+fn comparison_masks_fuse_into_the_float_op_that_reads_them() {
+    let _s = serial();
+    let g = randn(&[3, 5, 7], None).unwrap();
+    let y = randn(&[3, 5, 7], None).unwrap().relu().unwrap();
+    // relu's backward as the joint graph records it: `mul(grad, gt(y, 0))`, one pass
+    let gm = fuse_and_check(&fn2(|g, y| g * &y.gt(0.0)?), &[(&g).into(), (&y).into()]);
+    assert_eq!(ops_left(&gm), ["fused_elementwise"], "{}", gm.graph());
+    assert_eq!(fused_nodes(&gm)[0].1, "t0 = gt(x0, 0.0); t1 = mul(x1, t0)");
+    // a mask also returned as a bool output stays materialised (bool) and is read by the group
+    // as 1.0 / 0.0; a comparison is never the root of a group (its value must stay bool)
+    let two = |g: &Tensor, y: &Tensor| -> Result<Vec<Value>> {
+        let m = y.le(g)?;
+        Ok(vec![((g * &m)? + 1.0)?.into(), m.into()])
+    };
+    #[derive(ferrofx_nn::Module)]
+    struct Two {
+        #[module(skip)]
+        f: fn(&Tensor, &Tensor) -> Result<Vec<Value>>,
+    }
+    impl Module for Two {
+        fn forward(&self, x: &Tensor) -> Result<Tensor> {
+            Ok(x.clone())
+        }
+        fn forward_values(&self, inputs: &[Value]) -> Result<Vec<Value>> {
+            let (a, b) = (inputs[0].as_tensor().unwrap(), inputs[1].as_tensor().unwrap());
+            (self.f)(a, b)
+        }
+    }
+    let gm = fuse_and_check(&Two { f: two }, &[(&g).into(), (&y).into()]);
+    assert_eq!(ops_left(&gm).iter().filter(|o| *o == "le").count(), 1, "{}", gm.graph());
+    assert_eq!(fused_nodes(&gm).len(), 1, "{}", gm.graph());
+    let out = gm.forward_values(&[(&g).into(), (&y).into()]).unwrap();
+    assert_eq!(out[1].as_tensor().unwrap().dtype(), DType::Bool);
+    // a comparison of another dtype (int64) is not fused
+    let i = Tensor::from_vec((0..105).collect::<Vec<i64>>(), &[3, 5, 7]).unwrap();
+    let gm = fuse_and_check(&fn2(|g, i| (g * &i.gt(50i64)?)?.relu()), &[(&g).into(), (&i).into()]);
+    assert_eq!(ops_left(&gm).iter().filter(|o| *o == "gt").count(), 1, "{}", gm.graph());
+}
+
+#[test]
 fn other_dtypes_are_never_fused() {
     let _s = serial();
     let x = randn(&[10, 3], None).unwrap();
@@ -665,7 +705,12 @@ enum Step {
     Scalar(usize, usize, f64),
     Clamp(usize, f64, f64),
     Leaky(usize, f64),
+    /// `cmp(a, b or a constant)` read by `mul(c, mask)` and, when the flag is set, also by
+    /// `add(a, mask)` (a mask with two users, maybe in two groups)
+    Mask(usize, usize, Option<usize>, f64, usize, bool),
 }
+
+const COMPARE: &[&str] = &["eq", "ne", "gt", "ge", "lt", "le"];
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -674,6 +719,15 @@ fn step() -> impl Strategy<Value = Step> {
         (0..4usize, any::<usize>(), -3.0f64..3.0).prop_map(|(o, a, c)| Step::Scalar(o, a, c)),
         (any::<usize>(), -2.0f64..0.0, 0.0f64..2.0).prop_map(|(a, lo, hi)| Step::Clamp(a, lo, hi)),
         (any::<usize>(), 0.0f64..0.5).prop_map(|(a, s)| Step::Leaky(a, s)),
+        (
+            0..COMPARE.len(),
+            any::<usize>(),
+            proptest::option::of(any::<usize>()),
+            -1.0f64..1.0,
+            any::<usize>(),
+            any::<bool>()
+        )
+            .prop_map(|(o, a, b, k, c, two)| Step::Mask(o, a, b, k, c, two)),
     ]
 }
 
@@ -697,6 +751,20 @@ fn build(steps: &[Step]) -> Graph {
             ),
             Step::Leaky(a, s) => {
                 g.call_function(Target::named("leaky_relu"), vec![pick(*a).into(), Argument::Float(*s)])
+            }
+            Step::Mask(o, a, b, k, c, two) => {
+                // 0.0 as the constant now and then: relu's backward `gt(y, 0)`, and exact ties
+                let other = match b {
+                    Some(b) => pick(*b).into(),
+                    None => Argument::Float(if *k < -0.5 { 0.0 } else { *k }),
+                };
+                let m = g.call_function(Target::named(COMPARE[*o]), vec![pick(*a).into(), other]).unwrap();
+                let (pa, pc) = (pick(*a), pick(*c));
+                if *two {
+                    let s = g.call_function(Target::named("add"), vec![pa.into(), m.into()]).unwrap();
+                    vals.push(s);
+                }
+                g.call_function(Target::named("mul"), vec![pc.into(), m.into()])
             }
         }
         .unwrap();

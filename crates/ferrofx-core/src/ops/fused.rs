@@ -58,7 +58,7 @@ pub const MAX_INPUTS: usize = 64;
 
 const OP: &str = "fused_elementwise";
 
-/// The instruction set: float32 elementwise functions.
+/// The instruction set: float32 elementwise functions (comparisons give `1.0` / `0.0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FusedOp {
     /// `a + b`
@@ -125,6 +125,18 @@ pub enum FusedOp {
     LeakyRelu,
     /// `min(max(a, b), c)` with constant bounds (`-inf`/`inf` for an absent one)
     Clamp,
+    /// `a == b` as `1.0` / `0.0`
+    Eq,
+    /// `a != b` as `1.0` / `0.0`
+    Ne,
+    /// `a > b` as `1.0` / `0.0`
+    Gt,
+    /// `a >= b` as `1.0` / `0.0`
+    Ge,
+    /// `a < b` as `1.0` / `0.0`
+    Lt,
+    /// `a <= b` as `1.0` / `0.0`
+    Le,
 }
 
 impl FusedOp {
@@ -161,6 +173,12 @@ impl FusedOp {
         FusedOp::Hardsigmoid,
         FusedOp::LeakyRelu,
         FusedOp::Clamp,
+        FusedOp::Eq,
+        FusedOp::Ne,
+        FusedOp::Gt,
+        FusedOp::Ge,
+        FusedOp::Lt,
+        FusedOp::Le,
     ];
 
     /// The spelling in an expression (the registry name of the unfused op where one exists).
@@ -198,6 +216,12 @@ impl FusedOp {
             FusedOp::Hardsigmoid => "hardsigmoid",
             FusedOp::LeakyRelu => "leaky_relu",
             FusedOp::Clamp => "clamp",
+            FusedOp::Eq => "eq",
+            FusedOp::Ne => "ne",
+            FusedOp::Gt => "gt",
+            FusedOp::Ge => "ge",
+            FusedOp::Lt => "lt",
+            FusedOp::Le => "le",
         }
     }
 
@@ -216,7 +240,13 @@ impl FusedOp {
             | FusedOp::Maximum
             | FusedOp::Minimum
             | FusedOp::Pow
-            | FusedOp::LeakyRelu => 2,
+            | FusedOp::LeakyRelu
+            | FusedOp::Eq
+            | FusedOp::Ne
+            | FusedOp::Gt
+            | FusedOp::Ge
+            | FusedOp::Lt
+            | FusedOp::Le => 2,
             FusedOp::Clamp => 3,
             _ => 1,
         }
@@ -487,6 +517,13 @@ fn binary(op: FusedOp, a: f32, b: f32) -> f32 {
                 a.mul(b)
             }
         }
+        // a comparison's bool as float32, as PyTorch promotes it where a float operand reads it
+        FusedOp::Eq => f32::from(u8::from(a == b)),
+        FusedOp::Ne => f32::from(u8::from(a != b)),
+        FusedOp::Gt => f32::from(u8::from(a > b)),
+        FusedOp::Ge => f32::from(u8::from(a >= b)),
+        FusedOp::Lt => f32::from(u8::from(a < b)),
+        FusedOp::Le => f32::from(u8::from(a <= b)),
         _ => a,
     }
 }
@@ -588,7 +625,7 @@ fn run_binary<O: Sink>(op: FusedOp, out: &mut O, a: Src<'_>, b: Src<'_>) {
             }
         };
     }
-    arms!(Add, Sub, Mul, Div, Maximum, Minimum, LeakyRelu)
+    arms!(Add, Sub, Mul, Div, Maximum, Minimum, LeakyRelu, Eq, Ne, Gt, Ge, Lt, Le)
 }
 
 /// An operand decoded for one call: the `i`-th input read strip by strip from memory, an
@@ -894,11 +931,11 @@ fn check(inputs: &[Tensor], expr: &FusedExpr) -> Result<SmallVec<[usize; 6]>> {
     }
     let mut shape: SmallVec<[usize; 6]> = SmallVec::from_slice(inputs[0].shape());
     for (i, t) in inputs.iter().enumerate() {
-        if t.dtype() != DType::F32 {
+        if !matches!(t.dtype(), DType::F32 | DType::Bool) {
             return Err(Error::dtype(
                 OP,
                 format!(
-                    "input x{i} has dtype {}; fused groups compute in float32 only (leave other dtypes unfused)",
+                    "input x{i} has dtype {}; fused groups compute in float32 and read bool masks as 1.0 / 0.0 only (leave other dtypes unfused)",
                     t.dtype()
                 ),
             ));
@@ -930,9 +967,15 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
 /// Runs `expr` over `inputs` (already checked) into a new tensor of `shape`.
 fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> {
     let n: usize = shape.iter().product();
+    // bool masks (a comparison whose value is also used outside the group) are read as
+    // 1.0 / 0.0, PyTorch's promotion of bool where a float32 operand meets it
+    let promoted: SmallVec<[Tensor; 4]> = inputs
+        .iter()
+        .map(|t| if t.dtype() == DType::Bool { crate::ops::kernel::cast(t, DType::F32) } else { Ok(t.clone()) })
+        .collect::<Result<_>>()?;
     let mut guards = Vec::with_capacity(inputs.len());
     let mut layouts = Vec::with_capacity(inputs.len());
-    for t in inputs {
+    for t in &promoted {
         let (storage, layout) = t.concrete(OP)?;
         guards.push(storage.read());
         layouts.push(layout.broadcast_to(OP, shape)?);
