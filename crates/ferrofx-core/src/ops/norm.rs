@@ -27,6 +27,7 @@ use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
 use rayon::prelude::*;
 use smallvec::smallvec;
+use std::mem::MaybeUninit;
 
 fn float_only(op: &str, dt: DType) -> Result<()> {
     if !dt.is_floating_point() {
@@ -123,19 +124,21 @@ simd_dispatch! {
 }
 
 simd_dispatch! {
-    /// `out = x * scale + shift` (the batch-norm forward of one plane), computed in f64.
-    fn scale_shift<T: Element>(out: &mut [T], x: &[T], scale: f64, shift: f64) {
+    /// `out = x * scale + shift` (the batch-norm forward of one plane), computed in f64;
+    /// writes every element of `out` (which may be uninitialised).
+    fn scale_shift<T: Element>(out: &mut [MaybeUninit<T>], x: &[T], scale: f64, shift: f64) {
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = T::from_f64(v.to_f64() * scale + shift);
+            o.write(T::from_f64(v.to_f64() * scale + shift));
         }
     }
 }
 
 simd_dispatch! {
-    /// `out = a * g + b * x + k` (the batch-norm input gradient of one plane), computed in f64.
-    fn affine2<T: Element>(out: &mut [T], g: &[T], x: &[T], a: f64, b: f64, k: f64) {
+    /// `out = a * g + b * x + k` (the batch-norm input gradient of one plane), computed in
+    /// f64; writes every element of `out` (which may be uninitialised).
+    fn affine2<T: Element>(out: &mut [MaybeUninit<T>], g: &[T], x: &[T], a: f64, b: f64, k: f64) {
         for ((o, &gv), &xv) in out.iter_mut().zip(g).zip(x) {
-            *o = T::from_f64(a * gv.to_f64() + b * xv.to_f64() + k);
+            o.write(T::from_f64(a * gv.to_f64() + b * xv.to_f64() + k));
         }
     }
 }
@@ -232,14 +235,19 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
         // y = x * scale + shift per channel
         let scale: Vec<f64> = (0..c).map(|ch| w.as_ref().map_or(1.0, |w| w[ch]) / (var[ch] + a.eps).sqrt()).collect();
         let shift: Vec<f64> = (0..c).map(|ch| b.as_ref().map_or(0.0, |b| b[ch]) - mean[ch] * scale[ch]).collect();
-        let mut out = vec![E::default(); xs.len()];
-        let row = |(r, o): (usize, &mut [E])| {
+        // not zero-filled: every plane is written once below
+        let mut out: Vec<E> = crate::memory::alloc_uninit(op, &s)?;
+        let spare = &mut out.spare_capacity_mut()[..xs.len()];
+        let row = |(r, o): (usize, &mut [MaybeUninit<E>])| {
             let ch = r % c;
             scale_shift::<E>(o, &xs[r * sp..(r + 1) * sp], scale[ch], shift[ch]);
         };
         if sp > 0 {
-            if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
+            if xs.len() >= PAR_THRESHOLD { spare.par_chunks_mut(sp).enumerate().for_each(row) } else { spare.chunks_mut(sp).enumerate().for_each(row) }
         }
+        // SAFETY: alloc_uninit reserved xs.len() elements (the shape's product) and the planes
+        // of `sp` elements cover all of them (with sp == 0 there are none).
+        unsafe { out.set_len(xs.len()) };
         Ok((Tensor::from_vec(out, &s)?, mean, var))
     })?)?;
     // Running statistics are written after the input's read lock is released.
@@ -330,12 +338,17 @@ pub(crate) fn batch_norm_train_grads(
                     (a, b, -a * sg / count - b * mean)
                 })
                 .collect();
-            let mut out = vec![E::default(); xs.len()];
-            let row = |(r, o): (usize, &mut [E])| {
+            // not zero-filled: every plane is written once below
+            let mut out: Vec<E> = crate::memory::alloc_uninit(op, &s)?;
+            let spare = &mut out.spare_capacity_mut()[..xs.len()];
+            let row = |(r, o): (usize, &mut [MaybeUninit<E>])| {
                 let (a, b, k) = coef[r % c];
                 affine2::<E>(o, &gs[r * sp..(r + 1) * sp], &xs[r * sp..(r + 1) * sp], a, b, k);
             };
-            if xs.len() >= PAR_THRESHOLD { out.par_chunks_mut(sp).enumerate().for_each(row) } else { out.chunks_mut(sp).enumerate().for_each(row) }
+            if xs.len() >= PAR_THRESHOLD { spare.par_chunks_mut(sp).enumerate().for_each(row) } else { spare.chunks_mut(sp).enumerate().for_each(row) }
+            // SAFETY: alloc_uninit reserved xs.len() elements and the planes of `sp > 0`
+            // elements (checked above) cover all of them.
+            unsafe { out.set_len(xs.len()) };
             Ok((Some(Tensor::from_vec(out, &s)?), params))
         })
     })???);
