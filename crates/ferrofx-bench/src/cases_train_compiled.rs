@@ -11,7 +11,7 @@
 //! Ratios: PyTorch time / compiled time and ferrofx eager time / compiled time (above 1: the
 //! compiled step is faster).
 
-use crate::timer::{median_secs, Budget};
+use crate::timer::{median_secs, median_secs_pair, Budget};
 use ferrofx_compile::training::{capture_joint_with_targets, default_partition};
 use ferrofx_compile::{compile, CompileOptions, CompiledModule};
 use ferrofx_core::ops::random::{manual_seed, randn};
@@ -93,35 +93,47 @@ impl CompiledStep {
     }
 }
 
-/// One model's ferrofx figures: (eager seconds, compiled seconds) per step.
+/// One model's ferrofx figures: (eager seconds, compiled seconds) per step, sampled
+/// alternately (an eager step, a compiled step, ...) so that both columns see the same load.
 fn time_model(model: &dyn Module, x: &Tensor, y: &Tensor, budget: Budget) -> Result<(f64, f64)> {
     // FERROFX_TRAIN_STEP_ONLY=eager|compiled times one side only (for a profiler); the other
     // column then reads NaN
     let only = std::env::var("FERROFX_TRAIN_STEP_ONLY").unwrap_or_default();
     let mut opt = sgd(model)?;
-    let mut eager = f64::NAN;
-    if only != "compiled" {
+    if only == "eager" {
         eager_step(model, x, y, &mut opt)?;
-        eager = median_secs(budget, 1, || {
+        let eager = median_secs(budget, 1, || {
             let _ = eager_step(model, x, y, &mut opt);
         });
+        return Ok((eager, f64::NAN));
     }
-    let mut fast = f64::NAN;
-    if only != "eager" {
-        let compiled = CompiledStep::new(model, x, y)?;
-        if std::env::var_os("FERROFX_TRAIN_STEP_GRAPHS").is_some() {
-            for half in [&compiled.forward, &compiled.backward] {
-                if let Some(s) = half.latest() {
-                    eprintln!("{}", s.module.code()?);
-                }
+    let compiled = CompiledStep::new(model, x, y)?;
+    if std::env::var_os("FERROFX_TRAIN_STEP_GRAPHS").is_some() {
+        for half in [&compiled.forward, &compiled.backward] {
+            if let Some(s) = half.latest() {
+                eprintln!("{}", s.module.code()?);
             }
         }
-        compiled.step(x, y, &mut opt)?;
-        fast = median_secs(budget, 1, || {
+    }
+    compiled.step(x, y, &mut opt)?;
+    if only == "compiled" {
+        let fast = median_secs(budget, 1, || {
             let _ = compiled.step(x, y, &mut opt);
         });
+        return Ok((f64::NAN, fast));
     }
-    Ok((eager, fast))
+    eager_step(model, x, y, &mut opt)?;
+    // both closures drive the one optimizer: sampled alternately, never at once
+    let opt = std::cell::RefCell::new(opt);
+    Ok(median_secs_pair(
+        budget,
+        || {
+            let _ = eager_step(model, x, y, &mut opt.borrow_mut());
+        },
+        || {
+            let _ = compiled.step(x, y, &mut opt.borrow_mut());
+        },
+    ))
 }
 
 fn reference(python: &Path, quick: bool, ids: &[&str]) -> std::result::Result<BTreeMap<String, f64>, String> {

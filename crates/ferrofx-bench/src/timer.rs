@@ -47,3 +47,32 @@ pub fn median_secs(budget: Budget, inner: usize, mut f: impl FnMut()) -> f64 {
     samples.sort_by(|a, b| a.total_cmp(b));
     samples[samples.len() / 2]
 }
+
+/// Median seconds per call of `a` and of `b`, sampled alternately (a, b, a, b, ...) after a
+/// warm-up of both: two variants of one computation compared side by side, so that a change
+/// of the machine's load during the measurement affects both columns alike.
+pub fn median_secs_pair(budget: Budget, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    let start = Instant::now();
+    while start.elapsed() < budget.warmup {
+        a();
+        b();
+    }
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while sa.len() < budget.min_samples || start.elapsed() < budget.measure * 2 {
+        let t = Instant::now();
+        a();
+        sa.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        b();
+        sb.push(t.elapsed().as_secs_f64());
+        if sa.len() > 100_000 {
+            break;
+        }
+    }
+    let median = |mut s: Vec<f64>| {
+        s.sort_by(|x, y| x.total_cmp(y));
+        s[s.len() / 2]
+    };
+    (median(sa), median(sb))
+}
