@@ -245,3 +245,47 @@ fn zoo_models_run_and_have_torchvision_keys() {
     let e = tr.forward(&Tensor::from_vec(vec![1i64; 11], &[1, 11]).unwrap()).unwrap_err().to_string();
     assert!(e.contains("L <= 10"), "{e}");
 }
+
+#[test]
+fn optimizer_updates_in_parallel_chunks_equal_the_element_by_element_update() {
+    // a parameter of 100 003 elements is updated in parallel chunks, in place; the same values
+    // as 100 parameters of about 1000 elements (each one chunk) must give the same bits, for
+    // states (momentum, Adam's two moments) and a gradient that aliases the parameter
+    let n = 100_003usize;
+    let vals: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let grads: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 997) as f32 / 300.0 - 1.5).collect();
+    let cuts: Vec<usize> = (0..=100).map(|k| k * n / 100).collect();
+    type Make = fn(Vec<Tensor>) -> Box<dyn Optimizer>;
+    let makers: [(&str, Make); 3] = [
+        ("sgd", |p| Box::new(optim::Sgd::new(p, 0.1, 0.9, 0.0, 0.01, true).unwrap())),
+        ("adam", |p| Box::new(optim::Adam::new(p, 0.01, (0.9, 0.999), 1e-8, 0.0).unwrap())),
+        ("plain sgd", |p| Box::new(optim::Sgd::new(p, 0.05, 0.0, 0.0, 0.0, false).unwrap())),
+    ];
+    for (name, make) in makers {
+        let big = t(vals.clone(), &[n]).requires_grad_(true).unwrap();
+        let small: Vec<Tensor> = cuts
+            .windows(2)
+            .map(|w| t(vals[w[0]..w[1]].to_vec(), &[w[1] - w[0]]).requires_grad_(true).unwrap())
+            .collect();
+        let mut ob = make(vec![big.clone()]);
+        let mut os = make(small.clone());
+        for step in 0..3 {
+            let scale = 1.0 + step as f32;
+            big.set_grad(Some(t(grads.iter().map(|g| g * scale).collect(), &[n]))).unwrap();
+            for (p, w) in small.iter().zip(cuts.windows(2)) {
+                p.set_grad(Some(t(grads[w[0]..w[1]].iter().map(|g| g * scale).collect(), &[w[1] - w[0]]))).unwrap();
+            }
+            ob.step().unwrap();
+            os.step().unwrap();
+        }
+        let joined: Vec<f32> = small.iter().flat_map(|p| p.to_vec::<f32>().unwrap()).collect();
+        assert_eq!(big.to_vec::<f32>().unwrap(), joined, "{name}");
+        assert_ne!(big.to_vec::<f32>().unwrap(), vals, "{name}: the step changed nothing");
+    }
+    // a gradient that is the parameter itself (same storage) is read before it is written
+    let p = t(vals.clone(), &[n]).requires_grad_(true).unwrap();
+    p.set_grad(Some(p.detach())).unwrap();
+    optim::Sgd::new(vec![p.clone()], 0.5, 0.0, 0.0, 0.0, false).unwrap().step().unwrap();
+    let want: Vec<f32> = vals.iter().map(|&x| (x as f64 - 0.5 * x as f64) as f32).collect();
+    assert_eq!(p.to_vec::<f32>().unwrap(), want);
+}

@@ -24,13 +24,20 @@ pub trait Optimizer {
     fn load_state_dict(&mut self, sd: &StateDict) -> Result<()>;
 }
 
+/// Elements per parallel task of an update (128 KiB of float32 parameters).
+const UPDATE_CHUNK: usize = 1 << 15;
+
 /// Runs `f(param, grad, states)` per element (in f64) for a parameter with a gradient and up to
 /// three state tensors of its dtype/shape.
+///
+/// The parameter, its gradient and its states are read and written where they are (no copies),
+/// in parallel chunks; a gradient of another dtype is converted first, and a gradient or state
+/// that is not contiguous, or shares storage with another operand, is copied out and back.
 fn update<const K: usize>(
     op: &str,
     p: &Tensor,
     states: &[Tensor; K],
-    f: impl Fn(&mut f64, f64, &mut [f64; K]),
+    f: impl Fn(&mut f64, f64, &mut [f64; K]) + Sync,
 ) -> Result<()> {
     let Some(g) = p.grad() else { return Ok(()) };
     if g.shape() != p.shape() {
@@ -39,44 +46,108 @@ fn update<const K: usize>(
             format!("gradient shape {:?} differs from parameter shape {:?}", g.shape(), p.shape()),
         ));
     }
+    /// The update of one chunk: parameters, gradients, states (same lengths).
+    fn chunk<T: Element, const K: usize>(
+        pc: &mut [T],
+        gc: &[T],
+        sc: &mut [&mut [T]],
+        f: &(impl Fn(&mut f64, f64, &mut [f64; K]) + Sync),
+    ) {
+        let mut st = [0f64; K];
+        for i in 0..pc.len() {
+            let mut x = pc[i].to_f64();
+            for (k, s) in sc.iter().enumerate() {
+                st[k] = s[i].to_f64();
+            }
+            f(&mut x, gc[i].to_f64(), &mut st);
+            pc[i] = T::from_f64(x);
+            for (k, s) in sc.iter_mut().enumerate() {
+                s[i] = T::from_f64(st[k]);
+            }
+        }
+    }
     fn run<T: Element, const K: usize>(
         op: &str,
         p: &Tensor,
         g: &Tensor,
         states: &[Tensor; K],
-        f: &impl Fn(&mut f64, f64, &mut [f64; K]),
+        f: &(impl Fn(&mut f64, f64, &mut [f64; K]) + Sync),
     ) -> Result<()> {
         let g = g.to_dtype(T::DTYPE)?;
-        let gv: Vec<T> = g.to_vec::<T>()?;
         let (ps, pl) = p.concrete(op)?;
         let pr = pl.contiguous_range().ok_or_else(|| Error::argument(op, "parameters must be contiguous"))?;
-        let mut sv: Vec<Vec<T>> = Vec::with_capacity(K);
-        for s in states {
-            sv.push(s.to_vec::<T>()?);
+        // operands read or written in place: contiguous, and no storage shared with another
+        // (each gets its own lock); the others are copied out and written back
+        let own = |t: &Tensor, others: &[&Tensor]| {
+            t.layout().is_some_and(|l| l.contiguous_range().is_some()) && !others.iter().any(|o| o.shares_storage(t))
+        };
+        let g_others: Vec<&Tensor> = std::iter::once(p).chain(states.iter()).collect();
+        let g_in_place = own(&g, &g_others);
+        let gcopy: Vec<T> = if g_in_place { Vec::new() } else { g.to_vec::<T>()? };
+        let (gs, gl) = g.concrete(op)?;
+        let gguard = if g_in_place { Some(gs.read()) } else { None };
+        let gd: &[T] = match (&gguard, gl.contiguous_range()) {
+            (Some(guard), Some(r)) => {
+                &guard.as_slice::<T>().ok_or_else(|| Error::dtype(op, "gradient dtype changed"))?[r]
+            }
+            _ => &gcopy,
+        };
+        let mut copies: Vec<Option<Vec<T>>> = Vec::with_capacity(K);
+        let mut guards = Vec::with_capacity(K);
+        for (k, s) in states.iter().enumerate() {
+            let others: Vec<&Tensor> =
+                [p, &g].into_iter().chain(states.iter().enumerate().filter(|(j, _)| *j != k).map(|(_, t)| t)).collect();
+            if own(s, &others) {
+                let (ss, sl) = s.concrete(op)?;
+                let r = sl.contiguous_range().ok_or_else(|| Error::argument(op, "state must be contiguous"))?;
+                guards.push(Some((ss.write(), r)));
+                copies.push(None);
+            } else {
+                guards.push(None);
+                copies.push(Some(s.to_vec::<T>()?));
+            }
         }
         {
             let mut guard = ps.write();
             let pd = guard.as_mut_slice::<T>().ok_or_else(|| Error::dtype(op, "parameter dtype changed"))?;
             let pd = &mut pd[pr];
-            let mut st = [0f64; K];
-            for i in 0..pd.len() {
-                let mut x = pd[i].to_f64();
-                for k in 0..K {
-                    st[k] = sv[k][i].to_f64();
+            let mut sds: Vec<&mut [T]> = Vec::with_capacity(K);
+            for (g, c) in guards.iter_mut().zip(copies.iter_mut()) {
+                match (g, c) {
+                    (Some((guard, r)), _) => sds.push(
+                        &mut guard.as_mut_slice::<T>().ok_or_else(|| Error::dtype(op, "state dtype changed"))?
+                            [r.clone()],
+                    ),
+                    (None, Some(c)) => sds.push(c),
+                    (None, None) => return Err(Error::argument(op, "optimizer state missing")),
                 }
-                f(&mut x, gv[i].to_f64(), &mut st);
-                pd[i] = T::from_f64(x);
-                for k in 0..K {
-                    sv[k][i] = T::from_f64(st[k]);
-                }
+            }
+            if pd.len() != gd.len() || sds.iter().any(|s| s.len() != pd.len()) {
+                return Err(Error::shape(op, "parameter, gradient and state sizes differ"));
+            }
+            if pd.len() <= UPDATE_CHUNK {
+                chunk(pd, gd, &mut sds, f);
+            } else {
+                use rayon::prelude::*;
+                let mut state_chunks: Vec<_> = sds.iter_mut().map(|s| s.chunks_mut(UPDATE_CHUNK)).collect();
+                let tasks: Vec<(&mut [T], &[T], Vec<&mut [T]>)> = pd
+                    .chunks_mut(UPDATE_CHUNK)
+                    .zip(gd.chunks(UPDATE_CHUNK))
+                    .map(|(pc, gc)| (pc, gc, state_chunks.iter_mut().filter_map(|c| c.next()).collect()))
+                    .collect();
+                tasks.into_par_iter().for_each(|(pc, gc, mut sc)| chunk(pc, gc, &mut sc, f));
             }
         }
         ps.bump_version();
-        for (s, v) in states.iter().zip(sv) {
-            let (ss, sl) = s.concrete(op)?;
-            let r = sl.contiguous_range().ok_or_else(|| Error::argument(op, "state must be contiguous"))?;
-            let mut guard = ss.write();
-            guard.as_mut_slice::<T>().ok_or_else(|| Error::dtype(op, "state dtype changed"))?[r].copy_from_slice(&v);
+        drop(guards);
+        for (s, c) in states.iter().zip(copies) {
+            if let Some(v) = c {
+                let (ss, sl) = s.concrete(op)?;
+                let r = sl.contiguous_range().ok_or_else(|| Error::argument(op, "state must be contiguous"))?;
+                let mut guard = ss.write();
+                guard.as_mut_slice::<T>().ok_or_else(|| Error::dtype(op, "state dtype changed"))?[r]
+                    .copy_from_slice(&v);
+            }
         }
         Ok(())
     }
