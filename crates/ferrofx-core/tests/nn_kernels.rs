@@ -1198,10 +1198,12 @@ fn conv_gemm_paths_match_naive_reference_on_random_shapes() {
         ((1, 12, 11, 9), (8, 3, 2), (1, 2), (2, 1), (2, 1)),
         ((3, 5, 6, 6), (1, 1, 1), (1, 1), (0, 0), (1, 1)),
         ((1, 1, 5, 4), (7, 1, 1), (1, 1), (0, 0), (1, 1)),
-        // the AVX-512 1x1 kernel (conv/pointwise.rs): K past one 256-row block and its tail,
-        // output-channel tails of the 8- and 6-row tiles, pixel tails of the 48- and 64-pixel
-        // tiles (P = 33, 49, 64, 105, 120, 196, 784), strided 1x1, batches run in parallel,
-        // both thread splits (pixel tiles, channel panels)
+        // the AVX-512 1x1 kernel (conv/pointwise.rs) and its boundary with the GEMM path:
+        // K past one 256-row block and its tail, output-channel tails of the 8-row tile, pixel
+        // tails of the 48-pixel tile (P = 65, 105, 120, 196, 784; 33, 49 and 64 take the GEMM),
+        // strided 1x1, batches run in parallel, both thread splits (pixel tiles, channel panels)
+        ((1, 12, 5, 13), (8, 1, 1), (1, 1), (0, 0), (1, 1)),
+        ((1, 70, 47, 50), (72, 1, 1), (1, 1), (0, 0), (1, 1)),
         ((1, 300, 7, 7), (13, 1, 1), (1, 1), (0, 0), (1, 1)),
         ((1, 520, 14, 14), (70, 1, 1), (1, 1), (0, 0), (1, 1)),
         ((2, 33, 19, 23), (17, 1, 1), (2, 2), (0, 0), (1, 1)),

@@ -16,9 +16,13 @@
 //! - The accumulators start at the bias; after the last `K` block the residual is added and
 //!   ReLU / clamp (ReLU6) applied in registers before the one store (masked at the plane's
 //!   end); SiLU and hardswish are applied to the stored rows while they are in L1.
-//! - Tiles: `8 x 48` pixels (24 accumulators) on planes of more than 64 pixels, `6 x 64` on
-//!   planes of 33-64 (ResNet's and MobileNet's 7x7 = 49 pixels in one tile). Planes of fewer
-//!   than 32 pixels keep the `gemm` crate path.
+//! - The tile is `8 x 48` pixels (24 accumulators). While the first panel of a task passes
+//!   over a tile, the next tile's slice of `X` is prefetched.
+//! - Where it is not used (the `gemm` crate path, measured faster there in the compiled
+//!   models, docs/benchmarks.md session 14): planes of 64 pixels or fewer (7x7: the 49-pixel
+//!   tile wastes a quarter of its lanes and the weights stream from DRAM at batch 1) and
+//!   large planes (2048+ pixels) with 64 or fewer output channels (there the kernel is bound
+//!   by reading `X` in place, which the `gemm` crate packs in one sequential pass).
 //! - Threads: at batch < threads, one fork-join per image splits the pixel tiles (large
 //!   planes) or the output-channel panels (small planes); at batch >= threads, images run in
 //!   parallel, one thread each.
@@ -39,25 +43,28 @@ use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-/// `K` block: the rows of `X` one tile reads per pass (`KC * 48 * 4` bytes = 48 KiB at most
-/// for the 8x48 tile, 64 KiB for the 6x64 tile; measured best among 128-512).
+/// `K` block: the rows of `X` one tile reads per pass (`KC * 48 * 4` bytes = 48 KiB at most;
+/// 128-512 measured within a few percent of each other, 256 best).
 const KC: usize = 256;
 
-/// Planes with fewer output pixels than this keep the `gemm` crate path (a tile would be
-/// mostly masked off).
-const MIN_PIXELS: usize = 32;
+/// Output channels per register tile (rows of a packed panel).
+const MR: usize = 8;
+/// Vectors of 16 pixels per register tile.
+const NV: usize = 3;
 
 /// Whether this kernel computes `g` on this CPU: float32 is checked by the caller; an
-/// ungrouped 1x1 convolution without padding (any stride and dilation), at least
-/// [`MIN_PIXELS`] output pixels per image, on a CPU with AVX-512F.
+/// ungrouped 1x1 convolution without padding (any stride and dilation) with more than 64
+/// output pixels per image, and more than 64 output channels when the plane has 2048 pixels
+/// or more (see the module docs), on a CPU with AVX-512F.
 pub(super) fn applies(g: &Geom) -> bool {
+    let p = g.oh * g.ow;
     g.groups == 1
         && g.kh == 1
         && g.kw == 1
         && g.pt + g.pb + g.pl + g.pr == 0
-        && g.oh * g.ow >= MIN_PIXELS
+        && p > 64
+        && (g.o > 64 || p < 2048)
         && g.c > 0
-        && g.o > 0
         && avx512()
 }
 
@@ -69,15 +76,6 @@ fn avx512() -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn avx512() -> bool {
     false
-}
-
-/// The register tile for a plane of `p` output pixels: (`MR` output channels, `NV` vectors).
-fn tile(p: usize) -> (usize, usize) {
-    if p <= 64 {
-        (6, 4)
-    } else {
-        (8, 3)
-    }
 }
 
 /// Weights `[o][k]` packed for the kernel: for each `K` block `k0` (of `kb = min(KC, k - k0)`
@@ -169,7 +167,7 @@ pub(super) fn conv(
             crate::error::Error::limit(op, format!("the convolution's work buffer (strided input): {}", e.message()))
         })?;
     }
-    let (mr, nv) = tile(p);
+    let (mr, nv) = (MR, NV);
     let pw = packed(wt, ws, o, k, mr);
     let mut bp = vec![0f32; pw.panels() * mr];
     if let Some(b) = bias {
@@ -299,6 +297,8 @@ unsafe fn range(
                 let cp = c.add(pi * mr * p + p0);
                 let rp = if last { res.map_or(std::ptr::null(), |r| r.as_ptr().add(pi * mr * p + p0)) } else { std::ptr::null() };
                 let bp = if first { bias.as_ptr().add(pi * mr) } else { std::ptr::null() };
+                // the task's first panel brings the tile's X into L1: fetch the next tile's
+                let pf = if pi == pr.start && t + 1 < tr.end { x.add(nr) } else { std::ptr::null() };
                 let a = Args {
                     kb,
                     w: pw.block(k0, pi),
@@ -311,6 +311,7 @@ unsafe fn range(
                     bias: bp,
                     res: rp,
                     act: if last { reg_act } else { Activation::None },
+                    pf,
                 };
                 #[cfg(target_arch = "x86_64")]
                 avx512::tile(mr, vecs, &a);
@@ -348,6 +349,8 @@ struct Args {
     res: *const f32,
     /// Applied in registers (`None`, `Relu` or `Clamp`).
     act: Activation,
+    /// The next tile's `X` (same rows and stride) to prefetch, or null.
+    pf: *const f32,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -360,14 +363,11 @@ mod avx512 {
     /// # Safety
     /// AVX-512F; `a` describes valid memory (see [`Args`] and `super::range`).
     pub(super) unsafe fn tile(mr: usize, nv: usize, a: &Args) {
-        match (mr, nv) {
-            (8, 1) => micro::<8, 1>(a),
-            (8, 2) => micro::<8, 2>(a),
-            (8, _) => micro::<8, 3>(a),
-            (_, 1) => micro::<6, 1>(a),
-            (_, 2) => micro::<6, 2>(a),
-            (_, 3) => micro::<6, 3>(a),
-            _ => micro::<6, 4>(a),
+        debug_assert_eq!(mr, super::MR);
+        match nv {
+            1 => micro::<8, 1>(a),
+            2 => micro::<8, 2>(a),
+            _ => micro::<8, 3>(a),
         }
     }
 
@@ -386,7 +386,7 @@ mod avx512 {
                 }
             }
         }
-        let (mut xp, mut wp) = (a.x, a.w);
+        let (mut xp, mut wp, mut pf) = (a.x, a.w, a.pf);
         for _ in 0..a.kb {
             let mut xv = [_mm512_setzero_ps(); NV];
             for (v, x) in xv.iter_mut().enumerate() {
@@ -402,6 +402,12 @@ mod avx512 {
             // the packed weights are one sequential stream: fetch 16 steps ahead (a hint; it
             // never faults)
             _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(MR * 16) as *const i8);
+            if !pf.is_null() {
+                for v in 0..NV {
+                    _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(16 * v) as *const i8);
+                }
+                pf = pf.wrapping_add(a.xs);
+            }
             xp = xp.add(a.xs);
             wp = wp.add(MR);
         }
