@@ -16,8 +16,9 @@
 //! - The accumulators start at the bias; after the last `K` block the residual is added and
 //!   ReLU / clamp (ReLU6) applied in registers before the one store (masked at the plane's
 //!   end); SiLU and hardswish are applied to the stored rows while they are in L1.
-//! - The tile is `8 x 48` pixels (24 accumulators). While the first panel of a task passes
-//!   over a tile, the next tile's slice of `X` is prefetched.
+//! - The tile is `8 x 48` pixels (24 accumulators). (Prefetching the next tile's slice of
+//!   `X` during the first panel's pass was measured 10-20% slower in the compiled ResNet-50:
+//!   it evicts the current slice from L1.)
 //! - Where it is not used (the `gemm` crate path, measured faster there in the compiled
 //!   models, docs/benchmarks.md session 14): planes of 64 pixels or fewer (7x7: the 49-pixel
 //!   tile wastes a quarter of its lanes and the weights stream from DRAM at batch 1) and
@@ -295,10 +296,12 @@ unsafe fn range(
             for pi in pr.clone() {
                 let rows = mr.min(o - pi * mr);
                 let cp = c.add(pi * mr * p + p0);
-                let rp = if last { res.map_or(std::ptr::null(), |r| r.as_ptr().add(pi * mr * p + p0)) } else { std::ptr::null() };
+                let rp = if last {
+                    res.map_or(std::ptr::null(), |r| r.as_ptr().add(pi * mr * p + p0))
+                } else {
+                    std::ptr::null()
+                };
                 let bp = if first { bias.as_ptr().add(pi * mr) } else { std::ptr::null() };
-                // the task's first panel brings the tile's X into L1: fetch the next tile's
-                let pf = if pi == pr.start && t + 1 < tr.end { x.add(nr) } else { std::ptr::null() };
                 let a = Args {
                     kb,
                     w: pw.block(k0, pi),
@@ -311,7 +314,6 @@ unsafe fn range(
                     bias: bp,
                     res: rp,
                     act: if last { reg_act } else { Activation::None },
-                    pf,
                 };
                 #[cfg(target_arch = "x86_64")]
                 avx512::tile(mr, vecs, &a);
@@ -349,8 +351,6 @@ struct Args {
     res: *const f32,
     /// Applied in registers (`None`, `Relu` or `Clamp`).
     act: Activation,
-    /// The next tile's `X` (same rows and stride) to prefetch, or null.
-    pf: *const f32,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -386,12 +386,16 @@ mod avx512 {
                 }
             }
         }
-        let (mut xp, mut wp, mut pf) = (a.x, a.w, a.pf);
+        let (mut xp, mut wp) = (a.x, a.w);
         for _ in 0..a.kb {
             let mut xv = [_mm512_setzero_ps(); NV];
             for (v, x) in xv.iter_mut().enumerate() {
                 // masked-off lanes are not read: only the plane's columns are touched
-                *x = if v == NV - 1 { _mm512_maskz_loadu_ps(a.mask, xp.add(16 * v)) } else { _mm512_loadu_ps(xp.add(16 * v)) };
+                *x = if v == NV - 1 {
+                    _mm512_maskz_loadu_ps(a.mask, xp.add(16 * v))
+                } else {
+                    _mm512_loadu_ps(xp.add(16 * v))
+                };
             }
             for (r, row) in acc.iter_mut().enumerate() {
                 let wv = _mm512_set1_ps(*wp.add(r));
@@ -402,12 +406,6 @@ mod avx512 {
             // the packed weights are one sequential stream: fetch 16 steps ahead (a hint; it
             // never faults)
             _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(MR * 16) as *const i8);
-            if !pf.is_null() {
-                for v in 0..NV {
-                    _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(16 * v) as *const i8);
-                }
-                pf = pf.wrapping_add(a.xs);
-            }
             xp = xp.add(a.xs);
             wp = wp.add(MR);
         }
