@@ -16,9 +16,9 @@
 //!   plane (`conv/depthwise.rs`; 3x3 stride 1/2 on AVX-512 by `conv/depthwise3x3.rs`), no GEMM;
 //! - float32 with at most 4 input channels (the RGB stems), on AVX-512: a direct kernel
 //!   (`conv/direct.rs`), no im2col;
-//! - float32 1x1 without padding (any stride) on planes of 32+ pixels, on AVX-512: a GEMM over
-//!   pre-packed weights reading the input in place, the epilogue in registers
-//!   (`conv/pointwise.rs`);
+//! - float32 1x1 without padding (any stride) on planes of more than 64 pixels (and more than
+//!   64 output channels on planes of 2048+ pixels), on AVX-512: a GEMM over pre-packed weights
+//!   reading the input in place, the epilogue in registers (`conv/pointwise.rs`);
 //! - otherwise im2col + one GEMM (wide strided kernels through column phases).
 //!
 //! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across

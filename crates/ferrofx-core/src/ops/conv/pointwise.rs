@@ -145,6 +145,7 @@ fn packed(w: &Tensor, ws: &[f32], o: usize, k: usize, mr: usize) -> Arc<PackedWe
 /// The convolution of contiguous `x` `[n, c, h, w]` (values of the tensor `wt`: `ws`,
 /// `[o, c, 1, 1]`) into `out` `[n, o, oh, ow]` (every element written), with `ep` applied.
 /// `g` must satisfy [`applies`].
+#[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
     op: &str,
     g: &Geom,
