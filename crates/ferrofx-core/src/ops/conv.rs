@@ -16,6 +16,9 @@
 //!   plane (`conv/depthwise.rs`; 3x3 stride 1/2 on AVX-512 by `conv/depthwise3x3.rs`), no GEMM;
 //! - float32 with at most 4 input channels (the RGB stems), on AVX-512: a direct kernel
 //!   (`conv/direct.rs`), no im2col;
+//! - float32 1x1 without padding (any stride) on planes of more than 64 pixels (and more than
+//!   64 output channels on planes of 2048+ pixels), on AVX-512: a GEMM over pre-packed weights
+//!   reading the input in place, the epilogue in registers (`conv/pointwise.rs`);
 //! - otherwise im2col + one GEMM (wide strided kernels through column phases).
 //!
 //! Units run in parallel (single-threaded GEMMs, one scratch buffer per worker, reused across
@@ -41,6 +44,7 @@ mod depthwise;
 mod depthwise3x3;
 mod direct;
 mod epilogue;
+mod pointwise;
 mod winograd;
 use epilogue::Epilogue;
 pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
@@ -1360,6 +1364,24 @@ fn run_conv(
                 run(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
             })
         })??;
+        // SAFETY: alloc_uninit reserved exactly `len` elements and the kernel initialised every
+        // one of them.
+        unsafe { buf.set_len(len) };
+        return Tensor::from_vec(buf, shape);
+    }
+    // float32 1x1 convolutions on AVX-512: pre-packed weights, epilogue in registers
+    if !transposed && dt == DType::F32 && pointwise::applies(g) {
+        let xc = kernel::contiguous(x)?;
+        let wc = kernel::contiguous(w)?;
+        let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
+        let len = g.n * g.o * g.oh * g.ow;
+        // not zero-filled: the kernel writes every element
+        let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
+        xc.with_contiguous::<f32, _>(op, |xs| {
+            wc.with_contiguous::<f32, _>(op, |ws| {
+                pointwise::conv(op, g, xs, w, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
+            })
+        })???;
         // SAFETY: alloc_uninit reserved exactly `len` elements and the kernel initialised every
         // one of them.
         unsafe { buf.set_len(len) };
