@@ -107,7 +107,59 @@ fn timed(m: impl Module + 'static, x: Tensor) -> Result<Runner> {
 fn int8(name: &str, batch: usize) -> Result<Runner> {
     let gm = float_model(name)?;
     let q = int8_model(name, &gm)?;
-    timed(q, tensor(&[batch, 3, 224, 224], 2)?)
+    let x = tensor(&[batch, 3, 224, 224], 2)?;
+    if std::env::var("FERROFX_QUANT_PROFILE").is_ok() {
+        eprintln!("\n{}", profile_by_kind(&q, &x, &format!("{name} int8 batch {batch}"))?);
+    }
+    timed(q, x)
+}
+
+/// The op kind of an int8 graph's node, as the rows of the side-by-side profile (the names
+/// `scripts/quant/profile_quant.py` maps PyTorch's ops to).
+fn op_kind(target: &str) -> &str {
+    match target {
+        "quantized_conv2d" => "conv",
+        "quantized_add" => "add",
+        "quantize_per_tensor" => "quantize",
+        "dequantize" => "dequantize",
+        "max_pool2d" | "MaxPool2d" => "max_pool",
+        "quantized_adaptive_avg_pool2d" => "avg_pool",
+        "quantized_linear" => "linear",
+        "flatten" | "reshape" | "view" => "flatten/reshape",
+        "get_attr" => "get_attr",
+        other => other,
+    }
+}
+
+/// `FERROFX_QUANT_PROFILE=1`: the int8 model's time per op kind (the Interpreter's per-node
+/// profile, best of 5 runs per node, summed by kind), for the table beside PyTorch's
+/// (`scripts/quant/profile_quant.py`) in docs/benchmarks.md.
+fn profile_by_kind(q: &GraphModule, x: &Tensor, what: &str) -> Result<String> {
+    let p = ferrofx_fx::passes::analysis::profile(q, &[x.into()], 5)?;
+    let targets: BTreeMap<String, String> = q
+        .graph()
+        .iter()
+        .map(|n| {
+            let t = if n.op().as_str() == "get_attr" { "get_attr".to_string() } else { n.target().name().to_string() };
+            (n.name().to_string(), t)
+        })
+        .collect();
+    let mut kinds: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for n in &p.nodes {
+        let kind = op_kind(targets.get(&n.name).map_or("?", |s| s.as_str())).to_string();
+        let e = kinds.entry(kind).or_default();
+        e.0 += n.time.as_secs_f64() * 1e3;
+        e.1 += 1;
+    }
+    let total: f64 = kinds.values().map(|v| v.0).sum();
+    let mut rows: Vec<_> = kinds.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    let mut s = format!("ferrofx {what}: time per op kind (sum of the nodes' best of 5, ms)\n| kind | nodes | ms | share |\n|---|---|---|---|\n");
+    for (k, (t, n)) in rows {
+        s.push_str(&format!("| {k} | {n} | {t:.3} | {:.1}% |\n", 100.0 * t / total.max(1e-12)));
+    }
+    s.push_str(&format!("| total | | {total:.3} | |\n"));
+    Ok(s)
 }
 
 fn compiled_float(name: &str, batch: usize) -> Result<Runner> {

@@ -456,6 +456,11 @@ fn max_pool_values_equal_the_indexed_scan() {
         let plain = pool::max_pool2d(&xi, &[k], &[s], &[p], &[1], ceil).unwrap();
         let (indexed, _) = pool::max_pool2d_with_indices(&xi, &[k], &[s], &[p], &[1], ceil).unwrap();
         assert_eq!(plain.to_vec::<i64>().unwrap(), indexed.to_vec::<i64>().unwrap());
+        // uint8 (the activations of a quantized model)
+        let xu = x.abs().unwrap().mul(Tensor::scalar(60.0f32)).unwrap().to_dtype(DType::U8).unwrap();
+        let plain = pool::max_pool2d(&xu, &[k], &[s], &[p], &[1], ceil).unwrap();
+        let (indexed, _) = pool::max_pool2d_with_indices(&xu, &[k], &[s], &[p], &[1], ceil).unwrap();
+        assert_eq!(plain.to_vec::<u8>().unwrap(), indexed.to_vec::<u8>().unwrap(), "uint8 {h}x{w} k{k} s{s} p{p}");
     }
 }
 

@@ -471,6 +471,15 @@ simd_dispatch! {
 /// order may keep the other one).
 fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
     let mut rows = vec![T::default(); g.w];
+    // Interior outputs `lo..hi` (windows inside the row) take their maximum column by column:
+    // the row is split once into its `stride` column phases, so window column `k` of all
+    // interior outputs is one contiguous run (vectorised compare-selects, e.g. the uint8
+    // max-pool of a quantized ResNet). Same fold order as the scalar edge loop, so the same
+    // result and NaN rule.
+    let lo = g.pw.div_ceil(g.sw).min(g.ow);
+    let hi = if g.w + g.pw >= g.kw { ((g.w + g.pw - g.kw) / g.sw + 1).min(g.ow) } else { 0 };
+    let plen = g.w.div_ceil(g.sw);
+    let mut phases = if hi > lo && g.sw > 1 { vec![T::default(); g.sw * plen] } else { Vec::new() };
     for oh in 0..g.oh {
         let top = (oh * g.sh) as isize - g.ph as isize;
         let he = (top + g.kh as isize).min(g.h as isize);
@@ -487,15 +496,60 @@ fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
                 *r = nan_max(v, *r);
             }
         }
-        for (ow, o) in orow.iter_mut().enumerate() {
+        let edge = |ow: usize| {
             let left = (ow * g.sw) as isize - g.pw as isize;
             let we = (left + g.kw as isize).min(g.w as isize);
             let ws = left.max(0);
-            *o = if ws < we {
+            if ws < we {
                 rows[ws as usize + 1..we as usize].iter().fold(rows[ws as usize], |b, &v| nan_max(v, b))
             } else {
                 T::default()
-            };
+            }
+        };
+        if hi <= lo {
+            for (ow, o) in orow.iter_mut().enumerate() {
+                *o = edge(ow);
+            }
+            continue;
+        }
+        for ow in (0..lo).chain(hi..g.ow) {
+            orow[ow] = edge(ow);
+        }
+        let (src, stride) = if g.sw == 1 {
+            (&rows[..], g.w)
+        } else {
+            if g.sw == 2 {
+                let (even, odd) = phases.split_at_mut(plen);
+                for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(rows.chunks_exact(2)) {
+                    *e = pair[0];
+                    *o = pair[1];
+                }
+                if g.w % 2 == 1 {
+                    even[plen - 1] = rows[g.w - 1];
+                }
+            } else {
+                for (p, dst) in phases.chunks_exact_mut(plen).enumerate() {
+                    for (d, &v) in dst.iter_mut().zip(rows[p..].iter().step_by(g.sw)) {
+                        *d = v;
+                    }
+                }
+            }
+            (&phases[..], plen)
+        };
+        let o = &mut orow[lo..hi];
+        for k in 0..g.kw {
+            // column `ow * sw + k - pw` of output `ow` is phase `p`'s element `ow + d`
+            let s = k as isize - g.pw as isize;
+            let p = s.rem_euclid(g.sw as isize);
+            let start = p as usize * stride + (lo as isize + (s - p) / g.sw as isize) as usize;
+            let col = &src[start..start + (hi - lo)];
+            if k == 0 {
+                o.copy_from_slice(col);
+            } else {
+                for (d, &v) in o.iter_mut().zip(col) {
+                    *d = nan_max(v, *d);
+                }
+            }
         }
     }
 }

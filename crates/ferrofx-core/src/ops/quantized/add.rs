@@ -2,6 +2,7 @@
 //! requantised to uint8 (PyTorch's `quantized::add` / `add_relu`): both sides are dequantized
 //! to f32, added (ReLU'd when fused) and quantized with the output's parameters.
 
+use super::quantize::QOut;
 use super::{check_scale, check_zero_point, expect_dtype, quantize_val};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -37,7 +38,9 @@ simd_dispatch! {
             // PyTorch's vectorised dequantisation: fma(scale, q, -zero_point * scale)
             let s = p.sa.mul_add(x as f32, p.pa) + p.sb.mul_add(y as f32, p.pb);
             let s = if p.relu { s.max(0.0) } else { s };
-            *o = quantize_val(s, p.inv_out, p.zo, 0.0, 255.0) as u8;
+            // the value is an integer in 0..=255: `from_clamped` converts it with vector
+            // instructions (the saturating `as u8` cast stays scalar)
+            *o = u8::from_clamped(quantize_val(s, p.inv_out, p.zo, 0.0, 255.0));
         }
     }
 }

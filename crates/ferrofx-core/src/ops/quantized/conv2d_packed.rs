@@ -316,13 +316,49 @@ pub(super) fn conv(
     out: &mut [u8],
 ) -> Result<()> {
     let plan = Plan::new(g)?;
-    let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     let total = plan.image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
-    let mut xp = crate::memory::try_vec(OP, total, 0u8)?;
+    // the packed input goes into this thread's scratch buffer, reused across calls: packing
+    // writes every byte of it, so a fresh zeroed allocation per call (a memset and, for the
+    // large early layers, page faults) is pure overhead
+    let mut scratch = PACKED_INPUT.with(|c| c.take());
+    if scratch.len() < total {
+        drop(std::mem::take(&mut scratch));
+        scratch = crate::memory::try_vec(OP, total, 0u8)?;
+    }
+    let result = conv_packed(path, g, &plan, x, pw, rq, zp, &mut scratch[..total], out);
+    if scratch.len() <= SCRATCH_KEEP {
+        PACKED_INPUT.with(|c| c.set(scratch));
+    }
+    result
+}
+
+thread_local! {
+    /// The packed-input scratch of the calling thread (taken out while a convolution runs, so a
+    /// nested call on the same thread allocates its own).
+    static PACKED_INPUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The largest packed input kept between calls (larger ones are freed after the call).
+const SCRATCH_KEEP: usize = 64 << 20;
+
+/// [`conv`] on the packed-input buffer `xp` (`plan.image_bytes * N`, contents arbitrary).
+#[allow(clippy::too_many_arguments)]
+fn conv_packed(
+    path: Path,
+    g: &Geom,
+    plan: &Plan,
+    x: &[u8],
+    pw: &PackedWeight,
+    rq: &RequantParams,
+    zp: u8,
+    xp: &mut [u8],
+    out: &mut [u8],
+) -> Result<()> {
+    let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     if plan.image_bytes > 0 {
         xp.par_chunks_mut(plan.image_bytes)
             .enumerate()
-            .for_each(|(i, d)| pack_image(g, &plan, &x[i * img_in..(i + 1) * img_in], zp, d));
+            .for_each(|(i, d)| pack_image(g, plan, &x[i * img_in..(i + 1) * img_in], zp, d));
     }
     // work items: (image, output channels j0..j1 within one group)
     let threads = rayon::current_num_threads().max(1);
@@ -342,9 +378,9 @@ pub(super) fn conv(
             }
         }
     }
-    let xp = &xp;
+    let xp = &*xp;
     items.into_par_iter().for_each(|(i, j0, j1, o)| {
-        conv_block(path, g, &plan, &xp[i * plan.image_bytes..(i + 1) * plan.image_bytes], pw, rq, j0, j1, o)
+        conv_block(path, g, plan, &xp[i * plan.image_bytes..(i + 1) * plan.image_bytes], pw, rq, j0, j1, o)
     });
     Ok(())
 }
