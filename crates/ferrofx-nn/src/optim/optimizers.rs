@@ -27,6 +27,9 @@ pub trait Optimizer {
 /// Elements per parallel task of an update (128 KiB of float32 parameters).
 const UPDATE_CHUNK: usize = 1 << 15;
 
+/// One parallel task of an update: a chunk of the parameters, of the gradient and of each state.
+type Chunk<'a, T> = (&'a mut [T], &'a [T], Vec<&'a mut [T]>);
+
 /// Runs `f(param, grad, states)` per element (in f64) for a parameter with a gradient and up to
 /// three state tensors of its dtype/shape.
 ///
@@ -130,7 +133,7 @@ fn update<const K: usize>(
             } else {
                 use rayon::prelude::*;
                 let mut state_chunks: Vec<_> = sds.iter_mut().map(|s| s.chunks_mut(UPDATE_CHUNK)).collect();
-                let tasks: Vec<(&mut [T], &[T], Vec<&mut [T]>)> = pd
+                let tasks: Vec<Chunk<'_, T>> = pd
                     .chunks_mut(UPDATE_CHUNK)
                     .zip(gd.chunks(UPDATE_CHUNK))
                     .map(|(pc, gc)| (pc, gc, state_chunks.iter_mut().filter_map(|c| c.next()).collect()))
