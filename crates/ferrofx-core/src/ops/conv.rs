@@ -1319,6 +1319,46 @@ fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
 /// `out` written.
 type DirectKernel = fn(&Geom, &[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>], Option<&Epilogue<'_>>);
 
+/// Whether the CPU has AVX-512F, which the direct float32 kernels (`depthwise3x3`, `direct`,
+/// `pointwise`) are written for.
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// Whether the CPU has AVX-512F (never, off x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512() -> bool {
+    false
+}
+
+/// Runs a float32 kernel that writes **every** element of the `[n, o, oh, ow]` output: `f`
+/// gets the contiguous input, weights and bias and the uninitialised output buffer (allocated
+/// fallibly, never zero-filled).
+#[allow(clippy::too_many_arguments)]
+fn run_into_uninit(
+    op: &str,
+    g: &Geom,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    shape: &Shape,
+    f: impl FnOnce(&[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>]) -> Result<()>,
+) -> Result<Tensor> {
+    let xc = kernel::contiguous(x)?;
+    let wc = kernel::contiguous(w)?;
+    let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
+    let len = g.n * g.o * g.oh * g.ow;
+    let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
+    xc.with_contiguous::<f32, _>(op, |xs| {
+        wc.with_contiguous::<f32, _>(op, |ws| f(xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len]))
+    })???;
+    // SAFETY: alloc_uninit reserved exactly `len` elements and `f` initialised every one of
+    // them (the contract of the kernels passed here).
+    unsafe { buf.set_len(len) };
+    Tensor::from_vec(buf, shape)
+}
+
 /// Runs a convolution kernel on concrete tensors, computing f16/bf16 in f32. `ep` (float32
 /// forward convolutions only) is applied to each finished block of output.
 #[allow(clippy::too_many_arguments)]
@@ -1353,39 +1393,16 @@ fn run_conv(
         _ => None,
     };
     if let Some(run) = direct_kernel {
-        let xc = kernel::contiguous(x)?;
-        let wc = kernel::contiguous(w)?;
-        let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
-        let len = g.n * g.o * g.oh * g.ow;
-        // not zero-filled: the direct kernels write every element
-        let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
-        xc.with_contiguous::<f32, _>(op, |xs| {
-            wc.with_contiguous::<f32, _>(op, |ws| {
-                run(g, xs, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
-            })
-        })??;
-        // SAFETY: alloc_uninit reserved exactly `len` elements and the kernel initialised every
-        // one of them.
-        unsafe { buf.set_len(len) };
-        return Tensor::from_vec(buf, shape);
+        return run_into_uninit(op, g, x, w, b, shape, |xs, ws, bv, out| {
+            run(g, xs, ws, bv, out, ep);
+            Ok(())
+        });
     }
     // float32 1x1 convolutions on AVX-512: pre-packed weights, epilogue in registers
     if !transposed && dt == DType::F32 && pointwise::applies(g) {
-        let xc = kernel::contiguous(x)?;
-        let wc = kernel::contiguous(w)?;
-        let bv = b.map(|b| contiguous_vec::<f32>(op, b)).transpose()?;
-        let len = g.n * g.o * g.oh * g.ow;
-        // not zero-filled: the kernel writes every element
-        let mut buf: Vec<f32> = crate::memory::alloc_uninit(op, &[g.n, g.o, g.oh, g.ow])?;
-        xc.with_contiguous::<f32, _>(op, |xs| {
-            wc.with_contiguous::<f32, _>(op, |ws| {
-                pointwise::conv(op, g, xs, w, ws, bv.as_deref(), &mut buf.spare_capacity_mut()[..len], ep)
-            })
-        })???;
-        // SAFETY: alloc_uninit reserved exactly `len` elements and the kernel initialised every
-        // one of them.
-        unsafe { buf.set_len(len) };
-        return Tensor::from_vec(buf, shape);
+        return run_into_uninit(op, g, x, w, b, shape, |xs, ws, bv, out| {
+            pointwise::conv(op, g, xs, w, ws, bv, out, ep)
+        });
     }
     if let (false, DType::F32, Some(g3)) = (transposed, dt, g.winograd()) {
         let xc = kernel::contiguous(x)?;

@@ -34,17 +34,13 @@ const ROWS_S2: usize = 2;
 /// Whether this kernel computes `g` on this CPU: a depthwise 3x3 convolution with stride 1 or 2
 /// per dimension and no dilation, on a CPU with AVX-512F.
 pub(super) fn applies(g: &Geom) -> bool {
-    g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1 && matches!(g.sh, 1 | 2) && matches!(g.sw, 1 | 2) && avx512()
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
+    g.kh == 3
+        && g.kw == 3
+        && g.dh == 1
+        && g.dw == 1
+        && matches!(g.sh, 1 | 2)
+        && matches!(g.sw, 1 | 2)
+        && super::avx512()
 }
 
 /// The epilogue part applied in registers; `Silu` and `Hardswish` run after the plane is stored
@@ -87,7 +83,7 @@ pub(super) fn plane(g: &Geom, p: Plane<'_>, ep: Option<&Epilogue<'_>>) -> bool {
     };
     #[cfg(target_arch = "x86_64")]
     {
-        assert!(avx512(), "depthwise3x3 needs AVX-512F (checked by `applies`)");
+        assert!(super::avx512(), "depthwise3x3 needs AVX-512F (checked by `applies`)");
         let ptrs = avx512::Ptrs {
             x: p.x.as_ptr(),
             res: p.res.map_or(std::ptr::null(), |r| r.as_ptr()),

@@ -39,17 +39,7 @@ pub(super) fn applies(g: &Geom) -> bool {
         && g.dw == 1
         && matches!(g.sw, 1 | 2)
         && g.ow >= 16
-        && avx512()
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
+        && super::avx512()
 }
 
 /// Convolution of contiguous `x` `[n, c, h, w]` with `w` `[o, c, kh, kw]` into `out`

@@ -66,17 +66,7 @@ pub(super) fn applies(g: &Geom) -> bool {
         && p > 64
         && (g.o > 64 || p < 2048)
         && g.c > 0
-        && avx512()
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
+        && super::avx512()
 }
 
 /// Weights `[o][k]` packed for the kernel: for each `K` block `k0` (of `kb = min(KC, k - k0)`
