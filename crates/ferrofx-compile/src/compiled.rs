@@ -26,7 +26,9 @@ pub struct CompileOptions {
     pub lower_activation_modules: bool,
     /// Fuse elementwise groups ([`crate::fusion`]).
     pub fuse_elementwise: bool,
-    /// Fuse a convolution's residual add and activation into it ([`crate::epilogue`]).
+    /// Fuse a convolution's or a batch norm's residual add and activation into it
+    /// ([`crate::epilogue`]), and relu's gradient mask into the backward kernels of max pooling
+    /// and batch norm ([`crate::relu_backward`], training graphs).
     pub fuse_conv_epilogue: bool,
     /// Trace composite layers (`MultiheadAttention`, `TransformerEncoderLayer`) through, per
     /// shape specialisation, so the other passes see their operations ([`crate::inline`]).
@@ -318,6 +320,7 @@ impl CompiledModule {
         }
         if self.options.fuse_conv_epilogue {
             crate::epilogue::fuse_conv_epilogue(&mut module)?;
+            crate::relu_backward::fuse_relu_backward(&mut module)?;
             module.recompile()?;
         }
         let fusion = plan_fusion(module.graph())?;

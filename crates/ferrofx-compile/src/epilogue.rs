@@ -18,12 +18,21 @@
 //! - no in-place op lies between the convolution and the end of the chain (the fused node runs
 //!   at the chain's end and must read the same input and residual).
 //!
+//! The same chains headed by a `batch_norm` `call_function` (training graphs, where BatchNorm
+//! normalises with the batch statistics and cannot be folded into the convolution; or an
+//! unfolded evaluation-mode BatchNorm) become one `batch_norm_fused(input, running_mean,
+//! running_var, weight, bias, training, momentum, eps, residual, "act")` node
+//! ([`ferrofx_core::ops::norm::BATCH_NORM_FUSED`]), which applies the add and the activation
+//! to each normalised plane while it is in cache. It keeps BatchNorm's side effect (the running
+//! statistics), now at the chain's end: the same rule forbids another in-place op in between.
+//!
 //! Run it after shape propagation and before elementwise fusion (which would otherwise take the
 //! `add` + `relu` of a ResNet block into a separate `fused_elementwise` node).
 
 use crate::fusion::registry_op;
 use ferrofx_core::op::Effect;
 use ferrofx_core::ops::conv::{Activation, CONV2D_FUSED};
+use ferrofx_core::ops::norm::BATCH_NORM_FUSED;
 use ferrofx_core::{DType, Error, Result};
 use ferrofx_fx::{Argument, Graph, GraphModule, Node, NodeId, Opcode, Target};
 use ferrofx_nn::Conv2d;
@@ -138,12 +147,44 @@ struct ConvParams {
     rest: Vec<Argument>,
 }
 
+/// The `batch_norm` arguments after the input (`running_mean, running_var, weight, bias,
+/// training, momentum, eps`, defaults filled in), as arguments of a `batch_norm_fused` node;
+/// `None` when `n` is not a float32 `batch_norm` call this pass handles.
+fn batch_norm_operands(n: &Node<'_>) -> Option<(Argument, Vec<Argument>)> {
+    if n.op() != Opcode::CallFunction || !n.target().as_op().is_some_and(|d| d.name == "batch_norm") {
+        return None;
+    }
+    let args = n.args();
+    if !n.kwargs().is_empty() || args.len() < 3 || args.len() > 8 {
+        return None;
+    }
+    let defaults = [
+        Argument::None,
+        Argument::None,
+        Argument::None,
+        Argument::None,
+        Argument::Bool(false),
+        Argument::Float(0.1),
+        Argument::Float(1e-5),
+    ];
+    let rest = (1..8).map(|i| args.get(i).cloned().unwrap_or_else(|| defaults[i - 1].clone())).collect();
+    Some((args[0].clone(), rest))
+}
+
+/// What heads a chain: a convolution or a batch norm.
+#[derive(Debug, Clone)]
+enum Head {
+    Conv(ConvParams),
+    /// `batch_norm`'s arguments after the input.
+    BatchNorm(Vec<Argument>),
+}
+
 /// One chain the pass fuses.
 #[derive(Debug, Clone)]
 struct Chain {
     conv: NodeId,
     x: Argument,
-    params: ConvParams,
+    head: Head,
     /// The `add` and the residual it adds.
     add: Option<(NodeId, NodeId)>,
     /// The activation node and what it computes.
@@ -178,8 +219,12 @@ fn find_chains(gm: &GraphModule) -> Vec<Chain> {
     let mut taken: std::collections::HashSet<NodeId> = std::collections::HashSet::new();
     for n in g.iter() {
         let Some(shape) = shape_f32(g, n.id()) else { continue };
-        let Some((x, params)) = conv_operands(gm, &n) else { continue };
-        let mut chain = Chain { conv: n.id(), x, params, add: None, act: None };
+        let head = match conv_operands(gm, &n) {
+            Some((x, params)) => Some((x, Head::Conv(params))),
+            None => batch_norm_operands(&n).map(|(x, rest)| (x, Head::BatchNorm(rest))),
+        };
+        let Some((x, head)) = head else { continue };
+        let mut chain = Chain { conv: n.id(), x, head, add: None, act: None };
         let mut cur = n.id();
         if let Some(u) = only_user(g, cur) {
             let un = g.node(u).ok();
@@ -254,13 +299,16 @@ fn gerr(e: ferrofx_fx::GraphError) -> Error {
 /// ```
 pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
     let chains = find_chains(gm);
-    let target = Target::op(CONV2D_FUSED.name).map_err(gerr)?;
+    let conv_target = Target::op(CONV2D_FUSED.name).map_err(gerr)?;
+    let bn_target = Target::op(BATCH_NORM_FUSED.name).map_err(gerr)?;
     // a fused leaf's weight and bias become attributes of the GraphModule (sharing the
     // tensors), which every executor (the plan, the Interpreter, a reloaded file) reads
     for c in &chains {
-        for o in [Some(&c.params.weight), c.params.bias.as_ref()].into_iter().flatten() {
-            if let Operand::Attr(p, t) = o {
-                gm.register_attribute(p, t.clone(), ferrofx_nn::TensorKind::Parameter);
+        if let Head::Conv(params) = &c.head {
+            for o in [Some(&params.weight), params.bias.as_ref()].into_iter().flatten() {
+                if let Operand::Attr(p, t) = o {
+                    gm.register_attribute(p, t.clone(), ferrofx_nn::TensorKind::Parameter);
+                }
             }
         }
     }
@@ -284,13 +332,23 @@ pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
                     Operand::Attr(p, _) => Argument::Node(gi.get_attr(p).map_err(gerr)?),
                 })
             };
-            let w = operand(&c.params.weight)?;
-            let b = match &c.params.bias {
-                Some(o) => operand(o)?,
-                None => Argument::None,
+            let mut args = vec![remap(&c.x, &replaced)];
+            let target = match &c.head {
+                Head::Conv(params) => {
+                    let w = operand(&params.weight)?;
+                    let b = match &params.bias {
+                        Some(o) => operand(o)?,
+                        None => Argument::None,
+                    };
+                    args.extend([w, b]);
+                    args.extend(params.rest.iter().map(|a| remap(a, &replaced)));
+                    &conv_target
+                }
+                Head::BatchNorm(rest) => {
+                    args.extend(rest.iter().map(|a| remap(a, &replaced)));
+                    &bn_target
+                }
             };
-            let mut args = vec![remap(&c.x, &replaced), w, b];
-            args.extend(c.params.rest.iter().map(|a| remap(a, &replaced)));
             args.push(c.add.map_or(Argument::None, |(_, r)| Argument::Node(*replaced.get(&r).unwrap_or(&r))));
             args.push(Argument::Str(c.act.map_or(Activation::None, |a| a.1).to_string().into()));
             gi.call_function(target.clone(), args).map_err(gerr)?

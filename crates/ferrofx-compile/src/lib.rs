@@ -7,7 +7,9 @@
 //! 1. the inference pipeline of `ferrofx-fx` (Conv/Linear+BatchNorm folding, DCE, CSE, ...);
 //! 2. activation leaves (`ReLU`, ...) become the registry ops they call, so they can fuse;
 //! 3. per input shape signature: shape propagation, then [`epilogue::fuse_conv_epilogue`]
-//!    (a convolution's residual add and activation become one `conv2d_fused` node), then
+//!    (a convolution's or a batch norm's residual add and activation become one
+//!    `conv2d_fused` / `batch_norm_fused` node) and [`relu_backward::fuse_relu_backward`]
+//!    (relu's gradient mask applied inside the max-pool and batch-norm backward kernels), then
 //!    [`fusion::fuse_elementwise`] (groups
 //!    of float32 elementwise ops become one `fused_elementwise` node carrying its expression
 //!    as data) and [`memory::plan_memory`] (arena offsets from liveness, peak memory).
@@ -23,6 +25,7 @@ pub mod fusion;
 pub mod inline;
 pub mod linear_weights;
 pub mod memory;
+pub mod relu_backward;
 pub mod training;
 
 pub use compiled::{
@@ -31,3 +34,4 @@ pub use compiled::{
 pub use epilogue::fuse_conv_epilogue;
 pub use fusion::{fuse_elementwise, plan_fusion, FusionPlan};
 pub use memory::{plan_memory, MemoryPlan};
+pub use relu_backward::fuse_relu_backward;

@@ -172,6 +172,27 @@ fn compiled_partition_halves_equal_eager_gradients_on_every_zoo_model() {
         example.push(Value::Tensor(Tensor::scalar(1.0f32)));
         let backward = compile(&p.backward, &example, opts).unwrap();
         drop(example);
+        if *name == "resnet18" {
+            // the fusions only a training graph allows: every batch norm → [add] → relu chain
+            // but the three whose add is taken by the downsample's batch norm (its in-place
+            // running statistics lie between), the inner relu of each block's backward masked
+            // inside the batch-norm backward (the block outputs' masked gradients also feed the
+            // identity path and stay materialised), the stem's inside the max-pool backward
+            let count = |m: &ferrofx_compile::CompiledModule, f: &dyn Fn(&ferrofx_fx::Node<'_>) -> bool| {
+                m.latest().unwrap().module.graph().iter().filter(|n| f(n)).count()
+            };
+            let target = |n: &ferrofx_fx::Node<'_>, t: &str| n.target().name() == t;
+            assert_eq!(count(&forward, &|n| target(n, "batch_norm_fused")), 17, "{name}: fused batch norms");
+            assert_eq!(count(&forward, &|n| target(n, "batch_norm")), 3, "{name}: plain batch norms");
+            let masked_bn = |n: &ferrofx_fx::Node<'_>| {
+                target(n, "batch_norm_backward") && n.args().get(7).is_some_and(|a| a.as_node().is_some())
+            };
+            assert_eq!(count(&backward, &masked_bn), 8, "{name}: batch-norm backwards with the relu mask");
+            let masked_pool = |n: &ferrofx_fx::Node<'_>| {
+                target(n, "max_pool2d_backward") && matches!(n.args().get(7), Some(ferrofx_fx::Argument::Bool(true)))
+            };
+            assert_eq!(count(&backward, &masked_pool), 1, "{name}: the stem's max-pool backward with the relu mask");
+        }
         for call in 0..2 {
             manual_seed(seed);
             let mut outs = forward.forward_values(&x).unwrap();

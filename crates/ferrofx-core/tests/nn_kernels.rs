@@ -1443,3 +1443,160 @@ fn conv2d_fused_errors_name_the_op_the_shapes_and_the_fix() {
     }
     assert_eq!(conv::Activation::parse("clamp(0, 6)").unwrap().to_string(), "relu6");
 }
+
+// ------------------------------------------------------------------------------------------
+// fused training kernels: batch_norm_fused, the relu mask of the max-pool and batch-norm
+// backward kernels (made by ferrofx-compile; each must equal its unfused chain bit for bit)
+// ------------------------------------------------------------------------------------------
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+/// Values with the special cases a mask or an activation must keep: zeros of both signs,
+/// NaN, infinities, and enough of them to take the parallel paths.
+fn special(n: usize, seed: u64) -> Vec<f32> {
+    let specials = [0.0f32, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-30, -1e-30];
+    rnd(n, seed)
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| if i % 97 == 5 { specials[(i / 97) % specials.len()] } else { v as f32 * 3.0 })
+        .collect()
+}
+
+#[test]
+fn batch_norm_fused_equals_batch_norm_then_add_and_activation_bit_for_bit() {
+    for (shape, training) in [(vec![2usize, 3, 5, 7], true), (vec![4, 16, 40, 40], true), (vec![3, 4, 6], false)] {
+        let c = shape[1];
+        let n: usize = shape.iter().product();
+        let x = t(rnd(n, 1).iter().map(|&v| v as f32 * 2.0 + 0.5).collect(), &shape);
+        let res = t(special(n, 2), &shape);
+        let w = t(rnd(c, 3).iter().map(|&v| v as f32).collect(), &[c]);
+        let b = t(rnd(c, 4).iter().map(|&v| v as f32).collect(), &[c]);
+        for (act, residual) in [("relu", true), ("relu", false), ("none", true), ("relu6", true)] {
+            let stats = |v: f32| (t(vec![v; c], &[c]), t(vec![1.0 + v; c], &[c]));
+            let ((rm1, rv1), (rm2, rv2)) = (stats(0.25), stats(0.25));
+            let bn_args = |rm: &Tensor, rv: &Tensor| -> Vec<Value> {
+                vec![
+                    (&x).into(),
+                    rm.into(),
+                    rv.into(),
+                    (&w).into(),
+                    (&b).into(),
+                    training.into(),
+                    0.1.into(),
+                    1e-5.into(),
+                ]
+            };
+            let mut y = call1("batch_norm", bn_args(&rm1, &rv1));
+            if residual {
+                y = call1("add", vec![(&y).into(), (&res).into()]);
+            }
+            let want = match act {
+                "relu" => call1("relu", vec![(&y).into()]),
+                "relu6" => call1("relu6", vec![(&y).into()]),
+                _ => y,
+            };
+            let mut args = bn_args(&rm2, &rv2);
+            args.push(if residual { (&res).into() } else { Value::None });
+            args.push(Value::Str(act.into()));
+            let got = call1("batch_norm_fused", args);
+            assert_eq!(bits(&got), bits(&want), "{shape:?} training={training} {act} residual={residual}");
+            // the side effect: the same running statistics
+            assert_eq!(bits(&rm2), bits(&rm1));
+            assert_eq!(bits(&rv2), bits(&rv1));
+        }
+    }
+}
+
+#[test]
+fn batch_norm_fused_rejects_other_dtypes_and_residual_shapes_with_the_fix() {
+    let x = t(vec![1.0; 2 * 3 * 4], &[2, 3, 4]);
+    let base = |res: Value| -> Vec<Value> {
+        vec![
+            (&x).into(),
+            Value::None,
+            Value::None,
+            Value::None,
+            Value::None,
+            true.into(),
+            0.1.into(),
+            1e-5.into(),
+            res,
+            Value::Str("relu".into()),
+        ]
+    };
+    let bad = t(vec![1.0; 3 * 4], &[3, 4]);
+    let e = op::call("batch_norm_fused", base((&bad).into()), vec![]).unwrap_err().to_string();
+    assert!(e.contains("batch_norm_fused") && e.contains("residual") && e.contains("separate add"), "{e}");
+    let x64 = x.to_dtype(DType::F64).unwrap();
+    let mut a = base(Value::None);
+    a[0] = (&x64).into();
+    let e = op::call("batch_norm_fused", a, vec![]).unwrap_err().to_string();
+    assert!(e.contains("float32 only") && e.contains("batch_norm and the add"), "{e}");
+    let mut a = base(Value::None);
+    a[9] = Value::Str("gelu".into());
+    let e = op::call("batch_norm_fused", a, vec![]).unwrap_err().to_string();
+    assert!(e.contains("unknown activation 'gelu'"), "{e}");
+}
+
+#[test]
+fn max_pool2d_backward_relu_mask_equals_the_separate_mask_bit_for_bit() {
+    let ints = |v: &[i64]| Value::from(v.to_vec());
+    for (shape, k, s, p) in [([2usize, 3, 9, 11], 3, 2, 1), ([4, 16, 56, 56], 3, 2, 1), ([1, 2, 8, 8], 2, 2, 0)] {
+        let n: usize = shape.iter().product();
+        // a relu output: non-negative values with many zeros (ties) and a NaN
+        let y: Vec<f32> = special(n, 7).iter().map(|&v| if v.is_nan() { v } else { v.max(0.0) }).collect();
+        let y = t(y, &shape);
+        let out = [shape[0], shape[1], (shape[2] + 2 * p - k) / s + 1, (shape[3] + 2 * p - k) / s + 1];
+        let g = t(special(out.iter().product(), 8), &out);
+        let args = |mask: bool| -> Vec<Value> {
+            vec![
+                (&g).into(),
+                (&y).into(),
+                ints(&[k as i64; 2]),
+                ints(&[s as i64; 2]),
+                ints(&[p as i64; 2]),
+                ints(&[1, 1]),
+                false.into(),
+                mask.into(),
+            ]
+        };
+        let unmasked = call1("max_pool2d_backward", args(false));
+        let gt = call1("gt", vec![(&y).into(), Value::Float(0.0)]);
+        let want = call1("mul", vec![(&unmasked).into(), (&gt).into()]);
+        let got = call1("max_pool2d_backward", args(true));
+        assert_eq!(bits(&got), bits(&want), "{shape:?}");
+    }
+}
+
+#[test]
+fn batch_norm_backward_relu_output_equals_the_masked_gradient_bit_for_bit() {
+    for shape in [vec![2usize, 3, 5, 7], vec![4, 16, 40, 40]] {
+        let c = shape[1];
+        let n: usize = shape.iter().product();
+        let x = t(rnd(n, 11).iter().map(|&v| v as f32 * 2.0 - 0.25).collect(), &shape);
+        let w = t(rnd(c, 12).iter().map(|&v| v as f32).collect(), &[c]);
+        let y = t(special(n, 13).iter().map(|&v| if v.is_nan() { v } else { v.max(-0.0) }).collect(), &shape);
+        let g = t(special(n, 14), &shape);
+        let bwd = |grad: &Tensor, y: Option<&Tensor>| -> Vec<Tensor> {
+            let mut a: Vec<Value> =
+                vec![grad.into(), true.into(), true.into(), true.into(), (&x).into(), (&w).into(), 1e-5.into()];
+            a.push(y.map_or(Value::None, Value::from));
+            op::call("batch_norm_backward", a, vec![]).unwrap().into_iter().collect()
+        };
+        let gt = call1("gt", vec![(&y).into(), Value::Float(0.0)]);
+        let masked = call1("mul", vec![(&g).into(), (&gt).into()]);
+        let want = bwd(&masked, None);
+        let got = bwd(&g, Some(&y));
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(bits(a), bits(b), "{shape:?} output {i}");
+        }
+    }
+    let x = t(vec![1.0; 24], &[2, 3, 4]);
+    let y = t(vec![1.0; 12], &[3, 4]);
+    let a: Vec<Value> =
+        vec![(&x).into(), true.into(), false.into(), false.into(), (&x).into(), Value::None, 1e-5.into(), (&y).into()];
+    let e = op::call("batch_norm_backward", a, vec![]).unwrap_err().to_string();
+    assert!(e.contains("relu_output of shape [3, 4] does not match the input [2, 3, 4]"), "{e}");
+}

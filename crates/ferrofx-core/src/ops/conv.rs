@@ -46,6 +46,7 @@ mod direct;
 mod epilogue;
 mod pointwise;
 mod winograd;
+pub(crate) use epilogue::apply_block;
 use epilogue::Epilogue;
 pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};

@@ -19,6 +19,7 @@ use crate::op::args::{bool_, float, int, ints, opt_tensor, tensor};
 use crate::op::{
     dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, OpDef, Outputs, Saves,
 };
+use crate::ops::conv::{apply_block, Activation};
 use crate::ops::kernel::{self, PAR_THRESHOLD};
 use crate::ops::linalg::{dtype_title, is_half};
 use crate::ops::simd::simd_dispatch;
@@ -143,6 +144,14 @@ simd_dispatch! {
     }
 }
 
+/// `f` on the contiguous elements of `t`, or on `None` without a tensor.
+fn with_opt_contiguous<E: Element, R>(op: &str, t: Option<&Tensor>, f: impl FnOnce(Option<&[E]>) -> R) -> Result<R> {
+    match t {
+        Some(t) => t.with_contiguous::<E, _>(op, |v| f(Some(v))),
+        None => Ok(f(None)),
+    }
+}
+
 fn f64_vec(op: &str, t: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
     t.map(|t| kernel::to_f64_vec(t).map_err(|e| e.in_op(op))).transpose()
 }
@@ -212,7 +221,19 @@ fn bn_args<'a>(args: &'a [Value]) -> Result<BnArgs<'a>> {
 }
 
 fn bn_kernel(args: &[Value]) -> Result<Outputs> {
-    let op = "batch_norm";
+    bn_run("batch_norm", args, None)
+}
+
+/// What `batch_norm_fused` applies to each plane of the normalised output while it is in
+/// cache: `act(y + residual)` (float32 only; the residual has the output's shape).
+struct BnEpilogue<'a> {
+    residual: Option<&'a [f32]>,
+    act: Activation,
+}
+
+/// `batch_norm` (and, with `epi`, `batch_norm_fused`): statistics, normalisation plane by
+/// plane, then the running statistics.
+fn bn_run(op: &str, args: &[Value], epi: Option<&BnEpilogue<'_>>) -> Result<Outputs> {
     let a = bn_args(args)?;
     let dt = a.x.dtype();
     let x = if is_half(dt) { kernel::cast(a.x, DType::F32)? } else { a.x.clone() };
@@ -222,6 +243,12 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
     let w = f64_vec(op, a.w)?;
     let b = f64_vec(op, a.b)?;
     let xt = x.dtype();
+    if epi.is_some() && xt != DType::F32 {
+        return Err(Error::dtype(
+            op,
+            format!("{op} computes float32 only, got {xt:?}; use batch_norm and the add and activation ops"),
+        ));
+    }
     let (out, mean, var) = crate::match_dtype!(xt, E => x.with_contiguous::<E, _>(op, |xs| -> Result<(Tensor, Vec<f64>, Vec<f64>)> {
         // per-channel mean and invstd
         let (mean, var): (Vec<f64>, Vec<f64>) = if a.training {
@@ -241,6 +268,14 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
         let row = |(r, o): (usize, &mut [MaybeUninit<E>])| {
             let ch = r % c;
             scale_shift::<E>(o, &xs[r * sp..(r + 1) * sp], scale[ch], shift[ch]);
+            if let Some(e) = epi {
+                if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>() {
+                    // SAFETY: E is f32 (checked just above), and scale_shift wrote every
+                    // element of `o`
+                    let seg = unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr() as *mut f32, o.len()) };
+                    apply_block(seg, e.residual.map(|res| &res[r * sp..(r + 1) * sp]), e.act);
+                }
+            }
         };
         if sp > 0 {
             if xs.len() >= PAR_THRESHOLD { spare.par_chunks_mut(sp).enumerate().for_each(row) } else { spare.chunks_mut(sp).enumerate().for_each(row) }
@@ -272,6 +307,52 @@ fn bn_kernel(args: &[Value]) -> Result<Outputs> {
     Ok(smallvec![out])
 }
 
+/// The residual and activation of a `batch_norm_fused` call, checked against the input.
+fn bn_fused_epilogue_args(args: &[Value]) -> Result<(Option<&Tensor>, Activation)> {
+    const OP: &str = "batch_norm_fused";
+    let x = tensor(OP, args, 0)?;
+    if x.dtype() != DType::F32 {
+        return Err(Error::dtype(
+            OP,
+            format!(
+                "batch_norm_fused computes float32 only, got {:?}; use batch_norm and the add and activation ops",
+                x.dtype()
+            ),
+        ));
+    }
+    let act = match args.get(9) {
+        None => Activation::None,
+        Some(_) => Activation::parse(crate::op::args::str_(OP, args, 9)?).map_err(|e| e.in_op(OP))?,
+    };
+    let res = opt_tensor(OP, args, 8)?;
+    if let Some(r) = res {
+        if r.shape() != x.shape() || r.dtype() != DType::F32 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "the residual must be float32 of the input's shape {:?}, got {:?} {:?}; add a broadcast residual with a separate add",
+                    x.shape(),
+                    r.dtype(),
+                    r.shape()
+                ),
+            ));
+        }
+    }
+    Ok((res, act))
+}
+
+fn bn_fused_kernel(args: &[Value]) -> Result<Outputs> {
+    const OP: &str = "batch_norm_fused";
+    let (res, act) = bn_fused_epilogue_args(args)?;
+    match res {
+        Some(r) => {
+            let r = kernel::contiguous(r)?;
+            r.with_contiguous::<f32, _>(OP, |rs| bn_run(OP, args, Some(&BnEpilogue { residual: Some(rs), act })))?
+        }
+        None => bn_run(OP, args, Some(&BnEpilogue { residual: None, act })),
+    }
+}
+
 /// Per channel: (sum of `gy * xhat` = the weight gradient, sum of `gy` = the bias gradient).
 type ParamGrads = (f64, f64);
 
@@ -288,6 +369,7 @@ pub(crate) fn batch_norm_train_grads(
     need_input: bool,
     need_weight: bool,
     need_bias: bool,
+    relu_output: Option<&Tensor>,
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let op = "batch_norm";
     let dt = x.dtype();
@@ -297,9 +379,23 @@ pub(crate) fn batch_norm_train_grads(
             format!("gradient of shape {:?} does not match the input {:?}", gy.shape(), x.shape()),
         ));
     }
+    if let Some(y) = relu_output {
+        if y.shape() != x.shape() {
+            return Err(Error::shape(
+                "batch_norm_backward",
+                format!("relu_output of shape {:?} does not match the input {:?}", y.shape(), x.shape()),
+            ));
+        }
+    }
     let work = if is_half(dt) { DType::F32 } else { dt };
     let xw = if x.dtype() != work { kernel::cast(x, work)? } else { kernel::contiguous(x)? };
     let gw_ = if gy.dtype() != work { kernel::cast(gy, work)? } else { kernel::contiguous(gy)? };
+    // the relu output whose mask multiplies the gradient (empty: none), in the working dtype
+    let yw = match relu_output {
+        Some(y) if y.dtype() != work => Some(kernel::cast(y, work)?),
+        Some(y) => Some(kernel::contiguous(y)?),
+        None => None,
+    };
     let s = x.shape().to_vec();
     let (n, c) = (s[0], s[1]);
     let sp: usize = s[2..].iter().product();
@@ -307,13 +403,29 @@ pub(crate) fn batch_norm_train_grads(
     let wv = f64_vec(op, w)?;
     let (gx, params) = crate::match_dtype!(work, E => xw.with_contiguous::<E, _>(op, |xs| {
         gw_.with_contiguous::<E, _>(op, |gs| -> Result<(Option<Tensor>, Vec<ParamGrads>)> {
+          with_opt_contiguous::<E, _>(op, yw.as_ref(), |ys| -> Result<(Option<Tensor>, Vec<ParamGrads>)> {
+            // the gradient of plane range `r`: `gy`, or `gy` masked by the relu output (into
+            // `tmp`, in cache)
+            let grad = |r: std::ops::Range<usize>, tmp: &mut Vec<E>| -> bool {
+                match ys {
+                    Some(ys) => {
+                        tmp.clear();
+                        tmp.extend_from_slice(&gs[r.clone()]);
+                        crate::ops::pool::relu_mask_in_place(tmp, &ys[r]);
+                        true
+                    }
+                    None => false,
+                }
+            };
             // per channel: (mean, sum of gy, sum of gy * (x - mean)), and the biased variance
             let chan = |ch: usize| {
                 let planes = (0..n).map(move |i| (i * c + ch) * sp..(i * c + ch + 1) * sp);
                 let k = xs.get(ch * sp).map_or(0.0, |v| v.to_f64());
                 let mut acc = [[0f64; LANES]; 4];
+                let mut tmp = Vec::new();
                 for r in planes {
-                    grad_sums::<E>(&xs[r.clone()], &gs[r], k, &mut acc);
+                    let g = if grad(r.clone(), &mut tmp) { &tmp[..] } else { &gs[r.clone()] };
+                    grad_sums::<E>(&xs[r], g, k, &mut acc);
                 }
                 let [sd, sdd, sg, sgd] = acc.map(|a| a.iter().sum::<f64>());
                 let count = (n * sp) as f64;
@@ -343,13 +455,17 @@ pub(crate) fn batch_norm_train_grads(
             let spare = &mut out.spare_capacity_mut()[..xs.len()];
             let row = |(r, o): (usize, &mut [MaybeUninit<E>])| {
                 let (a, b, k) = coef[r % c];
-                affine2::<E>(o, &gs[r * sp..(r + 1) * sp], &xs[r * sp..(r + 1) * sp], a, b, k);
+                let mut tmp = Vec::new();
+                let pr = r * sp..(r + 1) * sp;
+                let g = if grad(pr.clone(), &mut tmp) { &tmp[..] } else { &gs[pr.clone()] };
+                affine2::<E>(o, g, &xs[pr], a, b, k);
             };
             if xs.len() >= PAR_THRESHOLD { spare.par_chunks_mut(sp).enumerate().for_each(row) } else { spare.chunks_mut(sp).enumerate().for_each(row) }
             // SAFETY: alloc_uninit reserved xs.len() elements and the planes of `sp > 0`
             // elements (checked above) cover all of them.
             unsafe { out.set_len(xs.len()) };
             Ok((Some(Tensor::from_vec(out, &s)?), params))
+          })?
         })
     })???);
     let back = |t: Tensor| if t.dtype() != dt { kernel::cast(&t, dt) } else { Ok(t) };
@@ -397,6 +513,43 @@ pub static BATCH_NORM: OpDef = OpDef {
     backward: Some(crate::autograd::formulas::nn::batch_norm_backward),
     saves: Saves { inputs: 15, outputs: 0 },
     doc: "Batch normalisation; in training mode updates running_mean/running_var in place.",
+};
+
+/// `batch_norm_fused(input, running_mean, running_var, weight, bias, training, momentum, eps,
+/// residual, activation)`: `act(batch_norm(...) + residual)` with the add and the activation
+/// applied to each normalised (image, channel) plane while it is in cache, instead of by
+/// separate kernels that read and write the whole activation again. Made by
+/// `ferrofx-compile`'s epilogue pass for the `batch_norm → [add] → relu` chains of training
+/// graphs (where BatchNorm cannot be folded into the convolution); float32 only; same side
+/// effect as `batch_norm` (the running statistics, in training mode). `activation` is one of
+/// [`Activation::parse`]'s texts. The result equals the unfused chain bit for bit (the same
+/// float32 add and activation on the same normalised values).
+pub static BATCH_NORM_FUSED: OpDef = OpDef {
+    name: "batch_norm_fused",
+    schema: &[
+        ArgSpec::req("input", T::Tensor),
+        ArgSpec::req("running_mean", T::OptTensor),
+        ArgSpec::req("running_var", T::OptTensor),
+        ArgSpec::opt("weight", T::OptTensor, D::None),
+        ArgSpec::opt("bias", T::OptTensor, D::None),
+        ArgSpec::opt("training", T::Bool, D::Bool(false)),
+        ArgSpec::opt("momentum", T::Float, D::Float(0.1)),
+        ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+        ArgSpec::opt("residual", T::OptTensor, D::None),
+        ArgSpec::opt("activation", T::Str, D::Str("none")),
+    ],
+    meta: |args| {
+        let a = bn_args(args)?;
+        bn_fused_epilogue_args(args)?;
+        Ok(smallvec![TensorMeta::contiguous(a.x.shape(), a.x.dtype())])
+    },
+    kernel: bn_fused_kernel,
+    cost: norm_cost,
+    effect: Effect::Mutates(1),
+    category: Category::Normalization,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "Batch normalisation with a residual add and an activation applied per plane in one kernel (made by ferrofx-compile's epilogue fusion).",
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -628,7 +781,7 @@ pub static GROUP_NORM: OpDef = OpDef {
 };
 
 /// The ops of this family.
-pub(crate) static OPS: &[&OpDef] = &[&BATCH_NORM, &LAYER_NORM, &GROUP_NORM];
+pub(crate) static OPS: &[&OpDef] = &[&BATCH_NORM, &BATCH_NORM_FUSED, &LAYER_NORM, &GROUP_NORM];
 
 // ---------------------------------------------------------------------------------------------
 // Public API

@@ -406,7 +406,7 @@ fn window_max<T: Element>(g: &PoolGeom, xp: &[T], oh: usize, ow: usize) -> (T, u
 /// output's gradient added at its window's argmax, found by the same scan as the forward's
 /// indices, in one pass per plane (no index tensor, no scatter). The backward formula uses it
 /// when backward records no graph (`create_graph=False`).
-pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tensor) -> Result<Tensor> {
+pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tensor, relu_mask: bool) -> Result<Tensor> {
     let a = max_args(op, nd, args, true)?;
     let x = tensor(op, args, 0)?;
     let g = &a.g;
@@ -421,10 +421,18 @@ pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tens
     let gy = if gy.dtype() != dt { gy.to_dtype(dt)? } else { gy.clone() };
     crate::match_dtype!(dt, E => {
         let v = x.with_contiguous::<E, _>(op, |xs| {
-            gy.with_contiguous::<E, _>(op, |gs| {
+            gy.with_contiguous::<E, _>(op, |gs| -> Result<Vec<E>> {
                 let plane_in = g.h * g.w;
-                let mut gx = vec![E::default(); xs.len()];
-                let run = |(p, gp): (usize, &mut [E])| {
+                // not zero-filled here: each plane is zeroed by its own task, in cache right
+                // before its gradients are added (a zeroed allocation is one more pass over
+                // memory, on one thread)
+                let mut gx: Vec<E> = crate::memory::alloc_uninit(op, x.shape())?;
+                let run = |(p, gp): (usize, &mut [std::mem::MaybeUninit<E>])| {
+                    for v in gp.iter_mut() {
+                        v.write(E::default());
+                    }
+                    // SAFETY: every element of the plane was initialised just above
+                    let gp = unsafe { &mut *(gp as *mut [std::mem::MaybeUninit<E>] as *mut [E]) };
                     let xp = &xs[p * plane_in..(p + 1) * plane_in];
                     let gyp = &gs[p * plane_out..(p + 1) * plane_out];
                     let mut scan = ArgmaxScan::new(g, xp);
@@ -436,19 +444,39 @@ pub(crate) fn max_pool_grad_input(op: &str, nd: usize, args: &[Value], gy: &Tens
                             gp[i] = E::from_f64(gp[i].to_f64() + gv.to_f64());
                         }
                     }
+                    if relu_mask {
+                        relu_mask_in_place(gp, xp);
+                    }
                 };
+                let spare = &mut gx.spare_capacity_mut()[..xs.len()];
                 if plane_in > 0 {
                     if xs.len() >= PAR_THRESHOLD && rayon::current_thread_index().is_none() {
-                        gx.par_chunks_mut(plane_in).enumerate().for_each(run);
+                        spare.par_chunks_mut(plane_in).enumerate().for_each(run);
                     } else {
-                        gx.chunks_mut(plane_in).enumerate().for_each(run);
+                        spare.chunks_mut(plane_in).enumerate().for_each(run);
                     }
                 }
-                gx
+                // SAFETY: alloc_uninit reserved xs.len() elements; the planes of `plane_in`
+                // elements cover all of them (none when plane_in == 0, then xs is empty)
+                unsafe { gx.set_len(xs.len()) };
+                Ok(gx)
             })
-        })??;
+        })???;
         Tensor::from_vec(v, x.shape())
     })
+}
+
+simd_dispatch! {
+    /// `g[i] *= (x[i] > 0) as 1.0 / 0.0`: the backward of the `relu` whose output is `x`, as
+    /// the unfused graph computes it (`mul(grad, gt(x, 0))`, so a NaN or infinite gradient
+    /// where `x <= 0` gives NaN, and a negative one -0.0, exactly as there).
+    pub(crate) fn relu_mask_in_place<T: Element>(g: &mut [T], x: &[T]) {
+        for (gv, &xv) in g.iter_mut().zip(x) {
+            let keep = xv > T::default();
+            let masked = T::from_f64(gv.to_f64() * 0.0);
+            *gv = if keep { *gv } else { masked };
+        }
+    }
 }
 
 simd_dispatch! {
@@ -457,7 +485,9 @@ simd_dispatch! {
     /// baseline SSE2 has no blend, and its compare-selects become a branch per lane).
     fn select_max<T: Element>(b: &mut [T], bi: &mut [u32], src: &[T], base: u32, step: u32) {
         for (k, ((bv, bix), &v)) in b.iter_mut().zip(bi.iter_mut()).zip(src).enumerate() {
-            let take = v > *bv || is_nan(v);
+            // `|`, not `||`: no short-circuit branch, so the remainder lanes (and the whole loop
+            // where it is not vectorised) are selects rather than unpredictable branches
+            let take = (v > *bv) | is_nan(v);
             *bv = if take { v } else { *bv };
             *bix = if take { base + k as u32 * step } else { *bix };
         }

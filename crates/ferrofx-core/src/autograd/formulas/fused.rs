@@ -83,8 +83,12 @@ conv_backward_op!(CONV1D_BACKWARD, "conv1d_backward", "conv1d", 1, crate::ops::c
 conv_backward_op!(CONV2D_BACKWARD, "conv2d_backward", "conv2d", 2, crate::ops::conv::CONV2D, &[1, 1], &[0, 0], &[1, 1]);
 
 /// Gradients of training-mode `batch_norm` (batch statistics):
-/// `(grad_output, need_input, need_weight, need_bias, input, weight, eps)` → the wanted ones of
-/// `(grad_input, grad_weight, grad_bias)`.
+/// `(grad_output, need_input, need_weight, need_bias, input, weight, eps, relu_output)` → the
+/// wanted ones of `(grad_input, grad_weight, grad_bias)`. With `relu_output` (a tensor of the
+/// input's shape) `grad_output` is first multiplied by `relu_output > 0` (as 1.0 / 0.0): the
+/// backward of a `relu` applied to the normalised output, fused into both passes over the
+/// gradient (made by `ferrofx-compile` for training graphs; equal bit for bit to the separate
+/// `mul(grad, gt(relu_output, 0))`).
 pub static BATCH_NORM_BACKWARD: OpDef = OpDef {
     name: "batch_norm_backward",
     schema: &[
@@ -95,6 +99,7 @@ pub static BATCH_NORM_BACKWARD: OpDef = OpDef {
         ArgSpec::req("input", T::Tensor),
         ArgSpec::opt("weight", T::OptTensor, D::None),
         ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+        ArgSpec::opt("relu_output", T::OptTensor, D::None),
     ],
     meta: |a| {
         let op = "batch_norm_backward";
@@ -110,7 +115,9 @@ pub static BATCH_NORM_BACKWARD: OpDef = OpDef {
         let op = "batch_norm_backward";
         let (ni, nw, nb) = (bool_(op, a, 1)?, bool_(op, a, 2)?, bool_(op, a, 3)?);
         let (g, x, w, eps) = (tensor(op, a, 0)?, tensor(op, a, 4)?, opt_tensor(op, a, 5)?, float(op, a, 6)?);
-        let (gx, gw, gb) = crate::ops::norm::batch_norm_train_grads(x, g, w, eps, ni, nw && w.is_some(), nb)?;
+        let relu_output = if a.len() > 7 { opt_tensor(op, a, 7)? } else { None };
+        let (gx, gw, gb) =
+            crate::ops::norm::batch_norm_train_grads(x, g, w, eps, ni, nw && w.is_some(), nb, relu_output)?;
         wanted([gx.filter(|_| ni), gw.filter(|_| nw), gb.filter(|_| nb)].into_iter().filter(|t| t.is_some()), op)
     },
     cost: |a, outs| {
@@ -126,7 +133,11 @@ pub static BATCH_NORM_BACKWARD: OpDef = OpDef {
 
 macro_rules! max_pool_backward_op {
     ($static:ident, $name:literal, $fwd:literal, $nd:expr, $p:expr, $d:expr) => {
-        /// Input gradient of max pooling: `(grad_output, <the pooling's arguments>)`.
+        /// Input gradient of max pooling: `(grad_output, <the pooling's arguments>,
+        /// relu_mask)`. With `relu_mask` the gradient is multiplied by `input > 0` (as 1.0 /
+        /// 0.0), the backward of the `relu` that produced the pooling's input, on each plane
+        /// while it is in cache (made by `ferrofx-compile` for training graphs; equal bit for
+        /// bit to the separate `mul(grad, gt(input, 0))`).
         pub static $static: OpDef = OpDef {
             name: $name,
             schema: &[
@@ -137,6 +148,7 @@ macro_rules! max_pool_backward_op {
                 ArgSpec::opt("padding", T::IntList, D::Ints($p)),
                 ArgSpec::opt("dilation", T::IntList, D::Ints($d)),
                 ArgSpec::opt("ceil_mode", T::Bool, D::Bool(false)),
+                ArgSpec::opt("relu_mask", T::Bool, D::Bool(false)),
             ],
             meta: |a| {
                 let x = tensor($name, a, 1)?;
@@ -144,7 +156,9 @@ macro_rules! max_pool_backward_op {
             },
             kernel: |a| {
                 let g = tensor($name, a, 0)?;
-                Ok(smallvec::smallvec![crate::ops::pool::max_pool_grad_input($fwd, $nd, &a[1..], g)?])
+                let relu_mask = a.len() > 7 && bool_($name, a, 7)?;
+                let pool = &a[1..a.len().min(7)];
+                Ok(smallvec::smallvec![crate::ops::pool::max_pool_grad_input($fwd, $nd, pool, g, relu_mask)?])
             },
             cost: cost_elementwise,
             effect: Effect::Pure,

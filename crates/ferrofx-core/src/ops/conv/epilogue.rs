@@ -139,7 +139,7 @@ fn act_f(act: Activation, x: f32) -> f32 {
 
 simd_dispatch! {
     /// `seg[i] = act(seg[i] + res[i])` (or `act(seg[i])` without a residual).
-    fn apply_block(seg: &mut [f32], res: Option<&[f32]>, act: Activation) {
+    pub(crate) fn apply_block(seg: &mut [f32], res: Option<&[f32]>, act: Activation) {
         macro_rules! each {
             ($f:expr) => {
                 match res {
