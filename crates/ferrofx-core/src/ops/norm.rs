@@ -124,6 +124,47 @@ simd_dispatch! {
     }
 }
 
+/// `g` masked by the relu output `y`, as the unfused graph's `mul(g, gt(y, 0))` computes it
+/// (times 1.0 or 0.0 in `T`: a NaN or infinite gradient where `y <= 0` gives NaN), in f64.
+#[inline(always)]
+fn masked<T: Element>(g: T, y: T) -> f64 {
+    let keep = y > T::default();
+    let gz = T::from_f64(g.to_f64() * 0.0);
+    (if keep { g } else { gz }).to_f64()
+}
+
+simd_dispatch! {
+    /// [`grad_sums`] of the gradient `g` masked by the relu output `y` (see [`masked`]).
+    fn grad_sums_masked<T: Element>(x: &[T], g: &[T], y: &[T], k: f64, acc: &mut [[f64; LANES]; 4]) {
+        let (mut xb, mut gb, mut yb) = (x.chunks_exact(LANES), g.chunks_exact(LANES), y.chunks_exact(LANES));
+        for ((xs, gs), ys) in (&mut xb).zip(&mut gb).zip(&mut yb) {
+            for l in 0..LANES {
+                let (d, gv) = (xs[l].to_f64() - k, masked(gs[l], ys[l]));
+                acc[0][l] += d;
+                acc[1][l] += d * d;
+                acc[2][l] += gv;
+                acc[3][l] += gv * d;
+            }
+        }
+        for (l, ((xv, gv), yv)) in xb.remainder().iter().zip(gb.remainder()).zip(yb.remainder()).enumerate() {
+            let (d, gv) = (xv.to_f64() - k, masked(*gv, *yv));
+            acc[0][l] += d;
+            acc[1][l] += d * d;
+            acc[2][l] += gv;
+            acc[3][l] += gv * d;
+        }
+    }
+}
+
+simd_dispatch! {
+    /// [`affine2`] of the gradient `g` masked by the relu output `y` (see [`masked`]).
+    fn affine2_masked<T: Element>(out: &mut [MaybeUninit<T>], g: &[T], y: &[T], x: &[T], a: f64, b: f64, k: f64) {
+        for (((o, &gv), &yv), &xv) in out.iter_mut().zip(g).zip(y).zip(x) {
+            o.write(T::from_f64(a * masked(gv, yv) + b * xv.to_f64() + k));
+        }
+    }
+}
+
 simd_dispatch! {
     /// `out = x * scale + shift` (the batch-norm forward of one plane), computed in f64;
     /// writes every element of `out` (which may be uninitialised).
@@ -267,13 +308,22 @@ fn bn_run(op: &str, args: &[Value], epi: Option<&BnEpilogue<'_>>) -> Result<Outp
         let spare = &mut out.spare_capacity_mut()[..xs.len()];
         let row = |(r, o): (usize, &mut [MaybeUninit<E>])| {
             let ch = r % c;
-            scale_shift::<E>(o, &xs[r * sp..(r + 1) * sp], scale[ch], shift[ch]);
-            if let Some(e) = epi {
-                if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>() {
-                    // SAFETY: E is f32 (checked just above), and scale_shift wrote every
-                    // element of `o`
-                    let seg = unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr() as *mut f32, o.len()) };
-                    apply_block(seg, e.residual.map(|res| &res[r * sp..(r + 1) * sp]), e.act);
+            let xp = &xs[r * sp..(r + 1) * sp];
+            match epi {
+                None => scale_shift::<E>(o, xp, scale[ch], shift[ch]),
+                Some(e) => {
+                    // in chunks that stay in L1 between the normalisation and the epilogue
+                    const CHUNK: usize = 1024;
+                    for (i, (oc, xc)) in o.chunks_mut(CHUNK).zip(xp.chunks(CHUNK)).enumerate() {
+                        scale_shift::<E>(oc, xc, scale[ch], shift[ch]);
+                        if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>() {
+                            // SAFETY: E is f32 (checked just above), and scale_shift wrote
+                            // every element of `oc`
+                            let seg = unsafe { std::slice::from_raw_parts_mut(oc.as_mut_ptr() as *mut f32, oc.len()) };
+                            let at = r * sp + i * CHUNK;
+                            apply_block(seg, e.residual.map(|res| &res[at..at + seg.len()]), e.act);
+                        }
+                    }
                 }
             }
         };
@@ -404,28 +454,16 @@ pub(crate) fn batch_norm_train_grads(
     let (gx, params) = crate::match_dtype!(work, E => xw.with_contiguous::<E, _>(op, |xs| {
         gw_.with_contiguous::<E, _>(op, |gs| -> Result<(Option<Tensor>, Vec<ParamGrads>)> {
           with_opt_contiguous::<E, _>(op, yw.as_ref(), |ys| -> Result<(Option<Tensor>, Vec<ParamGrads>)> {
-            // the gradient of plane range `r`: `gy`, or `gy` masked by the relu output (into
-            // `tmp`, in cache)
-            let grad = |r: std::ops::Range<usize>, tmp: &mut Vec<E>| -> bool {
-                match ys {
-                    Some(ys) => {
-                        tmp.clear();
-                        tmp.extend_from_slice(&gs[r.clone()]);
-                        crate::ops::pool::relu_mask_in_place(tmp, &ys[r]);
-                        true
-                    }
-                    None => false,
-                }
-            };
             // per channel: (mean, sum of gy, sum of gy * (x - mean)), and the biased variance
             let chan = |ch: usize| {
                 let planes = (0..n).map(move |i| (i * c + ch) * sp..(i * c + ch + 1) * sp);
                 let k = xs.get(ch * sp).map_or(0.0, |v| v.to_f64());
                 let mut acc = [[0f64; LANES]; 4];
-                let mut tmp = Vec::new();
                 for r in planes {
-                    let g = if grad(r.clone(), &mut tmp) { &tmp[..] } else { &gs[r.clone()] };
-                    grad_sums::<E>(&xs[r], g, k, &mut acc);
+                    match ys {
+                        Some(ys) => grad_sums_masked::<E>(&xs[r.clone()], &gs[r.clone()], &ys[r], k, &mut acc),
+                        None => grad_sums::<E>(&xs[r.clone()], &gs[r], k, &mut acc),
+                    }
                 }
                 let [sd, sdd, sg, sgd] = acc.map(|a| a.iter().sum::<f64>());
                 let count = (n * sp) as f64;
@@ -455,10 +493,11 @@ pub(crate) fn batch_norm_train_grads(
             let spare = &mut out.spare_capacity_mut()[..xs.len()];
             let row = |(r, o): (usize, &mut [MaybeUninit<E>])| {
                 let (a, b, k) = coef[r % c];
-                let mut tmp = Vec::new();
                 let pr = r * sp..(r + 1) * sp;
-                let g = if grad(pr.clone(), &mut tmp) { &tmp[..] } else { &gs[pr.clone()] };
-                affine2::<E>(o, g, &xs[pr], a, b, k);
+                match ys {
+                    Some(ys) => affine2_masked::<E>(o, &gs[pr.clone()], &ys[pr.clone()], &xs[pr], a, b, k),
+                    None => affine2::<E>(o, &gs[pr.clone()], &xs[pr], a, b, k),
+                }
             };
             if xs.len() >= PAR_THRESHOLD { spare.par_chunks_mut(sp).enumerate().for_each(row) } else { spare.chunks_mut(sp).enumerate().for_each(row) }
             // SAFETY: alloc_uninit reserved xs.len() elements and the planes of `sp > 0`

@@ -470,7 +470,7 @@ simd_dispatch! {
     /// `g[i] *= (x[i] > 0) as 1.0 / 0.0`: the backward of the `relu` whose output is `x`, as
     /// the unfused graph computes it (`mul(grad, gt(x, 0))`, so a NaN or infinite gradient
     /// where `x <= 0` gives NaN, and a negative one -0.0, exactly as there).
-    pub(crate) fn relu_mask_in_place<T: Element>(g: &mut [T], x: &[T]) {
+    fn relu_mask_in_place<T: Element>(g: &mut [T], x: &[T]) {
         for (gv, &xv) in g.iter_mut().zip(x) {
             let keep = xv > T::default();
             let masked = T::from_f64(gv.to_f64() * 0.0);
