@@ -88,6 +88,13 @@ struct OutPtr(*mut u8);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// The byte `off` of the output (a method, so closures capture the `Sync` wrapper).
+    fn at(&self, off: usize) -> *mut u8 {
+        self.0.wrapping_add(off)
+    }
+}
+
 /// Runs the convolution of the packed images `xp` (`plan.image_bytes` each) into `out`
 /// (`N x OC x OH x OW`). Requires `Path::Vnni` and `applies(g)`.
 pub(super) fn run(g: &Geom, plan: &Plan, xp: &[u8], pw: &PackedWeight, rq: &RequantParams, out: &mut [u8]) {
@@ -118,7 +125,6 @@ pub(super) fn run(g: &Geom, plan: &Plan, xp: &[u8], pw: &PackedWeight, rq: &Requ
     let dst = OutPtr(out.as_mut_ptr());
     // panel-major: the consecutive items a thread takes share their weight panel (in L2)
     (0..g.n * panels * chunks).into_par_iter().for_each(|it| {
-        let dst = dst;
         let (jb, rest) = (it / (g.n * chunks), it % (g.n * chunks));
         let (i, ch) = (rest / chunks, rest % chunks);
         let (o0, o1) = (ch * chunk_px, ((ch + 1) * chunk_px).min(p));
@@ -127,7 +133,7 @@ pub(super) fn run(g: &Geom, plan: &Plan, xp: &[u8], pw: &PackedWeight, rq: &Requ
         // SAFETY: `Path::Vnni` (the caller's condition) means the CPU has AVX-512 F/BW/VL/VNNI;
         // reads are bounded as asserted above; the item writes channels `j0..j0 + 64` (< OC)
         // and pixels `o0..o1` (< OH * OW) of image `i`, which no other item writes.
-        unsafe { vnni::item(a.as_ptr(), g, plan, pw, &rq, j0, o0, o1, dst.0.add(i * g.oc * p)) };
+        unsafe { vnni::item(a.as_ptr(), g, plan, pw, &rq, j0, o0, o1, dst.at(i * g.oc * p)) };
     });
 }
 
