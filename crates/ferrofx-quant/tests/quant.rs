@@ -798,7 +798,7 @@ fn packed_linear_weights_are_cached_and_follow_writes_and_views() {
 fn resnet_shaped_convs_on_every_kernel_equal_the_reference() {
     // the register tiles' full sizes and tails (channels past 8, pixels past 48), multi-row
     // pixel vectors (7-wide rows), stride-2 phases, 1x1 and 7x7 kernels, batch 1 split over
-    // channel blocks and batch 3 over images
+    // channel blocks and batch 3 over images; the channels-in-lanes tile of small planes
     type ConvCase = ([usize; 4], [usize; 4], [i64; 2], [i64; 2]); // input, weight, stride, padding
     let cases: &[ConvCase] = &[
         ([1, 3, 40, 38], [16, 3, 7, 7], [2, 2], [3, 3]),
@@ -807,6 +807,19 @@ fn resnet_shaped_convs_on_every_kernel_equal_the_reference() {
         ([1, 48, 15, 15], [27, 48, 3, 3], [2, 2], [1, 1]),
         ([2, 40, 14, 14], [64, 40, 1, 1], [2, 2], [0, 0]),
         ([1, 36, 9, 10], [130, 36, 1, 1], [1, 1], [0, 0]),
+        // the channels-in-lanes tile (output planes up to 256 pixels): several 64-channel
+        // panels, a 16..48-wide last panel, pixel runs split over threads (batch 1), the last
+        // tile of a run shorter than 6 pixels, stride 2, the largest plane it takes
+        ([2, 512, 7, 7], [512, 512, 3, 3], [1, 1], [1, 1]),
+        ([1, 256, 14, 14], [256, 256, 3, 3], [1, 1], [1, 1]),
+        ([1, 101, 13, 11], [70, 101, 3, 3], [1, 1], [1, 1]),
+        ([3, 64, 15, 13], [33, 64, 3, 3], [2, 2], [1, 1]),
+        ([1, 64, 16, 16], [48, 64, 1, 1], [1, 1], [0, 0]),
+        ([2, 256, 14, 14], [512, 256, 1, 1], [2, 2], [0, 0]),
+        // a 3x3 on a larger plane (channels-in-lanes, runs of 256 pixels) and a 1x1 on one
+        // (pixels-in-lanes)
+        ([2, 16, 30, 30], [20, 16, 3, 3], [1, 1], [1, 1]),
+        ([1, 40, 20, 20], [24, 40, 1, 1], [1, 1], [0, 0]),
     ];
     for (i, &(xs, wsh, stride, padding)) in cases.iter().enumerate() {
         let conv = QuantizedConv2dArgs { stride, padding, relu: i % 2 == 0, ..Default::default() };

@@ -217,7 +217,7 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     if path != Path::Reference && g.cg() > 0 && !out.is_empty() {
         // the fast path: packed weights (cached on the weight's storage) and a direct
         // convolution on the packed input
-        let pw = packed_weight(w, &g)?;
+        let pw = packed_weight(w, &g, path)?;
         let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
         x.with_contiguous::<u8, _>(OP, |xv| conv2d_packed::conv(path, &g, xv, &pw, &rq, a_zp as u8, &mut out))??;
         return Ok(smallvec![Tensor::from_vec(out, &shape)?]);
@@ -258,21 +258,31 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
 /// The weights packed for the fast kernels: cached on the weight tensor's storage (packed once
 /// per weight, re-packed after any write to it), or packed for this call when the weight is a
 /// non-contiguous view.
-fn packed_weight(w: &Tensor, g: &Geom) -> Result<Arc<PackedWeight>> {
+fn packed_weight(w: &Tensor, g: &Geom, path: Path) -> Result<Arc<PackedWeight>> {
     const KEY: usize = 0x18c8; // quantized_conv2d packed int8 weights
     let len = g.oc * g.kg();
+    // the channels-in-lanes tile (small output planes, VNNI) reads the weights in panels
+    #[cfg(target_arch = "x86_64")]
+    let lanes = path == Path::Vnni && super::conv2d_lanes::applies(g);
+    #[cfg(not(target_arch = "x86_64"))]
+    let lanes = {
+        let _ = path;
+        false
+    };
     if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
         if lay.is_contiguous() {
             let off = lay.offset();
-            let cached = st.derived(&[KEY, off, g.oc, g.cg(), g.kh, g.kw], |buf| {
-                buf.as_slice::<i8>().and_then(|v| v.get(off..off + len)).map(|ws| Arc::new(PackedWeight::new(ws, g)))
+            let cached = st.derived(&[KEY, off, g.oc, g.cg(), g.kh, g.kw, lanes as usize], |buf| {
+                buf.as_slice::<i8>()
+                    .and_then(|v| v.get(off..off + len))
+                    .map(|ws| Arc::new(PackedWeight::new(ws, g, lanes)))
             });
             if let Some(p) = cached.as_ref() {
                 return Ok(Arc::clone(p));
             }
         }
     }
-    w.with_contiguous::<i8, _>(OP, |wv| Arc::new(PackedWeight::new(wv, g)))
+    w.with_contiguous::<i8, _>(OP, |wv| Arc::new(PackedWeight::new(wv, g, lanes)))
 }
 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {

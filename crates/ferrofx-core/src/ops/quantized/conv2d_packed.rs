@@ -38,17 +38,21 @@ const OP: &str = "quantized_conv2d";
 /// Weights packed for the micro-kernels, with their row sums.
 pub(super) struct PackedWeight {
     /// Words per output channel: `ceil(C_g / 4) * kH * kW`.
-    kq: usize,
+    pub(super) kq: usize,
     /// `[OC][kq]` little-endian words of four int8 weights (channels `4q..4q+4`, 0 past `C_g`),
-    /// word `t = (quad * kH + ki) * kW + kj`.
-    w: Vec<i32>,
+    /// word `t = (quad * kH + ki) * kW + kj`; with `lanes`, the same words in the channel
+    /// panels of `conv2d_lanes.rs` (`[OC / 64][kq][64]`).
+    pub(super) w: Vec<i32>,
     /// `sum` of each output channel's int8 weights.
     pub(super) sums: Vec<i32>,
+    /// Whether `w` is in the channels-in-lanes panel layout.
+    pub(super) lanes: bool,
 }
 
 impl PackedWeight {
-    /// Packs `w` (`[OC][C_g][kH][kW]`, contiguous).
-    pub(super) fn new(w: &[i8], g: &Geom) -> PackedWeight {
+    /// Packs `w` (`[OC][C_g][kH][kW]`, contiguous), in the channel panels of the
+    /// channels-in-lanes tile when `lanes`.
+    pub(super) fn new(w: &[i8], g: &Geom, lanes: bool) -> PackedWeight {
         let (cg, kh, kw) = (g.cg(), g.kh, g.kw);
         let quads = cg.div_ceil(4);
         let kq = quads * kh * kw;
@@ -73,25 +77,27 @@ impl PackedWeight {
                 }
             }
         }
-        PackedWeight { kq, w: packed, sums }
+        #[cfg(target_arch = "x86_64")]
+        let packed = if lanes { super::conv2d_lanes::panels(&packed, g.oc, kq) } else { packed };
+        PackedWeight { kq, w: packed, sums, lanes }
     }
 }
 
 /// The packed input's geometry and the per-word read offsets.
-struct Plan {
+pub(super) struct Plan {
     /// Phases in use, as `(row phase, column phase)`.
     phases: Vec<(usize, usize)>,
     /// Channel quads per group.
     quads: usize,
     /// Rows and row length of a phase.
     hs: usize,
-    wq: usize,
+    pub(super) wq: usize,
     /// Pixels per plane (`hs * wq` plus slack for the last tile's over-read).
     lp: usize,
     /// Byte offset of each weight word's operand from the group's base (`kq` of them).
-    aoff: Vec<usize>,
+    pub(super) aoff: Vec<usize>,
     /// Bytes of one image's packed input, and of one group's planes within a phase.
-    image_bytes: usize,
+    pub(super) image_bytes: usize,
     group_bytes: usize,
 }
 
@@ -152,7 +158,6 @@ fn pack_image(g: &Geom, plan: &Plan, x: &[u8], zp: u8, dst: &mut [u8]) {
 /// One plane: channels `c0 + 4q ..+4` of phase `(a, b)`.
 #[allow(clippy::too_many_arguments)]
 fn pack_plane(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize, q: usize, zp: u8, plane: &mut [u8]) {
-    plane.fill(zp);
     let (sh, sw) = (g.stride[0], g.stride[1]);
     let (ph, pw) = (g.pad[0], g.pad[1]);
     let hw = g.h * g.w;
@@ -160,9 +165,13 @@ fn pack_plane(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize
     let ws_lo = pw.saturating_sub(b).div_ceil(sw);
     let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
     if ws_lo >= ws_hi {
+        plane.fill(zp);
         return;
     }
     let pad_row = vec![zp; g.w];
+    // the bytes before `filled` are written: everything between the image's runs (padding
+    // rows and columns, the slack) gets the zero point, each byte once
+    let mut filled = 0;
     for hs in 0..plan.hs {
         let hpad = hs * sh + a;
         if hpad < ph || hpad - ph >= g.h {
@@ -177,16 +186,59 @@ fn pack_plane(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize
                 &pad_row[..]
             }
         });
-        let out = &mut plane[(hs * plan.wq + ws_lo) * 4..(hs * plan.wq + ws_hi) * 4];
+        let (s, e) = ((hs * plan.wq + ws_lo) * 4, (hs * plan.wq + ws_hi) * 4);
+        plane[filled..s].fill(zp);
+        filled = e;
+        let out = &mut plane[s..e];
         let iw0 = ws_lo * sw + b - pw;
         if sw == 1 {
             interleave4(&rows, iw0, out);
+        } else if sw == 2 {
+            // the phase's columns gathered per channel row (vectorised), then interleaved
+            let n = out.len() / 4;
+            let mut tmp = [[0u8; 64]; 4];
+            let mut k0 = 0;
+            while k0 < n {
+                let m = (n - k0).min(64);
+                for (t, row) in tmp.iter_mut().zip(&rows) {
+                    gather2(row, iw0 + 2 * k0, &mut t[..m]);
+                }
+                let t: [&[u8]; 4] = std::array::from_fn(|e| &tmp[e][..m]);
+                interleave4(&t, 0, &mut out[4 * k0..4 * (k0 + m)]);
+                k0 += m;
+            }
         } else {
             for (k, px) in out.chunks_exact_mut(4).enumerate() {
                 let iw = iw0 + k * sw;
                 px.copy_from_slice(&[rows[0][iw], rows[1][iw], rows[2][iw], rows[3][iw]]);
             }
         }
+    }
+    plane[filled..].fill(zp);
+}
+
+/// `dst[k] = src[start + 2k]` (the columns of one stride-2 phase).
+fn gather2(src: &[u8], start: usize, dst: &mut [u8]) {
+    let n = dst.len();
+    let mut k = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        while k + 16 <= n && start + 2 * k + 32 <= src.len() {
+            // SAFETY: SSE2 is part of x86-64; the loads read `src[start + 2k..start + 2k + 32]`
+            // and the store writes `dst[k..k + 16]`, both in bounds (loop condition).
+            unsafe {
+                let p = src.as_ptr().add(start + 2 * k);
+                let even = _mm_set1_epi16(0xff);
+                let lo = _mm_and_si128(_mm_loadu_si128(p as *const __m128i), even);
+                let hi = _mm_and_si128(_mm_loadu_si128(p.add(16) as *const __m128i), even);
+                _mm_storeu_si128(dst.as_mut_ptr().add(k) as *mut __m128i, _mm_packus_epi16(lo, hi));
+            }
+            k += 16;
+        }
+    }
+    for (kk, d) in dst.iter_mut().enumerate().skip(k) {
+        *d = src[start + 2 * kk];
     }
 }
 
@@ -359,6 +411,11 @@ fn conv_packed(
         xp.par_chunks_mut(plan.image_bytes)
             .enumerate()
             .for_each(|(i, d)| pack_image(g, plan, &x[i * img_in..(i + 1) * img_in], zp, d));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if pw.lanes && path == Path::Vnni {
+        super::conv2d_lanes::run(g, plan, xp, pw, rq, out);
+        return Ok(());
     }
     // work items: (image, output channels j0..j1 within one group)
     let threads = rayon::current_num_threads().max(1);

@@ -26,6 +26,8 @@
 mod adaptive_avg_pool2d;
 mod add;
 mod conv2d;
+#[cfg(target_arch = "x86_64")]
+mod conv2d_lanes;
 mod conv2d_packed;
 mod gemm;
 mod linear;
