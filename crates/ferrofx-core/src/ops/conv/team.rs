@@ -169,13 +169,8 @@ pub(super) fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
         (0..tasks).into_par_iter().for_each(|t| f(t));
         return;
     }
-    let job = Job {
-        f: &f,
-        tasks,
-        next: AtomicUsize::new(0),
-        done: AtomicUsize::new(0),
-        panicked: AtomicBool::new(false),
-    };
+    let job =
+        Job { f: &f, tasks, next: AtomicUsize::new(0), done: AtomicUsize::new(0), panicked: AtomicBool::new(false) };
     // SAFETY (of the lifetime erasure): the pointer is cleared and every helper's reference
     // dropped (refs == 0) below, before `job` goes out of scope.
     team.job.store((&job as *const Job<'_>).cast_mut().cast::<Job<'static>>(), SeqCst);
@@ -232,5 +227,78 @@ fn wait_until(ready: impl Fn() -> bool) {
         } else {
             std::hint::spin_loop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times each task ran.
+    fn counts(n: usize, run: impl FnOnce(&(dyn Fn(usize) + Sync))) -> Vec<usize> {
+        let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        run(&|t| {
+            hits[t].fetch_add(1, SeqCst);
+        });
+        hits.iter().map(|h| h.load(SeqCst)).collect()
+    }
+
+    #[test]
+    fn every_task_runs_once() {
+        for n in [0, 1, 2, 3, 5, 17, 1000] {
+            for _ in 0..20 {
+                let c = counts(n, |f| for_each(n, f));
+                assert!(c.iter().all(|&k| k == 1), "tasks {n}: {c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_and_ranges_cover_everything_once_with_tails() {
+        for (len, chunk) in [(0, 4), (1, 4), (7, 3), (16, 4), (1001, 64), (5, 100)] {
+            let mut buf = vec![0usize; len];
+            chunks_mut(&mut buf, chunk, |i, c| {
+                assert!(c.len() == chunk || (i + 1) * chunk >= len, "chunk {i} of {len}/{chunk}: {} long", c.len());
+                for (k, v) in c.iter_mut().enumerate() {
+                    *v += i * chunk + k + 1;
+                }
+            });
+            assert!(buf.iter().enumerate().all(|(k, &v)| v == k + 1), "{len}/{chunk}: {buf:?}");
+        }
+        for n in [0, 1, 2, 9, 100] {
+            for tasks in [0, 1, 2, 3, 4, 64, 1000] {
+                let c = counts(n, |f| ranges(n, tasks, |r| r.for_each(f)));
+                assert!(c.iter().all(|&k| k == 1), "ranges({n}, {tasks}): {c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_and_nested_callers_complete() {
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        // nested: the inner loop runs serially inside a task
+                        let c = counts(8, |f| for_each(4, |i| (2 * i..2 * i + 2).for_each(|t| for_each(1, |_| f(t)))));
+                        assert!(c.iter().all(|&k| k == 1), "{c:?}");
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_panicking_task_panics_the_caller_and_the_team_keeps_working() {
+        let r = std::panic::catch_unwind(|| {
+            for_each(8, |t| {
+                if t == 5 {
+                    panic!("task 5");
+                }
+            })
+        });
+        assert!(r.is_err());
+        let c = counts(64, |f| for_each(64, f));
+        assert!(c.iter().all(|&k| k == 1));
     }
 }
