@@ -454,10 +454,7 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>, ort: Opt
                 fmt_ms(f),
                 o.map(fmt_ms).unwrap_or_else(|| "–".into()),
                 o.map(|o| format!("{:.2}×", o / t)).unwrap_or_else(|| "–".into()),
-                alone_peak
-                    .or_else(|| peaks.get(id).copied())
-                    .map(|b| fmt_mb(b as f64))
-                    .unwrap_or_else(|| "–".into()),
+                alone_peak.or_else(|| peaks.get(id).copied()).map(|b| fmt_mb(b as f64)).unwrap_or_else(|| "–".into()),
                 op.map(fmt_mb).unwrap_or_else(|| "–".into()),
             ));
         }
