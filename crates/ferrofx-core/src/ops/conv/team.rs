@@ -105,7 +105,7 @@ fn helper(team: &'static Team) {
         let mut spins = 0u32;
         while team.epoch.load(SeqCst) == seen {
             spins += 1;
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 let waited = start.elapsed();
                 if waited >= SPIN {
                     let mut parked = team.parked.lock().unwrap_or_else(|e| e.into_inner());
@@ -166,7 +166,7 @@ pub(super) fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
     }
     if team.busy.compare_exchange(false, true, SeqCst, SeqCst).is_err() {
         // another thread's job is running: rayon's pool, as before the team existed
-        (0..tasks).into_par_iter().for_each(|t| f(t));
+        (0..tasks).into_par_iter().for_each(&f);
         return;
     }
     let job =
