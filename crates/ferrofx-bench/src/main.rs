@@ -44,7 +44,8 @@ struct Args {
     /// Python interpreter with torch for the reference.
     #[arg(long, default_value = ".venv/bin/python")]
     python: PathBuf,
-    /// Only cases whose id contains this string.
+    /// Only cases whose id contains this string (or one of several, comma-separated: the cases
+    /// still run in the table's order, e.g. `compile_copy_16m,compile_resnet18_b1`).
     #[arg(long)]
     filter: Option<String>,
     /// Only these groups (comma-separated): kernels, autograd, nn, fx, format, compile, minilm, onnx,
@@ -197,7 +198,7 @@ fn main() {
         .chain(cases_qkernels::all())
         .chain(cases_quant::all())
         .chain(cases_train::all())
-        .filter(|c| args.filter.as_deref().map(|f| c.id.contains(f)).unwrap_or(true))
+        .filter(|c| args.filter.as_deref().is_none_or(|f| f.split(',').any(|p| c.id.contains(p))))
         .filter(|c| args.group.is_empty() || args.group.iter().any(|g| g == c.group))
         .collect();
     let compiled_rows = (args.group.is_empty() || args.group.iter().any(|g| g == "train"))
@@ -211,11 +212,20 @@ fn main() {
     let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
     for c in &cases {
         eprint!("ferrofx  {:<28}", c.id);
-        let r = (c.setup)().map_err(|e| e.to_string()).map(|mut f| timer::median_secs(budget, c.inner, &mut *f));
+        let r = (c.setup)().map_err(|e| e.to_string()).map(|mut f| {
+            let before = timer::Usage::now();
+            let mut calls = 0usize;
+            let s = timer::median_secs(budget, c.inner, || {
+                calls += 1;
+                f()
+            });
+            (s, before.and_then(|b| Some((b, timer::Usage::now()?))).map(|(b, a)| a.per_call_since(&b, calls)))
+        });
         match &r {
-            Ok(s) => eprintln!(" {}", fmt_time(*s)),
+            Ok((s, u)) => eprintln!(" {}{}", fmt_time(*s), u.map(|u| format!("  [{u}]")).unwrap_or_default()),
             Err(e) => eprintln!(" skipped: {e}"),
         }
+        let r = r.map(|(s, _)| s);
         ours.insert(c.id, r);
     }
     let ids: Vec<&str> = cases.iter().map(|c| c.id).collect();

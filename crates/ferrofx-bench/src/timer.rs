@@ -76,3 +76,75 @@ pub fn median_secs_pair(budget: Budget, mut a: impl FnMut(), mut b: impl FnMut()
     };
     (median(sa), median(sb))
 }
+
+/// What the process used up to now (all threads): CPU time, minor page faults and context
+/// switches, read from `/proc/self` (Linux; `None` elsewhere). Printed per case beside its
+/// time, so a case whose process state makes it slower (page faults on fresh buffers,
+/// spinning or sleeping threads) shows why.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    wall: Instant,
+    cpu_secs: f64,
+    minor_faults: u64,
+    switches: u64,
+}
+
+impl Usage {
+    /// The process's usage now.
+    pub fn now() -> Option<Usage> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // the fields after the command name (which may hold spaces) in parentheses
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        // fields 10 (minflt), 14 (utime), 15 (stime), counted from 1 with pid and comm first
+        let (minflt, utime, stime) = (num(7)?, num(11)?, num(12)?);
+        let tick = 100.0; // USER_HZ on Linux
+        let mut switches = 0;
+        if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+            for t in tasks.flatten() {
+                if let Ok(st) = std::fs::read_to_string(t.path().join("status")) {
+                    for l in st.lines() {
+                        if l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:") {
+                            switches += l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                        }
+                    }
+                }
+            }
+        }
+        Some(Usage { wall: Instant::now(), cpu_secs: (utime + stime) as f64 / tick, minor_faults: minflt, switches })
+    }
+
+    /// Per call of the `calls` made since `before`: CPU time (all threads) against wall time,
+    /// minor page faults, context switches.
+    pub fn per_call_since(&self, before: &Usage, calls: usize) -> PerCall {
+        let n = calls.max(1) as f64;
+        let wall = self.wall.duration_since(before.wall).as_secs_f64();
+        PerCall {
+            cpu_per_wall: if wall > 0.0 { (self.cpu_secs - before.cpu_secs) / wall } else { 0.0 },
+            faults: self.minor_faults.saturating_sub(before.minor_faults) as f64 / n,
+            switches: self.switches.saturating_sub(before.switches) as f64 / n,
+        }
+    }
+}
+
+/// [`Usage`] per call of a case.
+#[derive(Debug, Clone, Copy)]
+pub struct PerCall {
+    /// CPU seconds of all threads per wall second (2.0: two threads busy throughout).
+    pub cpu_per_wall: f64,
+    /// Minor page faults per call.
+    pub faults: f64,
+    /// Context switches (voluntary and not, all threads) per call.
+    pub switches: f64,
+}
+
+impl std::fmt::Display for PerCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cpu {:.2}/wall, {:.1} faults/call, {:.1} switches/call",
+            self.cpu_per_wall, self.faults, self.switches
+        )
+    }
+}

@@ -45,6 +45,7 @@ mod depthwise3x3;
 mod direct;
 mod epilogue;
 mod pointwise;
+mod team;
 mod winograd;
 pub(crate) use epilogue::apply_block;
 use epilogue::Epilogue;
@@ -571,9 +572,9 @@ unsafe fn gemm_split<T: MatElem>(
             }
         }
     };
-    let threads = rayon::current_num_threads();
+    let threads = team::threads();
     let work = m * n * k;
-    if par == Par::Seq || threads <= 1 || rayon::current_thread_index().is_some() || work < 1 << 18 {
+    if par == Par::Seq || threads <= 1 || work < 1 << 18 {
         T::gemm(
             m,
             n,
@@ -599,7 +600,7 @@ unsafe fn gemm_split<T: MatElem>(
     if n >= m {
         let step = n.div_ceil(threads).next_multiple_of(16).min(n);
         let chunks = n.div_ceil(step);
-        (0..chunks).into_par_iter().for_each(|ci| {
+        team::for_each(chunks, |ci| {
             let (d, a, b) = (d, a, b);
             let j0 = ci * step;
             let nn = step.min(n - j0);
@@ -630,7 +631,7 @@ unsafe fn gemm_split<T: MatElem>(
     } else {
         let step = m.div_ceil(threads).next_multiple_of(16).min(m);
         let chunks = m.div_ceil(step);
-        (0..chunks).into_par_iter().for_each(|ci| {
+        team::for_each(chunks, |ci| {
             let (d, a, b) = (d, a, b);
             let i0 = ci * step;
             let mm = step.min(m - i0);
@@ -667,12 +668,8 @@ fn per_channel<T: Send>(buf: &mut [T], block: usize, par: Par, f: impl Fn(usize,
     if block == 0 {
         return;
     }
-    if par == Par::Pool
-        && rayon::current_num_threads() > 1
-        && rayon::current_thread_index().is_none()
-        && buf.len() >= 1 << 16
-    {
-        buf.par_chunks_mut(block).enumerate().for_each(|(c, b)| f(c, b));
+    if par == Par::Pool && team::parallel() && buf.len() >= 1 << 16 {
+        team::chunks_mut(buf, block, f);
     } else {
         buf.chunks_mut(block).enumerate().for_each(|(c, b)| f(c, b));
     }
@@ -960,7 +957,7 @@ fn conv_forward<T: MatElem>(
         return Ok(Vec::new());
     }
     let units = g.n * g.groups;
-    let threads = rayon::current_num_threads();
+    let threads = team::threads();
     let run = |u: usize, o: &mut [MaybeUninit<T>], s1: &mut Vec<T>, s2: &mut Vec<T>, par: Par| {
         let (ni, gi) = (u / g.groups, u % g.groups);
         let xi = &x[ni * g.c * g.h * g.w + gi * unit_in..][..unit_in];
@@ -969,10 +966,18 @@ fn conv_forward<T: MatElem>(
         conv_unit(g, algo, xi, wi, bi, o, s1, s2, par, post, u * unit_out);
     };
     let work_per_unit = unit_out * cg * g.kh * g.kw;
-    if threads > 1 && units >= threads && rayon::current_thread_index().is_none() && units * work_per_unit >= 1 << 16 {
-        out.par_chunks_mut(unit_out)
-            .enumerate()
-            .for_each_init(|| (Vec::new(), Vec::new()), |(s1, s2), (u, o)| run(u, o, s1, s2, Par::Seq));
+    if threads > 1 && units >= threads && units * work_per_unit >= 1 << 16 {
+        // one run of units (and one pair of scratch buffers) per thread
+        let optr = SendPtr(out.as_mut_ptr());
+        team::ranges(units, threads, |r| {
+            let (mut s1, mut s2) = (Vec::new(), Vec::new());
+            for u in r {
+                // SAFETY: unit u's output is elements u*unit_out..(u+1)*unit_out of `out`
+                // (units * unit_out = len), exclusively borrowed here; ranges are disjoint.
+                let o = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(u * unit_out), unit_out) };
+                run(u, o, &mut s1, &mut s2, Par::Seq);
+            }
+        });
     } else {
         let (mut s1, mut s2) = (Vec::new(), Vec::new());
         for (u, o) in out.chunks_mut(unit_out).enumerate() {

@@ -17,9 +17,8 @@
 //! The sum per output is `bias + Σ_taps w * x` in row-major tap order, as the GEMM lowering
 //! sums it (up to the GEMM's own blocking), within float32 rounding of PyTorch.
 
-use super::{depthwise3x3, Epilogue, Geom};
+use super::{depthwise3x3, Epilogue, Geom, SendPtr};
 use crate::ops::simd::simd_dispatch;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Whether `g` is a depthwise convolution this kernel computes (one input and one output
@@ -203,8 +202,20 @@ fn conv_padded(
             ep.apply(done, u * plane_out);
         }
     };
-    if out.len() * taps >= 1 << 15 && rayon::current_thread_index().is_none() {
-        out.par_chunks_mut(plane_out).enumerate().for_each_init(|| (Vec::new(), Vec::new()), |s, uo| run(uo, s));
+    let threads = super::team::threads();
+    if out.len() * taps >= 1 << 15 && threads > 1 {
+        // runs of planes, one pair of scratch buffers per run
+        let planes = out.len() / plane_out;
+        let optr = SendPtr(out.as_mut_ptr());
+        super::team::ranges(planes, 2 * threads, |r| {
+            let mut s = (Vec::new(), Vec::new());
+            for u in r {
+                // SAFETY: plane u is elements u*plane_out..(u+1)*plane_out of `out`, exclusively
+                // borrowed here; the ranges are disjoint.
+                let o = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(u * plane_out), plane_out) };
+                run((u, o), &mut s);
+            }
+        });
     } else {
         let mut s = (Vec::new(), Vec::new());
         for uo in out.chunks_mut(plane_out).enumerate() {
@@ -250,11 +261,11 @@ fn conv_3x3(
         }
     };
     let zero = vec![0.0f32; g.w];
-    let threads = rayon::current_num_threads();
+    let threads = super::team::threads();
     // below ~64K outputs a fork-join costs about what a second thread saves
-    if threads > 1 && planes > 1 && out.len() >= 1 << 16 && rayon::current_thread_index().is_none() {
+    if threads > 1 && planes > 1 && out.len() >= 1 << 16 {
         let per = planes.div_ceil(2 * threads);
-        out.par_chunks_mut(per * plane_out).enumerate().for_each(|(t, o)| run(t * per, o, &zero));
+        super::team::chunks_mut(out, per * plane_out, |t, o| run(t * per, o, &zero));
     } else {
         run(0, out, &zero);
     }

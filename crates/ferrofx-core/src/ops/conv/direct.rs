@@ -16,7 +16,6 @@
 //! float32 rounding of the GEMM paths (which sum in the GEMM's blocking order).
 
 use super::{Epilogue, Geom, SendPtr};
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Output channels per pass (one accumulator register each).
@@ -109,11 +108,11 @@ pub(super) fn conv(
             }
         }
     };
-    let threads = rayon::current_num_threads();
+    let threads = super::team::threads();
     let work = rows * g.ow * g.o * taps;
-    if threads > 1 && rows > 1 && work >= 1 << 20 && rayon::current_thread_index().is_none() {
+    if threads > 1 && rows > 1 && work >= 1 << 20 {
         let per = rows.div_ceil(4 * threads);
-        (0..rows.div_ceil(per)).into_par_iter().for_each(|t| run(t * per, ((t + 1) * per).min(rows)));
+        super::team::for_each(rows.div_ceil(per), |t| run(t * per, ((t + 1) * per).min(rows)));
     } else {
         run(0, rows);
     }

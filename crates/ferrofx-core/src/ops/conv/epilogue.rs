@@ -25,7 +25,6 @@ use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Defau
 use crate::ops::simd::simd_dispatch;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 use std::fmt;
 
@@ -174,8 +173,8 @@ impl Epilogue<'_> {
     /// Applies the epilogue to a whole output, in parallel chunks.
     pub(super) fn apply_all(&self, out: &mut [f32]) {
         const CHUNK: usize = 1 << 14;
-        if out.len() >= 4 * CHUNK && rayon::current_thread_index().is_none() {
-            out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| self.apply(c, i * CHUNK));
+        if out.len() >= 4 * CHUNK && super::team::parallel() {
+            super::team::chunks_mut(out, CHUNK, |i, c| self.apply(c, i * CHUNK));
         } else {
             self.apply(out, 0);
         }

@@ -40,7 +40,6 @@
 use super::epilogue::{Activation, Epilogue};
 use super::{Geom, SendPtr};
 use crate::tensor::Tensor;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -181,9 +180,14 @@ pub(super) fn conv(
         // this call alone (images are disjoint); AVX-512F is checked by `applies`.
         unsafe { gemm(&pw, nv, b, p, &bp, ptr, ni * unit_out, ep, par) };
     };
-    let threads = rayon::current_num_threads();
-    if threads > 1 && g.n >= threads && rayon::current_thread_index().is_none() {
-        (0..g.n).into_par_iter().for_each_init(Vec::new, |s, ni| image(ni, s, false));
+    let threads = super::team::threads();
+    if threads > 1 && g.n >= threads {
+        super::team::ranges(g.n, threads, |r| {
+            let mut s = Vec::new();
+            for ni in r {
+                image(ni, &mut s, false);
+            }
+        });
     } else {
         let mut s = Vec::new();
         for ni in 0..g.n {
@@ -226,20 +230,18 @@ unsafe fn gemm(
 ) {
     let nr = 16 * nv;
     let (tiles, panels) = (p.div_ceil(nr), pw.panels());
-    let threads = rayon::current_num_threads();
+    let threads = super::team::threads();
     let work = pw.o * pw.k * p;
     // SAFETY (closures): each task writes the rows of its panels (or the columns of its
     // tiles) of this image's output only; the caller's bounds hold for every range.
     let run = |pr: std::ops::Range<usize>, tr: std::ops::Range<usize>| unsafe {
         range(pw, nv, b, p, bias, out.ptr().add(base), base, pr, tr, ep)
     };
-    if par && threads > 1 && work >= 1 << 18 && rayon::current_thread_index().is_none() {
+    if par && threads > 1 && work >= 1 << 18 {
         if tiles >= 4 * threads {
-            let per = tiles.div_ceil(threads);
-            (0..tiles.div_ceil(per)).into_par_iter().for_each(|t| run(0..panels, t * per..((t + 1) * per).min(tiles)));
+            super::team::ranges(tiles, threads, |tr| run(0..panels, tr));
         } else {
-            let per = panels.div_ceil(threads);
-            (0..panels.div_ceil(per)).into_par_iter().for_each(|t| run(t * per..((t + 1) * per).min(panels), 0..tiles));
+            super::team::ranges(panels, threads, |pr| run(pr, 0..tiles));
         }
     } else {
         run(0..panels, 0..tiles);

@@ -315,8 +315,8 @@ fn block_input(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
             }
         }
     };
-    if xb.len() >= 1 << 15 && rayon::current_thread_index().is_none() {
-        xb.par_chunks_mut(unit).enumerate().for_each(fill);
+    if xb.len() >= 1 << 15 && super::team::parallel() {
+        super::team::chunks_mut(xb, unit, |i, c| fill((i, c)));
     } else {
         xb.chunks_mut(unit).enumerate().for_each(fill);
     }
@@ -452,7 +452,7 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
     let (th, tw) = (g.tiles_h(), g.tiles_w());
     let tiles = g.tiles();
     let (cp, cbn) = (g.c.div_ceil(L) * L, g.c.div_ceil(L));
-    let threads = if rayon::current_thread_index().is_some() { 1 } else { rayon::current_num_threads() };
+    let threads = super::team::threads();
     // Work items: tile blocks (up to 64 tiles) x output-channel blocks, at least 2 per thread.
     // Every tile block reads all of the transformed weights U (36 * c * o floats) and every
     // channel block transforms its tiles' input again (36 * c floats per tile), so when there
@@ -562,7 +562,7 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
         }
     };
     if threads > 1 && items > 1 {
-        (0..items).into_par_iter().for_each(|i| with_scratch(|s| work(s, i)));
+        super::team::for_each(items, |i| with_scratch(|s| work(s, i)));
     } else {
         with_scratch(|s| (0..items).for_each(|i| work(s, i)));
     }
