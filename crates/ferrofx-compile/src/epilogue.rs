@@ -151,7 +151,7 @@ struct ConvParams {
 /// training, momentum, eps`, defaults filled in), as arguments of a `batch_norm_fused` node;
 /// `None` when `n` is not a float32 `batch_norm` call this pass handles.
 fn batch_norm_operands(n: &Node<'_>) -> Option<(Argument, Vec<Argument>)> {
-    if n.op() != Opcode::CallFunction || !n.target().as_op().is_some_and(|d| d.name == "batch_norm") {
+    if n.op() != Opcode::CallFunction || n.target().as_op().is_none_or(|d| d.name != "batch_norm") {
         return None;
     }
     let args = n.args();

@@ -411,6 +411,7 @@ type ParamGrads = (f64, f64);
 /// per channel, the batch mean and variance of `x` and the sums of `gy` and `gy * (x - mean)`,
 /// then `gx = w * rstd * (gy - mean(gy) - (x - mean) * rstd² * mean(gy * (x - mean)))`.
 /// The backward formula uses it when backward records no graph (`create_graph=False`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn batch_norm_train_grads(
     x: &Tensor,
     gy: &Tensor,
