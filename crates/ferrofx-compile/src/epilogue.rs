@@ -39,7 +39,7 @@ use ferrofx_nn::Conv2d;
 use std::collections::HashMap;
 
 /// The float32 shape of a node's value.
-fn shape_f32(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
+pub(crate) fn shape_f32(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
     let n = g.node(id).ok()?;
     let m = n.meta().tensor_meta.as_ref()?;
     (m.dtype == DType::F32).then(|| m.shape.clone())

@@ -18,18 +18,13 @@
 //! Run it after shape propagation and before elementwise fusion (which would otherwise fuse the
 //! `gt` and the `mul` into a `fused_elementwise` node).
 
+use crate::epilogue::shape_f32;
 use crate::fusion::registry_op;
-use ferrofx_core::{DType, Error, Result};
+use ferrofx_core::{Error, Result};
 use ferrofx_fx::{Argument, Graph, GraphModule, Node, NodeId};
 
 fn gerr(e: ferrofx_fx::GraphError) -> Error {
     Error::argument("fuse_relu_backward", e.to_string())
-}
-
-/// The float32 shape of a node's value.
-fn shape_f32(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
-    let m = g.node(id).ok()?.meta().tensor_meta.clone()?;
-    (m.dtype == DType::F32).then_some(m.shape)
 }
 
 fn op_name(n: &Node<'_>) -> Option<&'static str> {

@@ -525,6 +525,18 @@ pub(crate) fn batch_norm_train_grads(
     Ok((gx, gw, gb))
 }
 
+/// `batch_norm`'s arguments (also the first eight of `batch_norm_fused`).
+const BN_SCHEMA: [ArgSpec; 8] = [
+    ArgSpec::req("input", T::Tensor),
+    ArgSpec::req("running_mean", T::OptTensor),
+    ArgSpec::req("running_var", T::OptTensor),
+    ArgSpec::opt("weight", T::OptTensor, D::None),
+    ArgSpec::opt("bias", T::OptTensor, D::None),
+    ArgSpec::opt("training", T::Bool, D::Bool(false)),
+    ArgSpec::opt("momentum", T::Float, D::Float(0.1)),
+    ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+];
+
 /// `batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
 /// momentum=0.1, eps=1e-5)` (torch.nn.functional's argument order).
 ///
@@ -532,16 +544,7 @@ pub(crate) fn batch_norm_train_grads(
 /// given, **updates them in place** (see the module docs); in evaluation mode it uses them.
 pub static BATCH_NORM: OpDef = OpDef {
     name: "batch_norm",
-    schema: &[
-        ArgSpec::req("input", T::Tensor),
-        ArgSpec::req("running_mean", T::OptTensor),
-        ArgSpec::req("running_var", T::OptTensor),
-        ArgSpec::opt("weight", T::OptTensor, D::None),
-        ArgSpec::opt("bias", T::OptTensor, D::None),
-        ArgSpec::opt("training", T::Bool, D::Bool(false)),
-        ArgSpec::opt("momentum", T::Float, D::Float(0.1)),
-        ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
-    ],
+    schema: &BN_SCHEMA,
     meta: |args| {
         let a = bn_args(args)?;
         Ok(smallvec![TensorMeta::contiguous(a.x.shape(), a.x.dtype())])
@@ -567,14 +570,14 @@ pub static BATCH_NORM: OpDef = OpDef {
 pub static BATCH_NORM_FUSED: OpDef = OpDef {
     name: "batch_norm_fused",
     schema: &[
-        ArgSpec::req("input", T::Tensor),
-        ArgSpec::req("running_mean", T::OptTensor),
-        ArgSpec::req("running_var", T::OptTensor),
-        ArgSpec::opt("weight", T::OptTensor, D::None),
-        ArgSpec::opt("bias", T::OptTensor, D::None),
-        ArgSpec::opt("training", T::Bool, D::Bool(false)),
-        ArgSpec::opt("momentum", T::Float, D::Float(0.1)),
-        ArgSpec::opt("eps", T::Float, D::Float(1e-5)),
+        BN_SCHEMA[0],
+        BN_SCHEMA[1],
+        BN_SCHEMA[2],
+        BN_SCHEMA[3],
+        BN_SCHEMA[4],
+        BN_SCHEMA[5],
+        BN_SCHEMA[6],
+        BN_SCHEMA[7],
         ArgSpec::opt("residual", T::OptTensor, D::None),
         ArgSpec::opt("activation", T::Str, D::Str("none")),
     ],
