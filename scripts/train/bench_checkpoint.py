@@ -12,7 +12,9 @@ cross-entropy, backward, SGD step (lr 0.01, no momentum). Checkpointing is
 `torch.utils.checkpoint.checkpoint_sequential(functions, len(functions), x, use_reentrant=False)`:
 one segment per residual block (ResNet-18: the stem conv1-bn1-relu-maxpool and the 8 basic
 blocks) or per encoder layer; as always with checkpoint_sequential the last segment is not
-checkpointed (backward needs its activations at once).
+checkpointed (backward needs its activations at once). A `_budget` case checkpoints only the
+segments ferrofx's CheckpointPlan picked for memory budget 0.5 (given as `--plan id=i:j:...`),
+each with its own `torch.utils.checkpoint.checkpoint(f, h, use_reentrant=False)`.
 
 Each case runs in a fresh interpreter (2 threads) and prints one JSON line:
   seconds               median step time (1+ warm-up steps, then >= 5 steps and >= 2 s)
@@ -89,10 +91,10 @@ def marked(f):
     return run
 
 
-def make_step(model, batch, ckpt):
+def make_step(model, batch, ckpt, plan=None):
     import torch
     import torch.nn.functional as F
-    from torch.utils.checkpoint import checkpoint_sequential
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
     functions, head, x, y, owner = build(model, batch)
     embed = None
     if isinstance(owner, tuple):
@@ -103,7 +105,10 @@ def make_step(model, batch, ckpt):
     def step():
         opt.zero_grad(set_to_none=True)
         h = embed(x) if embed is not None else x
-        if ckpt:
+        if plan is not None:
+            for i, f in enumerate(functions):
+                h = checkpoint(f, h, use_reentrant=False) if i in plan else f(h)
+        elif ckpt:
             h = checkpoint_sequential(functions, len(functions), h, use_reentrant=False)
         else:
             for f in functions:
@@ -155,12 +160,17 @@ def activation_peak(step):
     return peak
 
 
-def run_case(cid, quick):
+def run_case(cid, quick, plans):
     import torch
     torch.set_num_threads(2)
-    parts = cid.split("_")  # train_<model>_b<batch>[_checkpoint]
+    parts = cid.split("_")  # train_<model>_b<batch>[_checkpoint|_budget]
     model, batch, ckpt = parts[1], int(parts[2][1:]), parts[-1] == "checkpoint"
-    step = make_step(model, batch, ckpt)
+    plan = None
+    if parts[-1] == "budget":
+        if cid not in plans:
+            raise SystemExit(f"{cid}: no --plan {cid}=i:j:... given")
+        plan = set(plans[cid])
+    step = make_step(model, batch, ckpt, plan)
     before = status("VmRSS:")
     reset = True
     try:
@@ -190,15 +200,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ids", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--plan", action="append", default=[],
+                    help="id=i:j:...: the segments a _budget case checkpoints")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    plans = {}
+    for p in a.plan:
+        cid, _, segs = p.partition("=")
+        plans[cid] = [int(i) for i in segs.split(":") if i]
     if a.child:
-        print(json.dumps(run_case(a.child, a.quick)), flush=True)
+        print(json.dumps(run_case(a.child, a.quick, plans)), flush=True)
         return 0
     import torch
     print(json.dumps({"torch_version": torch.__version__}), flush=True)
     for cid in [i for i in a.ids.split(",") if i]:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", cid] + (["--quick"] if a.quick else [])
+        cmd += [f"--plan={p}" for p in a.plan]
         out = subprocess.run(cmd, capture_output=True, text=True)
         line = next((ln for ln in out.stdout.splitlines() if ln.startswith("{")), None)
         if out.returncode != 0 or line is None:

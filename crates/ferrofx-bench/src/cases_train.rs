@@ -12,7 +12,11 @@
 //! so that checkpointing is `checkpoint_sequential(segments, segments.len(), x)`: one
 //! checkpoint per residual block / encoder layer, the last one excepted (its activations are
 //! needed by backward at once), exactly what the PyTorch script does with
-//! `torch.utils.checkpoint.checkpoint_sequential(..., use_reentrant=False)`.
+//! `torch.utils.checkpoint.checkpoint_sequential(..., use_reentrant=False)`. The `_budget` cases
+//! checkpoint only the segments a [`CheckpointPlan`] picks for memory budget 0.5 (the fewest
+//! recomputed FLOPs whose estimated activations fit half the unconstrained estimate: the
+//! segments where the memory is), each with its own checkpoint; the PyTorch script is given the
+//! same segments (`--plan id=i:j:...`) and wraps each in `torch.utils.checkpoint.checkpoint`.
 //!
 //! Memory, measured the same way on both sides:
 //! * **activation peak**: the most bytes alive at once among the tensor buffers allocated by
@@ -30,8 +34,9 @@
 
 use crate::cases::{tensor, Case, Runner};
 use crate::cases_onnx::rss;
-use ferrofx_core::autograd::{checkpoint_sequential, SequentialFn};
+use ferrofx_core::autograd::{checkpoint_sequential, CheckpointPlan, SequentialFn};
 use ferrofx_core::memory::tracking::{category_scope, Category, MemoryTracker};
+use ferrofx_core::memory::MemoryBudget;
 use ferrofx_core::op;
 use ferrofx_core::{Error, Result, Tensor};
 use ferrofx_nn::functional as F;
@@ -61,6 +66,24 @@ struct Memory {
 }
 
 static MEMORY: Mutex<BTreeMap<String, Memory>> = Mutex::new(BTreeMap::new());
+
+/// The memory budget of the `_budget` cases (a fraction of the unconstrained estimate).
+const BUDGET: f64 = 0.5;
+
+/// The plan of each `_budget` case: the checkpointed segments, recomputed FLOPs, estimated
+/// bytes with / without it (passed to the PyTorch script, printed in the summary).
+static PLANS: Mutex<BTreeMap<String, CheckpointPlan>> = Mutex::new(BTreeMap::new());
+
+/// How a case runs its segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Plain: nothing recomputed.
+    Plain,
+    /// `checkpoint_sequential` over every segment (the last excepted).
+    Checkpoint,
+    /// The segments a [`CheckpointPlan`] at memory budget [`BUDGET`] chose.
+    Budget,
+}
 
 /// A model as segments between an input transform and a head.
 struct Segmented {
@@ -138,17 +161,30 @@ fn transformer() -> Result<(Segmented, Tensor, Tensor)> {
     Ok((Segmented { pre: Some(pre), segments, head, params }, x, y))
 }
 
-/// One training step of `model` on `(x, y)`, with `checkpoint_sequential` over its segments
-/// when `ckpt`.
+/// One training step of `model` on `(x, y)`, its segments run as `mode` says (`id`: the
+/// case, under which a `_budget` case's plan is recorded).
 type Step = Box<dyn FnMut() -> Result<()>>;
 
-fn step(model: &str, ckpt: bool) -> Result<Step> {
+fn step(id: &str, model: &str, mode: Mode) -> Result<Step> {
     let (m, x, y) = match model {
         "resnet18" => resnet18()?,
         "transformer" => transformer()?,
         _ => return Err(Error::argument("bench", format!("unknown model {model}"))),
     };
     let mut opt = Sgd::new(m.params.clone(), 0.01, 0.0, 0.0, 0.0, false)?;
+    let plan = match mode {
+        Mode::Budget => {
+            let h = match &m.pre {
+                Some(f) => f(&x)?,
+                None => x.clone(),
+            };
+            let plan = CheckpointPlan::new(&m.segments, &h, MemoryBudget::Fraction(BUDGET))?;
+            PLANS.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), plan.clone());
+            Some(plan)
+        }
+        _ => None,
+    };
+    let ckpt = mode == Mode::Checkpoint;
     let m = if std::env::var_os("FERROFX_BENCH_TRAIN_TRACE").is_some() { traced(m) } else { m };
     Ok(Box::new(move || {
         opt.zero_grad();
@@ -158,7 +194,9 @@ fn step(model: &str, ckpt: bool) -> Result<Step> {
                 Some(f) => f(&x)?,
                 None => x.clone(),
             };
-            if ckpt {
+            if let Some(plan) = &plan {
+                h = plan.run(&m.segments, &h)?;
+            } else if ckpt {
                 h = checkpoint_sequential(&m.segments, m.segments.len(), &h)?;
             } else {
                 for f in &m.segments {
@@ -210,16 +248,23 @@ fn traced(mut m: Segmented) -> Segmented {
     m
 }
 
-/// `train_<model>_b32[_checkpoint]` -> (model, checkpointed).
-fn parse(id: &str) -> (&str, bool) {
+/// `train_<model>_b32[_checkpoint|_budget]` -> (model, mode).
+fn parse(id: &str) -> (&str, Mode) {
     let model = id.trim_start_matches("train_").split('_').next().unwrap_or("");
-    (model, id.ends_with("_checkpoint"))
+    let mode = if id.ends_with("_checkpoint") {
+        Mode::Checkpoint
+    } else if id.ends_with("_budget") {
+        Mode::Budget
+    } else {
+        Mode::Plain
+    };
+    (model, mode)
 }
 
 /// The peak-RSS child: builds the case, runs two steps from a reset peak, prints the growth.
 fn rss_child(id: &str) -> Result<()> {
-    let (model, ckpt) = parse(id);
-    let mut s = step(model, ckpt)?;
+    let (model, mode) = parse(id);
+    let mut s = step(id, model, mode)?;
     let before = rss("VmRSS:").ok_or_else(|| Error::io("bench", "cannot read /proc/self/status"))?;
     std::fs::write("/proc/self/clear_refs", "5")
         .map_err(|e| Error::io("bench", format!("/proc/self/clear_refs: {e}")))?;
@@ -260,8 +305,8 @@ fn case(id: &'static str) -> Result<Runner> {
         std::process::exit(code);
     }
     let rss = rss_in_fresh_process(id);
-    let (model, ckpt) = parse(id);
-    let mut s = step(model, ckpt)?;
+    let (model, mode) = parse(id);
+    let mut s = step(id, model, mode)?;
     s()?; // warm: gradients and the allocator's pages exist
     let activation = {
         let tracker = MemoryTracker::start();
@@ -280,6 +325,12 @@ fn r18() -> Result<Runner> {
 fn r18_ckpt() -> Result<Runner> {
     case("train_resnet18_b32_checkpoint")
 }
+fn r18_budget() -> Result<Runner> {
+    case("train_resnet18_b32_budget")
+}
+fn tr_budget() -> Result<Runner> {
+    case("train_transformer_b32_budget")
+}
 fn tr() -> Result<Runner> {
     case("train_transformer_b32")
 }
@@ -297,8 +348,18 @@ pub fn all() -> Vec<Case> {
             "same, checkpoint_sequential per residual block (stem + 8 blocks)",
             r18_ckpt,
         ),
+        c(
+            "train_resnet18_b32_budget",
+            "same, the segments a CheckpointPlan picks for memory budget 0.5 checkpointed (each on its own)",
+            r18_budget,
+        ),
         c("train_transformer_b32", "transformer encoder training step (384d, 6 layers), batch 32, 128 tokens", tr),
         c("train_transformer_b32_checkpoint", "same, checkpoint_sequential per encoder layer", tr_ckpt),
+        c(
+            "train_transformer_b32_budget",
+            "same, the layers a CheckpointPlan picks for memory budget 0.5 checkpointed (each on its own)",
+            tr_budget,
+        ),
     ]
 }
 
@@ -313,6 +374,7 @@ struct TorchRow {
 fn run_torch(
     python: &Path,
     ids: &[&str],
+    plans: &BTreeMap<String, CheckpointPlan>,
     quick: bool,
 ) -> std::result::Result<(String, BTreeMap<String, TorchRow>), String> {
     if !python.exists() {
@@ -320,6 +382,10 @@ fn run_torch(
     }
     let mut cmd = Command::new(python);
     cmd.arg("scripts/train/bench_checkpoint.py").arg("--ids").arg(ids.join(","));
+    for (id, plan) in plans {
+        let segs: Vec<String> = plan.checkpointed_indices().iter().map(|i| i.to_string()).collect();
+        cmd.arg("--plan").arg(format!("{id}={}", segs.join(":")));
+    }
     if quick {
         cmd.arg("--quick");
     }
@@ -375,10 +441,11 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>, python: 
         return String::new();
     }
     let memory = MEMORY.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let plans = PLANS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let (torch, header) = match python {
         Some(p) => {
             eprintln!("running the PyTorch training reference (scripts/train/bench_checkpoint.py) ...");
-            match run_torch(p, &ids, quick) {
+            match run_torch(p, &ids, &plans, quick) {
                 Ok((v, rows)) => {
                     (rows, format!("PyTorch {v} eager, 2 threads, torch.utils.checkpoint (use_reentrant=False)"))
                 }
@@ -418,30 +485,44 @@ pub fn summary(ours: &BTreeMap<&str, std::result::Result<f64, String>>, python: 
     }
     for model in ["resnet18", "transformer"] {
         let plain = format!("train_{model}_b32");
-        let ckpt = format!("{plain}_checkpoint");
-        if !ids.contains(&plain.as_str()) || !ids.contains(&ckpt.as_str()) {
-            continue;
+        for (suffix, what) in [("checkpoint", "checkpointing"), ("budget", "memory budget 0.5")] {
+            let ckpt = format!("{plain}_{suffix}");
+            if !ids.contains(&plain.as_str()) || !ids.contains(&ckpt.as_str()) {
+                continue;
+            }
+            let act = change(ours_act(&plain), ours_act(&ckpt));
+            let time = change(ours_s(&plain), ours_s(&ckpt));
+            let verdict = match (act, time) {
+                (Some(a), Some(t)) if a <= -50.0 && t <= 30.0 => "both targets met",
+                (Some(a), Some(_)) if a <= -50.0 => "memory target met, time target missed",
+                (Some(_), Some(t)) if t <= 30.0 => "time target met, memory target missed",
+                (Some(_), Some(_)) => "both targets missed",
+                _ => "not measured",
+            };
+            let plan = plans.get(&ckpt).map(|p| {
+                format!(
+                    " The plan checkpoints segments {:?} of {} (recomputing {:.1} GFLOP per step; estimated activations {:.0} MB against {:.0} MB unconstrained, limit {:.0} MB); PyTorch checkpoints the same segments.",
+                    p.checkpointed_indices(),
+                    p.checkpointed.len(),
+                    p.recomputed_flops as f64 / 1e9,
+                    p.estimated_bytes as f64 / 1e6,
+                    p.unconstrained_bytes as f64 / 1e6,
+                    p.limit as f64 / 1e6
+                )
+            });
+            md.push_str(&format!(
+                "\n{model} with {what}: ferrofx activation peak {}, peak RSS growth {}, step time {} (targets: \
+                 activation peak <= -50%, step time <= +30%: {verdict}); PyTorch activation peak {}, peak RSS growth {}, \
+                 step time {}.{}\n",
+                pct(act),
+                pct(change(ours_rss(&plain), ours_rss(&ckpt))),
+                pct(time),
+                pct(change(t(&plain).activation, t(&ckpt).activation)),
+                pct(change(t(&plain).rss, t(&ckpt).rss)),
+                pct(change(t(&plain).seconds, t(&ckpt).seconds)),
+                plan.unwrap_or_default(),
+            ));
         }
-        let act = change(ours_act(&plain), ours_act(&ckpt));
-        let time = change(ours_s(&plain), ours_s(&ckpt));
-        let verdict = match (act, time) {
-            (Some(a), Some(t)) if a <= -50.0 && t <= 30.0 => "both targets met",
-            (Some(a), Some(_)) if a <= -50.0 => "memory target met, time target missed",
-            (Some(_), Some(t)) if t <= 30.0 => "time target met, memory target missed",
-            (Some(_), Some(_)) => "both targets missed",
-            _ => "not measured",
-        };
-        md.push_str(&format!(
-            "\n{model} with checkpointing: ferrofx activation peak {}, peak RSS growth {}, step time {} (targets: \
-             activation peak <= -50%, step time <= +30%: {verdict}); PyTorch activation peak {}, peak RSS growth {}, \
-             step time {}.\n",
-            pct(act),
-            pct(change(ours_rss(&plain), ours_rss(&ckpt))),
-            pct(time),
-            pct(change(t(&plain).activation, t(&ckpt).activation)),
-            pct(change(t(&plain).rss, t(&ckpt).rss)),
-            pct(change(t(&plain).seconds, t(&ckpt).seconds)),
-        ));
     }
     md
 }

@@ -26,7 +26,10 @@
 //! assert!(allocation_limit() > 0);
 //! ```
 
+mod budget;
 pub mod tracking;
+
+pub use budget::MemoryBudget;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};

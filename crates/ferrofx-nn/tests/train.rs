@@ -581,3 +581,78 @@ mod batch_shards {
         assert_ne!(weights(&two.model), weights(&one.model));
     }
 }
+
+/// Segments on `[rows, 64]`: dense ones (`tanh(x @ w).sin()`, saving a `[rows, 64]` tensor of
+/// their own) and pooling ones (pairs of rows averaged), so the memory sits in the first
+/// segments.
+fn pyramid(w: &Tensor) -> Vec<SequentialFn> {
+    let dense = |w: &Tensor| {
+        let w = w.clone();
+        Arc::new(move |t: &Tensor| t.matmul(&w)?.tanh()?.sin()) as SequentialFn
+    };
+    let pool = Arc::new(|t: &Tensor| {
+        let r = t.shape()[0] as i64;
+        t.reshape(&[r / 2, 2, 64])?.mean_dim(&[1], false)
+    }) as SequentialFn;
+    vec![dense(w), dense(w), pool.clone(), dense(w), dense(w), pool, dense(w), dense(w)]
+}
+
+#[test]
+fn checkpoint_plan_meets_its_budget_with_eagers_gradients_and_least_recomputation() {
+    use ferrofx_core::autograd::CheckpointPlan;
+    use ferrofx_core::memory::MemoryBudget;
+    use ferrofx_core::op::FlopCounterMode;
+    let w = {
+        let _m = category_scope(Category::Parameter);
+        Tensor::from_vec((0..4096).map(|i| ((i % 13) as f32 - 6.0) * 0.02).collect(), &[64, 64])
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap()
+    };
+    let x = Tensor::from_vec((0..1024 * 64).map(|i| ((i % 89) as f32) * 0.01 - 0.4).collect(), &[1024, 64]).unwrap();
+    let fs = pyramid(&w);
+    let plan = CheckpointPlan::new(&fs, &x, MemoryBudget::Fraction(0.5)).unwrap();
+    // the profile: a dense segment saves its tanh output (distinct bytes) and its input; FLOPs
+    // come from the registry's cost functions (matmul 2·M·K·N, one per element for tanh/sin)
+    let s0 = plan.segments[0];
+    assert_eq!(s0.saved_bytes, 1024 * 64 * 4, "{s0:?}");
+    assert!(s0.saves_input && !s0.saves_output, "{s0:?}");
+    assert_eq!(s0.flops, 2 * 1024 * 64 * 64 + 2 * 1024 * 64, "{s0:?}");
+    assert_eq!(plan.segments[3].flops, 2 * 512 * 64 * 64 + 2 * 512 * 64);
+    assert!(plan.estimated_bytes <= plan.limit && plan.limit == plan.unconstrained_bytes / 2, "{plan:?}");
+    assert!(!plan.checkpointed[7], "the last segment is never checkpointed");
+    // it recomputes less than checkpoint_sequential (every segment but the last)
+    let all: u64 = plan.segments[..7].iter().map(|s| s.flops).sum();
+    assert!(plan.recomputed_flops < all, "{} vs {all}", plan.recomputed_flops);
+    // both steps, FLOPs counted over forward (the same ops) and activation memory over the step
+    let run = |planned: bool| {
+        w.set_grad(None).unwrap();
+        let tracker = MemoryTracker::start();
+        let counter = FlopCounterMode::start();
+        let loss = {
+            let _m = category_scope(Category::Activation);
+            let y = if planned { plan.run(&fs, &x).unwrap() } else { fs.iter().fold(x.clone(), |t, f| f(&t).unwrap()) };
+            y.sum().unwrap()
+        };
+        let forward = counter.total_flops();
+        loss.backward(None, false, false).unwrap();
+        (vals(&w.grad().unwrap()), tracker.stats().peak(Category::Activation), forward)
+    };
+    let (g_plain, peak_plain, fwd_plain) = run(false);
+    let (g_plan, peak_plan, fwd_plan) = run(true);
+    assert_eq!(g_plain, g_plan, "the planned checkpoints give eager's gradients exactly");
+    assert_eq!(fwd_plain, fwd_plan, "forward runs the same ops");
+    assert!(
+        (peak_plan as f64) < 0.75 * peak_plain as f64,
+        "peak activation memory {peak_plan} B with the plan vs {peak_plain} B without ({plan:?})"
+    );
+    // budget 1.0 recomputes nothing; an impossible budget and a foreign function list are errors
+    let free = CheckpointPlan::new(&fs, &x, MemoryBudget::Fraction(1.0)).unwrap();
+    assert_eq!((free.recomputed_flops, free.checkpointed_indices()), (0, vec![]));
+    let e = CheckpointPlan::new(&fs, &x, MemoryBudget::Bytes(1)).unwrap_err().to_string();
+    assert!(e.contains("memory budget 1 B cannot be met") && e.contains("raise the budget"), "{e}");
+    let e = plan.run(&fs[..3], &x).unwrap_err().to_string();
+    assert!(e.contains("the plan has 8 segments but 3 functions were given"), "{e}");
+    let e = CheckpointPlan::new(&fs, &x, MemoryBudget::Fraction(2.0)).unwrap_err().to_string();
+    assert!(e.contains("memory_budget 2 is not a fraction"), "{e}");
+}

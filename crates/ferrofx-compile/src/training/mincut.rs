@@ -19,14 +19,9 @@ use ferrofx_core::{Error, Result};
 use ferrofx_fx::graph::{Graph, NodeId, Opcode};
 use std::collections::{HashMap, HashSet};
 
-/// A memory budget for the saved values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum MemoryBudget {
-    /// A fraction (0.0..=1.0) of the default partition's saved bytes.
-    Fraction(f64),
-    /// An absolute limit in bytes.
-    Bytes(u64),
-}
+/// A memory budget for the saved values (the type is `ferrofx_core`'s, shared with the eager
+/// checkpoint planner): a fraction of the default partition's saved bytes, or bytes.
+pub use ferrofx_core::memory::MemoryBudget;
 
 /// Submodules whose forward is recomputed in backward (activation checkpointing).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,16 +155,7 @@ pub fn min_cut_rematerialization_partition(joint: &JointGraph, opts: &PartitionO
         return build(joint, &a, &smallest);
     };
     let default_bytes = saved_bytes(&a, &a.used_by_backward);
-    let limit = match budget {
-        MemoryBudget::Fraction(f) if (0.0..=1.0).contains(&f) => (f * default_bytes as f64).floor() as u64,
-        MemoryBudget::Fraction(f) => {
-            return Err(Error::argument(
-                "memory_budget",
-                format!("memory_budget {f} is not a fraction in 0.0..=1.0 of the default partition's saved bytes; give a fraction or an absolute byte limit"),
-            ))
-        }
-        MemoryBudget::Bytes(b) => b,
-    };
+    let limit = budget.limit(default_bytes, "memory_budget")?;
     if smallest_bytes > limit {
         return Err(Error::limit(
             "memory_budget",

@@ -24,6 +24,7 @@
 mod anomaly;
 mod backward_ctx;
 mod checkpoint;
+mod checkpoint_plan;
 mod copy_slices;
 pub mod dot;
 mod engine;
@@ -46,6 +47,7 @@ pub use backward_ctx::{BackwardCtx, MetaSlot};
 pub use checkpoint::{
     checkpoint, checkpoint_sequential, checkpoint_with, CheckpointFn, CheckpointOptions, SequentialFn,
 };
+pub use checkpoint_plan::{profile_segments, CheckpointPlan, SegmentProfile};
 pub use copy_slices::{AsStridedBackward, CopySlices};
 pub use dot::to_dot;
 pub use function::{apply_function, Function, FunctionCtx, ONCE_DIFFERENTIABLE_MSG};

@@ -57,6 +57,7 @@ pub fn dispatch(op: &'static OpDef, kind: CallKind, args: &[Value]) -> Result<Ou
 #[inline]
 pub fn run_kernel(op: &'static OpDef, args: &[Value]) -> Result<Outputs> {
     let out = (op.kernel)(args)?;
+    super::flop_counter::record(op, args, &out);
     if let Effect::Mutates(i) = op.effect {
         if let Some(Value::Tensor(t)) = args.get(i) {
             if writes(op, args) {

@@ -6,6 +6,7 @@
 pub mod args;
 mod def;
 mod dispatch;
+mod flop_counter;
 mod registry;
 pub mod schema;
 
@@ -14,5 +15,6 @@ pub use def::{
     MetaOutputs, OpDef, Outputs, Saves,
 };
 pub use dispatch::{call, dispatch, run_kernel, CallKind};
+pub use flop_counter::FlopCounterMode;
 pub use registry::{all_ops, lookup, register, require};
 pub use schema::{bind, ArgSpec, ArgType, Default};
