@@ -438,11 +438,23 @@ fn max_pool_values_equal_the_indexed_scan() {
         (6, 5, 2, 3, 0, true),
         (1, 7, 1, 1, 0, false),
         (9, 4, 4, 3, 2, true),
+        // 3x3 windows (the AVX-512/AVX2 build of the separable pass): odd and even planes,
+        // strides 1-3, windows hanging off the edge, a plane of one window
+        (56, 57, 3, 2, 0, false),
+        (13, 11, 3, 3, 0, true),
+        (10, 10, 3, 1, 1, false),
+        (3, 3, 3, 2, 1, true),
+        (20, 33, 3, 2, 1, true),
+        (3, 3, 3, 1, 0, false),
     ] {
         seed += 1;
         let mut v: Vec<f32> = rnd(2 * 3 * h * w, seed).into_iter().map(|x| x as f32).collect();
         if seed % 2 == 0 {
             v[h * w + w / 2] = f32::NAN;
+        } else {
+            // NaN in a corner and in the middle of the last plane
+            v[0] = f32::NAN;
+            v[5 * h * w + (h / 2) * w + w / 2] = f32::NAN;
         }
         let x = t(v, &[2, 3, h, w]);
         let plain = pool::max_pool2d(&x, &[k], &[s], &[p], &[1], ceil).unwrap();
