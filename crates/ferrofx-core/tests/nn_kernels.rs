@@ -438,7 +438,7 @@ fn max_pool_values_equal_the_indexed_scan() {
         (6, 5, 2, 3, 0, true),
         (1, 7, 1, 1, 0, false),
         (9, 4, 4, 3, 2, true),
-        // 3x3 windows (the AVX-512/AVX2 build of the separable pass): odd and even planes,
+        // 3x3 windows (ResNet's max-pool and any faster pass for it): odd and even planes,
         // strides 1-3, windows hanging off the edge, a plane of one window
         (56, 57, 3, 2, 0, false),
         (13, 11, 3, 3, 0, true),

@@ -251,11 +251,7 @@ fn max_pool_impl<T: Element>(g: &PoolGeom, x: &[T], want_idx: bool) -> (Vec<T>, 
     let mut idx = if want_idx { vec![0i64; out.len()] } else { Vec::new() };
     let work = out.len().saturating_mul(g.kh).saturating_mul(g.kw);
     if !want_idx && g.dh == 1 && g.dw == 1 {
-        if g.kh == 3 && g.kw == 3 {
-            for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, _| max_plane_3x3(g, xp, op));
-        } else {
-            for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, _| max_plane_separable(g, xp, op));
-        }
+        for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, _| max_plane_separable(g, xp, op));
         return (out, idx);
     }
     for_planes(x, g.h * g.w, &mut out, &mut idx, plane_out, work, |xp, op, ip| {
@@ -549,24 +545,11 @@ simd_dispatch! {
     }
 }
 
-simd_dispatch! {
-    /// [`max_plane_separable`] for 3x3 windows (ResNet's 3x3/2 max-pool), compiled for
-    /// AVX-512/AVX2 when the CPU has them: there its 3-row and 3-column maxima are one
-    /// out-of-place pass each (unconditional vector stores). Measured on ResNet's maxpool (64
-    /// planes, 112→56, one thread, thread CPU time): 134 µs against 235 µs for the baseline
-    /// build; the in-place folds of other window sizes ran 2.5x *slower* compiled for AVX-512
-    /// (vectorised as masked stores), so they keep the baseline build.
-    fn max_plane_3x3<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
-        max_plane_separable(g, xp, op)
-    }
-}
-
 /// Max pooling of one plane without dilation or indices, separably: the maximum over the
 /// window's rows first (whole rows at a time, which vectorises), then over each window's
 /// columns. Max with NaN propagation is associative and commutative, so the values equal
 /// the window scan's (up to the sign of a zero when `-0.0` and `0.0` tie: the column-major
 /// order may keep the other one).
-#[inline(always)]
 fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
     let mut rows = vec![T::default(); g.w];
     // Interior outputs `lo..hi` (windows inside the row) take their maximum column by column:
@@ -588,19 +571,10 @@ fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
             continue;
         }
         let (hs, he) = (hs as usize, he as usize);
-        if he - hs == 3 {
-            // three rows in one out-of-place pass (the same fold order as the loop below)
-            let (r0, r1, r2) =
-                (&xp[hs * g.w..(hs + 1) * g.w], &xp[(hs + 1) * g.w..(hs + 2) * g.w], &xp[(hs + 2) * g.w..he * g.w]);
-            for (((d, &a), &b), &c) in rows.iter_mut().zip(r0).zip(r1).zip(r2) {
-                *d = nan_max(c, nan_max(b, a));
-            }
-        } else {
-            rows.copy_from_slice(&xp[hs * g.w..(hs + 1) * g.w]);
-            for y in hs + 1..he {
-                for (r, &v) in rows.iter_mut().zip(&xp[y * g.w..(y + 1) * g.w]) {
-                    *r = nan_max(v, *r);
-                }
+        rows.copy_from_slice(&xp[hs * g.w..(hs + 1) * g.w]);
+        for y in hs + 1..he {
+            for (r, &v) in rows.iter_mut().zip(&xp[y * g.w..(y + 1) * g.w]) {
+                *r = nan_max(v, *r);
             }
         }
         let edge = |ow: usize| {
@@ -644,22 +618,12 @@ fn max_plane_separable<T: Element>(g: &PoolGeom, xp: &[T], op: &mut [T]) {
             (&phases[..], plen)
         };
         let o = &mut orow[lo..hi];
-        // column `ow * sw + k - pw` of output `ow` is phase `p`'s element `ow + d`
-        let col = |k: usize| {
+        for k in 0..g.kw {
+            // column `ow * sw + k - pw` of output `ow` is phase `p`'s element `ow + d`
             let s = k as isize - g.pw as isize;
             let p = s.rem_euclid(g.sw as isize);
             let start = p as usize * stride + (lo as isize + (s - p) / g.sw as isize) as usize;
-            &src[start..start + (hi - lo)]
-        };
-        if g.kw == 3 {
-            // three columns in one out-of-place pass (the same fold order as the loop below)
-            for (((d, &a), &b), &c) in o.iter_mut().zip(col(0)).zip(col(1)).zip(col(2)) {
-                *d = nan_max(c, nan_max(b, a));
-            }
-            continue;
-        }
-        for k in 0..g.kw {
-            let col = col(k);
+            let col = &src[start..start + (hi - lo)];
             if k == 0 {
                 o.copy_from_slice(col);
             } else {
