@@ -438,11 +438,23 @@ fn max_pool_values_equal_the_indexed_scan() {
         (6, 5, 2, 3, 0, true),
         (1, 7, 1, 1, 0, false),
         (9, 4, 4, 3, 2, true),
+        // 3x3 windows (ResNet's max-pool and any faster pass for it): odd and even planes,
+        // strides 1-3, windows hanging off the edge, a plane of one window
+        (56, 57, 3, 2, 0, false),
+        (13, 11, 3, 3, 0, true),
+        (10, 10, 3, 1, 1, false),
+        (3, 3, 3, 2, 1, true),
+        (20, 33, 3, 2, 1, true),
+        (3, 3, 3, 1, 0, false),
     ] {
         seed += 1;
         let mut v: Vec<f32> = rnd(2 * 3 * h * w, seed).into_iter().map(|x| x as f32).collect();
         if seed % 2 == 0 {
             v[h * w + w / 2] = f32::NAN;
+        } else {
+            // NaN in a corner and in the middle of the last plane
+            v[0] = f32::NAN;
+            v[5 * h * w + (h / 2) * w + w / 2] = f32::NAN;
         }
         let x = t(v, &[2, 3, h, w]);
         let plain = pool::max_pool2d(&x, &[k], &[s], &[p], &[1], ceil).unwrap();
@@ -1218,6 +1230,18 @@ fn conv_gemm_paths_match_naive_reference_on_random_shapes() {
         ((1, 64, 28, 28), (96, 1, 1), (1, 1), (0, 0), (1, 1)),
         ((1, 300, 7, 7), (130, 1, 1), (1, 1), (0, 0), (1, 1)),
         ((1, 40, 14, 14), (25, 1, 1), (2, 2), (0, 0), (2, 2)),
+        // larger kernels on small planes, where im2col + GEMM runs today and any pre-packed
+        // replacement must agree: ResNet's 3x3 on 7x7 (K = 576, past two 256-row blocks),
+        // strided 3x3 on P = 49, 196, 256, 1024 and 1089 pixels, batches in parallel,
+        // dilation, asymmetric kernels and padding, odd channel counts
+        ((1, 64, 7, 7), (72, 3, 3), (1, 1), (1, 1), (1, 1)),
+        ((3, 29, 9, 9), (33, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((2, 40, 28, 28), (24, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((1, 16, 32, 32), (20, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((1, 10, 64, 64), (12, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((1, 10, 66, 66), (12, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((2, 17, 12, 10), (9, 3, 5), (1, 2), (2, 1), (2, 1)),
+        ((1, 130, 7, 7), (65, 3, 3), (1, 1), (1, 1), (1, 1)),
     ];
     // random small geometries
     let r = rnd(8 * 40, 4242);
