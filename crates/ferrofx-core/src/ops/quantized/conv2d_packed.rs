@@ -222,8 +222,7 @@ fn pack_plane(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize
         plane.fill(zp);
         return;
     }
-    // rows of the channels past the group's last (only a quad that is not full reads them)
-    let pad_row = if 4 * q + 4 > g.cg() { vec![zp; g.w] } else { Vec::new() };
+    let pad_row = vec![zp; g.w];
     // the bytes before `filled` are written: everything between the image's runs (padding
     // rows and columns, the slack) gets the zero point, each byte once
     let mut filled = 0;
@@ -292,18 +291,6 @@ fn gather2(src: &[u8], start: usize, dst: &mut [u8]) {
             k += 16;
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    if k < n && n - k < 16 {
-        // the short tail (a row of a 28x28 or 14x14 input is all tail): the same vector step
-        // on a copy padded to 32 bytes
-        let avail = src.len().saturating_sub(start + 2 * k).min(32);
-        let mut t = [0u8; 32];
-        t[..avail].copy_from_slice(&src[start + 2 * k..start + 2 * k + avail]);
-        let mut o = [0u8; 16];
-        gather2(&t, 0, &mut o);
-        dst[k..].copy_from_slice(&o[..n - k]);
-        return;
-    }
     for (kk, d) in dst.iter_mut().enumerate().skip(k) {
         *d = src[start + 2 * kk];
     }
@@ -333,22 +320,6 @@ fn interleave4(rows: &[&[u8]; 4], iw0: usize, out: &mut [u8]) {
             }
             i += 16;
         }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if i < n {
-        // the short tail (most of a row of a small plane): the same vector step on copies
-        // padded to 16 bytes
-        let m = n - i;
-        let t: [[u8; 16]; 4] = std::array::from_fn(|e| {
-            let mut b = [0u8; 16];
-            b[..m].copy_from_slice(&r[e][i..n]);
-            b
-        });
-        let tr: [&[u8]; 4] = std::array::from_fn(|e| &t[e][..]);
-        let mut o = [0u8; 64];
-        interleave4(&tr, 0, &mut o);
-        out[4 * i..].copy_from_slice(&o[..4 * m]);
-        return;
     }
     for k in i..n {
         out[4 * k..4 * k + 4].copy_from_slice(&[r[0][k], r[1][k], r[2][k], r[3][k]]);
