@@ -172,7 +172,16 @@ fn phase_columns(g: &Geom, plan: &Plan, b: usize) -> (usize, usize) {
 /// [`pack_plane`] from a channels-last image (`H x W x C` bytes): each packed pixel is the one
 /// 4-byte word of channels `c0 + 4q..+4` of its input pixel.
 #[allow(clippy::too_many_arguments)]
-fn pack_plane_nhwc(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize, q: usize, zp: u8, plane: &mut [u8]) {
+fn pack_plane_nhwc(
+    g: &Geom,
+    plan: &Plan,
+    (a, b): (usize, usize),
+    x: &[u8],
+    c0: usize,
+    q: usize,
+    zp: u8,
+    plane: &mut [u8],
+) {
     let (sh, sw) = (g.stride[0], g.stride[1]);
     let (ph, pw) = (g.pad[0], g.pad[1]);
     let (ws_lo, ws_hi) = phase_columns(g, plan, b);
@@ -449,7 +458,7 @@ pub(super) fn conv(
         && g.kh == 1
         && g.kw == 1
         && g.pad == [0, 0]
-        && g.c % 4 == 0
+        && g.c.is_multiple_of(4)
         && g.groups == 1
     {
         let aoff: Vec<usize> = (0..pw.kq).map(|q| 4 * q).collect();
