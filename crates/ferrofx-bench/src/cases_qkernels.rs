@@ -139,6 +139,14 @@ fn setup(index: usize) -> Result<Runner> {
         }));
     }
     let x = Tensor::from_vec(bytes(batch * ci * hw * hw, 1), &[batch, ci, hw, hw])?;
+    // in the converted model the inputs on planes of at most 16x16 come channels-last from the
+    // int8 conv or add before (see ferrofx-core's `quantized/channels_last.rs`); unless
+    // FERROFX_QCONV_NHWC=0 turns that layout off
+    let x = if hw * hw <= 256 && std::env::var("FERROFX_QCONV_NHWC").map_or(true, |v| v != "0") {
+        x.permute(&[0, 2, 3, 1])?.contiguous()?.permute(&[0, 3, 1, 2])?
+    } else {
+        x
+    };
     let w = Tensor::from_vec(wv, &[co, ci, k, k])?;
     let p = (k / 2) as i64;
     let conv = QuantizedConv2dArgs { stride: [st as i64; 2], padding: [p, p], ..Default::default() };

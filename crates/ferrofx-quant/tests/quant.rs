@@ -830,6 +830,128 @@ fn resnet_shaped_convs_on_every_kernel_equal_the_reference() {
     }
 }
 
+/// `x` (`[N, C, H, W]`) laid out channels-last (strides `[HWC, 1, WC, C]`), same values.
+fn channels_last(x: &Tensor) -> Tensor {
+    let y = x.permute(&[0, 2, 3, 1]).unwrap().contiguous().unwrap().permute(&[0, 3, 1, 2]).unwrap();
+    assert!(!y.is_contiguous() || x.shape()[1] == 1 || x.shape()[2] * x.shape()[3] == 1);
+    y
+}
+
+/// Whether `t` is laid out channels-last (and not row-major).
+fn is_channels_last(t: &Tensor) -> bool {
+    let s = t.shape();
+    !t.is_contiguous() && t.strides().as_slice() == [s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]]
+}
+
+/// One convolution of a channels-last input on every kernel against the reference on the
+/// row-major input: the same bytes (in logical order) whatever layout the output has.
+#[allow(clippy::too_many_arguments)]
+fn channels_last_conv_equals_reference(seed: u64, xs: [usize; 4], wsh: [usize; 4], conv: &QuantizedConv2dArgs) {
+    let x = Tensor::from_vec(lcg_bytes(seed, xs.iter().product()), &xs).unwrap();
+    let xcl = channels_last(&x);
+    let wv: Vec<i8> = lcg_bytes(seed ^ 7, wsh.iter().product()).into_iter().map(|b| b as i8).collect();
+    let w = Tensor::from_vec(wv, &wsh).unwrap();
+    let ws = f32t(&(0..wsh[0]).map(|j| 0.0005 + (j % 7) as f32 * 0.0002).collect::<Vec<_>>());
+    let b = f32t(&(0..wsh[0]).map(|j| (j as f32 * 0.37).sin() * 3.0).collect::<Vec<_>>());
+    let run = |x: &Tensor| quantized_conv2d(x, 0.03, 61, &w, &ws, Some(&b), 0.07, 77, conv).unwrap();
+    let want = with_reference_kernels(|| run(&x)).to_vec::<u8>().unwrap();
+    for name in int8_kernels_available() {
+        for (what, input) in [("row-major", &x), ("channels-last", &xcl)] {
+            let got = with_int8_kernel(name, || run(input)).unwrap();
+            assert_eq!(got.shape(), &[xs[0], wsh[0], got.shape()[2], got.shape()[3]]);
+            assert_eq!(got.to_vec::<u8>().unwrap(), want, "{name}, {what} input: x {xs:?} w {wsh:?} {conv:?}");
+        }
+    }
+}
+
+#[test]
+fn channels_last_inputs_and_outputs_on_every_kernel_equal_the_reference() {
+    type ConvCase = ([usize; 4], [usize; 4], [i64; 2], [i64; 2], i64); // input, weight, stride, padding, groups
+    let cases: &[ConvCase] = &[
+        // 1x1 read in place (channels a multiple of 4): stride 1 and 2, several panels, a
+        // 16..48-wide last panel, batch > 1, pixel runs split over threads, short last tiles
+        ([1, 1024, 14, 14], [256, 1024, 1, 1], [1, 1], [0, 0], 1),
+        ([2, 256, 7, 7], [200, 256, 1, 1], [1, 1], [0, 0], 1),
+        ([3, 64, 14, 13], [72, 64, 1, 1], [2, 2], [0, 0], 1),
+        ([1, 12, 5, 9], [20, 12, 1, 1], [1, 2], [0, 0], 1),
+        // 1x1 with channels not a multiple of 4, or padding: packed from the channels-last bytes
+        ([2, 13, 7, 6], [30, 13, 1, 1], [1, 1], [0, 0], 1),
+        ([1, 16, 6, 6], [17, 16, 1, 1], [1, 1], [1, 1], 1),
+        // 3x3 (stride 1 and 2, padding), odd channel counts, groups, the pixels-in-lanes tile
+        // (a 1x1 on a plane above 256 pixels) and grouped convolutions on a channels-last input
+        ([1, 256, 14, 14], [256, 256, 3, 3], [2, 2], [1, 1], 1),
+        ([2, 37, 9, 8], [45, 37, 3, 3], [1, 1], [1, 1], 1),
+        ([1, 64, 15, 15], [64, 64, 3, 3], [2, 2], [1, 1], 1),
+        ([2, 40, 20, 20], [24, 40, 1, 1], [1, 1], [0, 0], 1),
+        ([1, 24, 9, 9], [18, 8, 3, 3], [1, 1], [1, 1], 3),
+        ([1, 3, 9, 9], [8, 3, 5, 5], [2, 2], [2, 2], 1),
+    ];
+    for (i, &(xs, wsh, stride, padding, groups)) in cases.iter().enumerate() {
+        let conv = QuantizedConv2dArgs { stride, padding, groups, relu: i % 2 == 1, ..Default::default() };
+        channels_last_conv_equals_reference(i as u64, xs, wsh, &conv);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn channels_last_conv_every_kernel_equals_reference(batch in 1usize..3, c in 1usize..40, oc in 1usize..90,
+                                                        h in 1usize..12, w in 1usize..12, k in prop_oneof![Just(1usize), Just(3)],
+                                                        s in 1usize..3, pad in 0usize..2, seed in any::<u64>()) {
+        let conv = QuantizedConv2dArgs { stride: [s as i64; 2], padding: [pad as i64; 2], ..Default::default() };
+        let (h, w) = (h + k, w + k);
+        channels_last_conv_equals_reference(seed, [batch, c, h, w], [oc, c, k, k], &conv);
+    }
+}
+
+#[test]
+fn int8_block_on_channels_last_activations_equals_the_row_major_reference() {
+    // ResNet-50's bottleneck on a 14x14 plane and its head: 1x1 → 3x3 → 1x1, the residual add
+    // (+ReLU), a second block's 1x1 reading the add's output, global average pooling. On the
+    // VNNI path the small-plane convolutions write channels-last and the next ops read it; every
+    // result must be the reference's (row-major everywhere) byte for byte.
+    let (n, c, mid, hw) = (2usize, 256usize, 64usize, 14usize);
+    let x = Tensor::from_vec(lcg_bytes(1, n * c * hw * hw), &[n, c, hw, hw]).unwrap();
+    let weight = |seed: u64, s: [usize; 4]| {
+        Tensor::from_vec(lcg_bytes(seed, s.iter().product()).into_iter().map(|b| (b as i8) / 3).collect::<Vec<_>>(), &s)
+            .unwrap()
+    };
+    let (w1, w2, w3, w4) =
+        (weight(2, [mid, c, 1, 1]), weight(3, [mid, mid, 3, 3]), weight(4, [c, mid, 1, 1]), weight(5, [mid, c, 1, 1]));
+    let ws = |n: usize| f32t(&(0..n).map(|j| 0.002 + (j % 5) as f32 * 0.0003).collect::<Vec<_>>());
+    let one = QuantizedConv2dArgs { relu: true, ..Default::default() };
+    let three = QuantizedConv2dArgs { padding: [1, 1], relu: true, ..Default::default() };
+    let block = |x: &Tensor| -> Vec<(Tensor, bool)> {
+        let a = quantized_conv2d(x, 0.02, 10, &w1, &ws(mid), None, 0.05, 3, &one).unwrap();
+        let b = quantized_conv2d(&a, 0.05, 3, &w2, &ws(mid), None, 0.06, 5, &three).unwrap();
+        let y = quantized_conv2d(&b, 0.06, 5, &w3, &ws(c), None, 0.04, 120, &QuantizedConv2dArgs::default()).unwrap();
+        let r = quantized_add(&y, 0.04, 120, x, 0.02, 10, 0.05, 7, true).unwrap();
+        let d = quantized_conv2d(&r, 0.05, 7, &w4, &ws(mid), None, 0.05, 9, &one).unwrap();
+        let p = quantized_adaptive_avg_pool2d(&r, &[1, 1], 0.05, 7, 0.05, 7).unwrap();
+        let q = quantized_adaptive_avg_pool2d(&d, &[2, 3], 0.05, 9, 0.04, 4).unwrap();
+        [a, b, y, r, d, p, q].into_iter().map(|t| (t.clone(), is_channels_last(&t))).collect()
+    };
+    let want = with_reference_kernels(|| block(&x));
+    assert!(want.iter().all(|(_, cl)| !cl), "the reference writes row-major tensors");
+    for name in int8_kernels_available() {
+        for (input_cl, input) in [(false, x.clone()), (true, channels_last(&x))] {
+            let got = with_int8_kernel(name, || block(&input)).unwrap();
+            for (k, ((g, _), (w, _))) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.shape(), w.shape(), "{name}: output {k}");
+                assert_eq!(g.to_vec::<u8>().unwrap(), w.to_vec::<u8>().unwrap(), "{name}: output {k}");
+            }
+            if name == "avx512-vnni" {
+                // the small-plane convolutions write channels-last, the add of two channels-last
+                // operands keeps the layout (of a mixed pair it is row-major); the pooled
+                // outputs are row-major
+                let layouts: Vec<bool> = got.iter().map(|(_, cl)| *cl).collect();
+                assert_eq!(layouts, [true, true, true, input_cl, true, false, false], "{name}");
+            }
+        }
+    }
+}
+
 #[test]
 fn saturating_and_non_finite_requantisation_is_the_same_on_every_kernel() {
     // huge and NaN biases, a tiny output scale: every output clamps (or NaN → the zero point),

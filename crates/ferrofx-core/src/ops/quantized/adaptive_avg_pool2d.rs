@@ -8,6 +8,7 @@
 //! `clamp(round_half_even(acc * (1 / (1 / multiplier))) + output_zero_point, 0, 255)`
 //! (PyTorch's `quantize_val(1 / multiplier, ...)`).
 
+use super::channels_last;
 use super::{check_scale, check_zero_point, expect_dtype, quantize_val};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -61,6 +62,39 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let out_scale = check_scale(OP, "output_scale", float(OP, args, 4)?)?;
     let out_zp = int(OP, args, 5)? as f32;
     let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
+    if let Some([n, c, _, _]) = channels_last::dims(x) {
+        // channels-last input: each window's sums for all channels at once (a vector of `C`
+        // i32 per window, added pixel by pixel; the integer sums are the same in any order)
+        channels_last::with_bytes(x, OP, |xv| -> Result<()> {
+            let mut acc = crate::memory::try_vec(OP, c, 0i32)?;
+            for i in 0..n {
+                let img = &xv[i * h * w * c..(i + 1) * h * w * c];
+                let o = &mut out[i * c * oh * ow..(i + 1) * c * oh * ow];
+                for r in 0..oh {
+                    let (h0, h1) = window(r, h, oh);
+                    for s in 0..ow {
+                        let (w0, w1) = window(s, w, ow);
+                        let cnt = ((h1 - h0) * (w1 - w0)) as i32;
+                        acc.fill(-in_zp * cnt);
+                        for y in h0..h1 {
+                            for px in img[(y * w + w0) * c..(y * w + w1) * c].chunks_exact(c) {
+                                for (a, &v) in acc.iter_mut().zip(px) {
+                                    *a += v as i32;
+                                }
+                            }
+                        }
+                        let multiplier = in_scale / out_scale / cnt as f32;
+                        let inv = 1.0f32 / (1.0f32 / multiplier);
+                        for (ch, &a) in acc.iter().enumerate() {
+                            o[ch * oh * ow + r * ow + s] = quantize_val(a as f32, inv, out_zp, 0.0, 255.0) as u8;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })??;
+        return Ok(smallvec![Tensor::from_vec(out, &shape)?]);
+    }
     x.with_contiguous::<u8, _>(OP, |xv| {
         let plane = |(o, src): (&mut [u8], &[u8])| {
             for i in 0..oh {

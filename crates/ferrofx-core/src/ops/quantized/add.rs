@@ -2,6 +2,7 @@
 //! requantised to uint8 (PyTorch's `quantized::add` / `add_relu`): both sides are dequantized
 //! to f32, added (ReLU'd when fused) and quantized with the output's parameters.
 
+use super::channels_last;
 use super::quantize::QOut;
 use super::{check_scale, check_zero_point, expect_dtype, quantize_val};
 use crate::dtype::DType;
@@ -84,17 +85,22 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let shape = a.shape().to_vec();
     let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
     const CHUNK: usize = 1 << 16;
-    a.with_contiguous::<u8, _>(OP, |av| {
-        b.with_contiguous::<u8, _>(OP, |bv| {
-            if out.len() >= 2 * CHUNK {
-                out.par_chunks_mut(CHUNK)
-                    .zip(av.par_chunks(CHUNK).zip(bv.par_chunks(CHUNK)))
-                    .for_each(|(o, (x, y))| add_slices(x, y, o, p));
-            } else {
-                add_slices(av, bv, &mut out, p);
-            }
-        })
-    })??;
+    let mut add = |av: &[u8], bv: &[u8]| {
+        if out.len() >= 2 * CHUNK {
+            out.par_chunks_mut(CHUNK)
+                .zip(av.par_chunks(CHUNK).zip(bv.par_chunks(CHUNK)))
+                .for_each(|(o, (x, y))| add_slices(x, y, o, p));
+        } else {
+            add_slices(av, bv, &mut out, p);
+        }
+    };
+    // two channels-last operands (the residual adds between channels-last convolutions): the
+    // elementwise sum of their bytes in storage order, channels-last like them
+    if let (Some(d), Some(_)) = (channels_last::dims(a), channels_last::dims(b)) {
+        channels_last::with_bytes(a, OP, |av| channels_last::with_bytes(b, OP, |bv| add(av, bv)))??;
+        return Ok(smallvec![channels_last::tensor(OP, out, d)?]);
+    }
+    a.with_contiguous::<u8, _>(OP, |av| b.with_contiguous::<u8, _>(OP, |bv| add(av, bv)))??;
     Ok(smallvec![Tensor::from_vec(out, &shape)?])
 }
 

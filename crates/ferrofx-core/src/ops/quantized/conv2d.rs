@@ -8,6 +8,7 @@
 //! int8 GEMM of [`super::gemm`] against the weight rows, writing the channel-major output
 //! directly. Images run in parallel; a single image splits its output channels over threads.
 
+use super::channels_last;
 use super::conv2d_packed::{self, PackedWeight};
 use super::gemm::{reference_gemm, row_sums, Operands, Path, RequantParams};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
@@ -219,8 +220,22 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
         // convolution on the packed input
         let pw = packed_weight(w, &g, path)?;
         let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
-        x.with_contiguous::<u8, _>(OP, |xv| conv2d_packed::conv(path, &g, xv, &pw, &rq, a_zp as u8, &mut out))??;
-        return Ok(smallvec![Tensor::from_vec(out, &shape)?]);
+        // channels-last activations (see `channels_last.rs`): read as they are, and written so
+        // when the channels-in-lanes tile produces a small plane
+        let nhwc_out = conv2d_packed::writes_channels_last(path, &g, &pw);
+        let mut conv = |xv: &[u8], nhwc_in: bool| {
+            conv2d_packed::conv(path, &g, xv, nhwc_in, &pw, &rq, a_zp as u8, &mut out, nhwc_out)
+        };
+        if channels_last::dims(x).is_some() {
+            channels_last::with_bytes(x, OP, |xv| conv(xv, true))??;
+        } else {
+            x.with_contiguous::<u8, _>(OP, |xv| conv(xv, false))??;
+        }
+        return Ok(smallvec![if nhwc_out {
+            channels_last::tensor(OP, out, shape)?
+        } else {
+            Tensor::from_vec(out, &shape)?
+        }]);
     }
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     w.with_contiguous::<i8, _>(OP, |wv| -> Result<()> {

@@ -95,9 +95,31 @@ impl OutPtr {
     }
 }
 
-/// Runs the convolution of the packed images `xp` (`plan.image_bytes` each) into `out`
-/// (`N x OC x OH x OW`). Requires `Path::Vnni` and `applies(g)`.
-pub(super) fn run(g: &Geom, plan: &Plan, xp: &[u8], pw: &PackedWeight, rq: &RequantParams, out: &mut [u8]) {
+/// Where the tile reads its operand: output pixel `(r, c)` of image `i` reads the 4-byte word
+/// of weight word `t` at `data[i * image_bytes + r * row + c * col + aoff[t]]`.
+pub(super) struct Operand<'a> {
+    /// The images' bytes.
+    pub(super) data: &'a [u8],
+    /// Bytes per image.
+    pub(super) image_bytes: usize,
+    /// Bytes between the operands of vertically / horizontally adjacent output pixels.
+    pub(super) row: usize,
+    pub(super) col: usize,
+    /// Byte offset of each weight word's operand (`kq` of them).
+    pub(super) aoff: &'a [usize],
+}
+
+impl<'a> Operand<'a> {
+    /// The packed input of `conv2d_packed.rs` (`[C/4][pixels][4]` planes per phase).
+    pub(super) fn packed(xp: &'a [u8], plan: &'a Plan) -> Operand<'a> {
+        Operand { data: xp, image_bytes: plan.image_bytes, row: plan.wq * 4, col: 4, aoff: &plan.aoff }
+    }
+}
+
+/// Runs the convolution of the operand `x` into `out` (`N x OC x OH x OW` bytes, channel-major
+/// per image, or pixel-major `N x OH x OW x OC` when `nhwc_out`). Requires `Path::Vnni` and
+/// `applies(g)`.
+pub(super) fn run(g: &Geom, x: &Operand, pw: &PackedWeight, rq: &RequantParams, out: &mut [u8], nhwc_out: bool) {
     let p = g.p();
     let padded = g.oc.next_multiple_of(16);
     // the epilogue reads 16 channels' parameters at a time
@@ -111,11 +133,13 @@ pub(super) fn run(g: &Geom, plan: &Plan, xp: &[u8], pw: &PackedWeight, rq: &Requ
         hi: rq.hi,
     }
     .padded(padded);
-    assert!(out.len() >= g.n * g.oc * p && xp.len() >= g.n * plan.image_bytes);
-    assert!(pw.w.len() >= padded * pw.kq && plan.aoff.len() == pw.kq);
-    // every read of a tile lies in its image's planes: flat pixels < qtot, offsets as asserted
-    let qtot = g.oh * plan.wq;
-    assert!(plan.aoff.iter().all(|&o| o + qtot * 4 <= plan.image_bytes));
+    assert!(out.len() >= g.n * g.oc * p && x.data.len() >= g.n * x.image_bytes);
+    assert!(pw.w.len() >= padded * pw.kq && x.aoff.len() == pw.kq);
+    // every read of a tile lies in its image: the last pixel's operand plus the largest offset
+    if p > 0 {
+        let last = (g.oh - 1) * x.row + (g.ow - 1) * x.col;
+        assert!(x.aoff.iter().all(|&o| last + o + 4 <= x.image_bytes));
+    }
     let panels = g.oc.div_ceil(PANEL);
     let threads = rayon::current_num_threads().max(1);
     // about four items per thread: split the pixels when images x panels are too few
@@ -129,17 +153,17 @@ pub(super) fn run(g: &Geom, plan: &Plan, xp: &[u8], pw: &PackedWeight, rq: &Requ
         let (i, ch) = (rest / chunks, rest % chunks);
         let (o0, o1) = (ch * chunk_px, ((ch + 1) * chunk_px).min(p));
         let j0 = jb * PANEL;
-        let a = &xp[i * plan.image_bytes..(i + 1) * plan.image_bytes];
+        let a = &x.data[i * x.image_bytes..(i + 1) * x.image_bytes];
         // SAFETY: `Path::Vnni` (the caller's condition) means the CPU has AVX-512 F/BW/VL/VNNI;
         // reads are bounded as asserted above; the item writes channels `j0..j0 + 64` (< OC)
         // and pixels `o0..o1` (< OH * OW) of image `i`, which no other item writes.
-        unsafe { vnni::item(a.as_ptr(), g, plan, pw, &rq, j0, o0, o1, dst.at(i * g.oc * p)) };
+        unsafe { vnni::item(a.as_ptr(), g, x, pw, &rq, j0, o0, o1, dst.at(i * g.oc * p), nhwc_out) };
     });
 }
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
-    use super::{Geom, PackedWeight, Plan, RequantParams, MAX_PIXELS, MP, PANEL};
+    use super::{Geom, Operand, PackedWeight, RequantParams, MAX_PIXELS, MP, PANEL};
     use std::arch::x86_64::*;
 
     /// One tile: pixels whose operand words start at `ap[k]` (byte pointers into the group's
@@ -238,19 +262,21 @@ mod vnni {
     }
 
     /// One item: channels `j0..j0 + 64` (clipped to `OC`) of output pixels `o0..o1` of one
-    /// image (`a`: its packed input, `out`: its `OC x OH x OW` output).
+    /// image (`a`: its operand, `out`: its `OC x OH x OW` output, or `OH x OW x OC` when
+    /// `nhwc_out`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn item(
         a: *const u8,
         g: &Geom,
-        plan: &Plan,
+        x: &Operand,
         pw: &PackedWeight,
         rq: &RequantParams,
         j0: usize,
         o0: usize,
         o1: usize,
         out: *mut u8,
+        nhwc_out: bool,
     ) {
         let width = (g.oc - j0).next_multiple_of(16).min(PANEL);
         let valid = (g.oc - j0).min(PANEL);
@@ -258,12 +284,12 @@ mod vnni {
         let mut buf = [0u8; (MAX_PIXELS + MP) * PANEL];
         let bufp = buf.as_mut_ptr();
         let mut o = o0;
-        // output pixel `o` is (row, col) of the plane; its operand is flat pixel row * wq + col
+        // output pixel `o` is (row, col) of the plane; its operand starts at row * x.row + col * x.col
         let (mut row, mut col) = (o0 / g.ow, o0 % g.ow);
         while o < o1 {
             let (mut r, mut c) = (row, col);
             let ap: [*const u8; MP] = std::array::from_fn(|k| {
-                let p = a.add((r * plan.wq + c) * 4);
+                let p = a.add(r * x.row + c * x.col);
                 // the next pixel, unless this is the run's last (the tile repeats it)
                 if o + k + 1 < o1 {
                     c += 1;
@@ -276,12 +302,19 @@ mod vnni {
             (row, col) = (r, c);
             let b = bufp.add((o - o0) * PANEL);
             match width / 16 {
-                4 => tile::<4>(&ap, &plan.aoff, w, width, rq, j0, b),
-                3 => tile::<3>(&ap, &plan.aoff, w, width, rq, j0, b),
-                2 => tile::<2>(&ap, &plan.aoff, w, width, rq, j0, b),
-                _ => tile::<1>(&ap, &plan.aoff, w, width, rq, j0, b),
+                4 => tile::<4>(&ap, x.aoff, w, width, rq, j0, b),
+                3 => tile::<3>(&ap, x.aoff, w, width, rq, j0, b),
+                2 => tile::<2>(&ap, x.aoff, w, width, rq, j0, b),
+                _ => tile::<1>(&ap, x.aoff, w, width, rq, j0, b),
             }
             o += MP;
+        }
+        if nhwc_out {
+            // pixel-major buffer → pixel-major output: each pixel's channels as they are
+            for k in 0..o1 - o0 {
+                std::ptr::copy_nonoverlapping(bufp.add(k * PANEL), out.add((o0 + k) * g.oc + j0), valid);
+            }
+            return;
         }
         // pixel-major buffer → channel-major output, 16 x 16 blocks
         let p = g.p();

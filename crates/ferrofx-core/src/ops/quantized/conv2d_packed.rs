@@ -144,15 +144,80 @@ impl Plan {
     }
 }
 
-/// Packs one image (`C x H x W` bytes) into `dst` (`plan.image_bytes`).
-fn pack_image(g: &Geom, plan: &Plan, x: &[u8], zp: u8, dst: &mut [u8]) {
+/// Packs one image (`C x H x W` bytes, or `H x W x C` when `nhwc`) into `dst`
+/// (`plan.image_bytes`).
+fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8]) {
     let plane_bytes = plan.lp * 4;
     let planes_per_phase = g.groups * plan.quads;
     dst.par_chunks_mut(plane_bytes).enumerate().for_each(|(i, plane)| {
         let (phase, rest) = (i / planes_per_phase, i % planes_per_phase);
         let (gi, q) = (rest / plan.quads, rest % plan.quads);
-        pack_plane(g, plan, plan.phases[phase], x, gi * g.cg(), q, zp, plane);
+        if nhwc {
+            pack_plane_nhwc(g, plan, plan.phases[phase], x, gi * g.cg(), q, zp, plane);
+        } else {
+            pack_plane(g, plan, plan.phases[phase], x, gi * g.cg(), q, zp, plane);
+        }
     });
+}
+
+/// The columns `ws_lo..ws_hi` of phase column `b` whose padded column `ws * sw + b` is inside
+/// the image.
+fn phase_columns(g: &Geom, plan: &Plan, b: usize) -> (usize, usize) {
+    let (sw, pw) = (g.stride[1], g.pad[1]);
+    let ws_lo = pw.saturating_sub(b).div_ceil(sw);
+    let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
+    (ws_lo, ws_hi)
+}
+
+/// [`pack_plane`] from a channels-last image (`H x W x C` bytes): each packed pixel is the one
+/// 4-byte word of channels `c0 + 4q..+4` of its input pixel.
+#[allow(clippy::too_many_arguments)]
+fn pack_plane_nhwc(
+    g: &Geom,
+    plan: &Plan,
+    (a, b): (usize, usize),
+    x: &[u8],
+    c0: usize,
+    q: usize,
+    zp: u8,
+    plane: &mut [u8],
+) {
+    let (sh, sw) = (g.stride[0], g.stride[1]);
+    let (ph, pw) = (g.pad[0], g.pad[1]);
+    let (ws_lo, ws_hi) = phase_columns(g, plan, b);
+    if ws_lo >= ws_hi {
+        plane.fill(zp);
+        return;
+    }
+    // channels of the quad inside the group (the rest hold the zero point; their weights are 0)
+    let real = g.cg().saturating_sub(4 * q).min(4);
+    let mut filled = 0;
+    for hs in 0..plan.hs {
+        let hpad = hs * sh + a;
+        if hpad < ph || hpad - ph >= g.h {
+            continue;
+        }
+        let ih = hpad - ph;
+        let (s, e) = ((hs * plan.wq + ws_lo) * 4, (hs * plan.wq + ws_hi) * 4);
+        plane[filled..s].fill(zp);
+        filled = e;
+        let base = (ih * g.w + ws_lo * sw + b - pw) * g.c + c0 + 4 * q;
+        let step = sw * g.c;
+        let out = &mut plane[s..e];
+        if real == 4 {
+            for (k, px) in out.chunks_exact_mut(4).enumerate() {
+                let i = base + k * step;
+                px.copy_from_slice(&x[i..i + 4]);
+            }
+        } else {
+            for (k, px) in out.chunks_exact_mut(4).enumerate() {
+                let i = base + k * step;
+                px[..real].copy_from_slice(&x[i..i + real]);
+                px[real..].fill(zp);
+            }
+        }
+    }
+    plane[filled..].fill(zp);
 }
 
 /// One plane: channels `c0 + 4q ..+4` of phase `(a, b)`.
@@ -161,9 +226,7 @@ fn pack_plane(g: &Geom, plan: &Plan, (a, b): (usize, usize), x: &[u8], c0: usize
     let (sh, sw) = (g.stride[0], g.stride[1]);
     let (ph, pw) = (g.pad[0], g.pad[1]);
     let hw = g.h * g.w;
-    // columns of the phase whose padded column `ws * sw + b` is inside the image
-    let ws_lo = pw.saturating_sub(b).div_ceil(sw);
-    let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
+    let (ws_lo, ws_hi) = phase_columns(g, plan, b);
     if ws_lo >= ws_hi {
         plane.fill(zp);
         return;
@@ -356,17 +419,59 @@ fn conv_block(
     }
 }
 
-/// Runs the convolution of `x` (`N x C x H x W`) into `out` (`N x OC x OH x OW`) on a fast path.
+/// Whether the output of this convolution is written channels-last (`N x OH x OW x OC` bytes):
+/// when it runs the channels-in-lanes tile on an output plane of at most `MAX_PIXELS` pixels
+/// (ResNet's 14x14 and 7x7 layers), unless `FERROFX_QCONV_NHWC=0`.
+pub(super) fn writes_channels_last(path: Path, g: &Geom, pw: &PackedWeight) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        path == Path::Vnni && pw.lanes && g.p() <= super::conv2d_lanes::MAX_PIXELS && super::channels_last::enabled()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (path, g, pw);
+        false
+    }
+}
+
+/// Runs the convolution of `x` (`N x C x H x W` bytes, or `N x H x W x C` when `nhwc_in`) into
+/// `out` (`N x OC x OH x OW`, or `N x OH x OW x OC` when `nhwc_out`, which needs
+/// [`writes_channels_last`]) on a fast path.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
     path: Path,
     g: &Geom,
     x: &[u8],
+    nhwc_in: bool,
     pw: &PackedWeight,
     rq: &RequantParams,
     zp: u8,
     out: &mut [u8],
+    nhwc_out: bool,
 ) -> Result<()> {
+    // a channels-last input of a 1x1 convolution without padding is the tile's operand as it is:
+    // pixel (r, c) reads its channel quads at ((r * sh) * W + c * sw) * C + 4q, no packing
+    #[cfg(target_arch = "x86_64")]
+    if nhwc_in
+        && path == Path::Vnni
+        && pw.lanes
+        && g.kh == 1
+        && g.kw == 1
+        && g.pad == [0, 0]
+        && g.c.is_multiple_of(4)
+        && g.groups == 1
+    {
+        let aoff: Vec<usize> = (0..pw.kq).map(|q| 4 * q).collect();
+        let operand = super::conv2d_lanes::Operand {
+            data: x,
+            image_bytes: g.h * g.w * g.c,
+            row: g.stride[0] * g.w * g.c,
+            col: g.stride[1] * g.c,
+            aoff: &aoff,
+        };
+        super::conv2d_lanes::run(g, &operand, pw, rq, out, nhwc_out);
+        return Ok(());
+    }
     let plan = Plan::new(g)?;
     let total = plan.image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
     // the packed input goes into this thread's scratch buffer, reused across calls: packing
@@ -377,7 +482,7 @@ pub(super) fn conv(
         drop(std::mem::take(&mut scratch));
         scratch = crate::memory::try_vec(OP, total, 0u8)?;
     }
-    let result = conv_packed(path, g, &plan, x, pw, rq, zp, &mut scratch[..total], out);
+    let result = conv_packed(path, g, &plan, x, nhwc_in, pw, rq, zp, &mut scratch[..total], out, nhwc_out);
     if scratch.len() <= SCRATCH_KEEP {
         PACKED_INPUT.with(|c| c.set(scratch));
     }
@@ -400,23 +505,26 @@ fn conv_packed(
     g: &Geom,
     plan: &Plan,
     x: &[u8],
+    nhwc_in: bool,
     pw: &PackedWeight,
     rq: &RequantParams,
     zp: u8,
     xp: &mut [u8],
     out: &mut [u8],
+    nhwc_out: bool,
 ) -> Result<()> {
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     if plan.image_bytes > 0 {
         xp.par_chunks_mut(plan.image_bytes)
             .enumerate()
-            .for_each(|(i, d)| pack_image(g, plan, &x[i * img_in..(i + 1) * img_in], zp, d));
+            .for_each(|(i, d)| pack_image(g, plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d));
     }
     #[cfg(target_arch = "x86_64")]
     if pw.lanes && path == Path::Vnni {
-        super::conv2d_lanes::run(g, plan, xp, pw, rq, out);
+        super::conv2d_lanes::run(g, &super::conv2d_lanes::Operand::packed(xp, plan), pw, rq, out, nhwc_out);
         return Ok(());
     }
+    debug_assert!(!nhwc_out, "only the channels-in-lanes tile writes channels-last");
     // work items: (image, output channels j0..j1 within one group)
     let threads = rayon::current_num_threads().max(1);
     let per_image = (4 * threads).div_ceil(g.n).max(1);

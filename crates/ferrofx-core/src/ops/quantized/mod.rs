@@ -25,6 +25,7 @@
 
 mod adaptive_avg_pool2d;
 mod add;
+mod channels_last;
 mod conv2d;
 #[cfg(target_arch = "x86_64")]
 mod conv2d_lanes;
