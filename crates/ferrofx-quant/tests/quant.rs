@@ -358,7 +358,13 @@ fn the_fast_path_is_the_one_the_cpu_supports() {
     let k = int8_kernel();
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512bw") {
-        assert_eq!(k, "avx512-vnni");
+        // AMX where the CPU has AMX-INT8 (CPUID leaf 7, EDX bits 24-25) and the OS grants the
+        // tile state, AVX-512 VNNI otherwise
+        let amx = (std::arch::x86_64::__cpuid_count(7, 0).edx >> 24) & 3 == 3;
+        assert!(k == "avx512-vnni" || (amx && k == "amx"), "{k}");
+        if !amx || std::env::var("FERROFX_AMX").is_ok_and(|v| v == "0") {
+            assert_eq!(k, "avx512-vnni");
+        }
     }
     assert_eq!(with_reference_kernels(int8_kernel), "reference");
     assert_eq!(int8_kernel(), k, "the override ends with the closure");
@@ -648,8 +654,8 @@ fn every_kernel_path_is_listed_and_can_be_forced() {
     for n in &names {
         assert_eq!(with_int8_kernel(n, int8_kernel).unwrap(), *n);
     }
-    let err = with_int8_kernel("amx", int8_kernel).unwrap_err().to_string();
-    assert!(err.contains("\"amx\"") && err.contains("reference"), "{err}");
+    let err = with_int8_kernel("sve", int8_kernel).unwrap_err().to_string();
+    assert!(err.contains("\"sve\"") && err.contains("reference"), "{err}");
 }
 
 /// A random convolution on every kernel: the bytes of each, the reference's first.
@@ -905,6 +911,49 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Convolutions with a multiple of 64 input channels (the AMX tile path where the CPU has
+    /// it): every kernel size, stride, padding and dilation, output channels off the 32-channel
+    /// tile, pixel tiles past the plane, row-major and channels-last inputs.
+    #[test]
+    fn tile_sized_convs_on_every_kernel_equal_the_reference(batch in 1usize..3, c in prop_oneof![Just(64usize), Just(128)],
+                                                           oc in 1usize..70, h in 1usize..10, w in 1usize..10,
+                                                           kh in 1usize..4, kw in prop_oneof![Just(1usize), Just(3), Just(5)],
+                                                           sh in 1usize..3, sw in 1usize..3, ph in 0usize..3, pw in 0usize..3,
+                                                           dil in 1usize..3, relu in any::<bool>(), seed in any::<u64>()) {
+        let conv = QuantizedConv2dArgs {
+            stride: [sh as i64, sw as i64],
+            padding: [ph as i64, pw as i64],
+            dilation: [dil as i64; 2],
+            relu,
+            ..Default::default()
+        };
+        let (h, w) = (h + dil * (kh - 1), w + dil * (kw - 1));
+        channels_last_conv_equals_reference(seed, [batch, c, h, w], [oc, c, kh, kw], &conv);
+    }
+}
+
+#[test]
+fn tile_sized_resnet_convs_on_every_kernel_equal_the_reference() {
+    // ResNet's layers with 64..512 input channels: large planes split over threads at batch 1,
+    // stride-2 3x3 and 1x1 downsampling, a 1x1 read in place whose last image's last pixel tile
+    // runs past the input (7x7: 49 pixels in two 32-pixel tiles), batch 3
+    type ConvCase = ([usize; 4], [usize; 4], [i64; 2], [i64; 2]);
+    let cases: &[ConvCase] = &[
+        ([1, 64, 56, 56], [64, 64, 3, 3], [1, 1], [1, 1]),
+        ([2, 128, 28, 28], [256, 128, 3, 3], [2, 2], [1, 1]),
+        ([3, 512, 7, 7], [2048, 512, 1, 1], [1, 1], [0, 0]),
+        ([1, 256, 14, 14], [512, 256, 1, 1], [2, 2], [0, 0]),
+        ([1, 64, 9, 9], [16, 64, 7, 7], [1, 1], [3, 3]),
+    ];
+    for (i, &(xs, wsh, stride, padding)) in cases.iter().enumerate() {
+        let conv = QuantizedConv2dArgs { stride, padding, relu: i % 2 == 0, ..Default::default() };
+        channels_last_conv_equals_reference(100 + i as u64, xs, wsh, &conv);
+    }
+}
+
 #[test]
 fn int8_block_on_channels_last_activations_equals_the_row_major_reference() {
     // ResNet-50's bottleneck on a 14x14 plane and its head: 1x1 → 3x3 → 1x1, the residual add
@@ -941,8 +990,8 @@ fn int8_block_on_channels_last_activations_equals_the_row_major_reference() {
                 assert_eq!(g.shape(), w.shape(), "{name}: output {k}");
                 assert_eq!(g.to_vec::<u8>().unwrap(), w.to_vec::<u8>().unwrap(), "{name}: output {k}");
             }
-            if name == "avx512-vnni" {
-                // the small-plane convolutions write channels-last, the add of two channels-last
+            if name == "avx512-vnni" || name == "amx" {
+                // the small-plane convolutions (every one on AMX) write channels-last, the add of two channels-last
                 // operands keeps the layout (of a mixed pair it is row-major); the pooled
                 // outputs are row-major
                 let layouts: Vec<bool> = got.iter().map(|(_, cl)| *cl).collect();

@@ -9,6 +9,8 @@
 //! directly. Images run in parallel; a single image splits its output channels over threads.
 
 use super::channels_last;
+#[cfg(target_arch = "x86_64")]
+use super::conv2d_amx::{self, AmxWeight};
 use super::conv2d_packed::{self, PackedWeight};
 use super::gemm::{reference_gemm, row_sums, Operands, Path, RequantParams};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
@@ -200,7 +202,8 @@ fn conv_image(g: &Geom, x: &[u8], w: &[i8], rq: &RequantParams, zp: u8, out: &mu
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
     let g = check(args)?;
-    let path = Path::select();
+    let selected = Path::select();
+    let path = selected.vector();
     let x = tensor(OP, args, 0)?;
     let w = tensor(OP, args, 3)?;
     let w_scale = channel_floats(OP, "weight_scale", tensor(OP, args, 4)?, g.oc, true)?;
@@ -215,6 +218,18 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let relu = bool_(OP, args, 12)?;
     let shape = [g.n, g.oc, g.oh, g.ow];
     let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
+    #[cfg(target_arch = "x86_64")]
+    if selected == Path::Amx && conv2d_amx::applies(&g) && !out.is_empty() {
+        // AMX tiles on a channels-last operand, channels-last output (see `conv2d_amx.rs`)
+        let pw = amx_weight(w, &g)?;
+        let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
+        if channels_last::dims(x).is_some() {
+            channels_last::with_bytes(x, OP, |xv| conv2d_amx::conv(&g, xv, true, &pw, &rq, a_zp as u8, &mut out))??;
+        } else {
+            x.with_contiguous::<u8, _>(OP, |xv| conv2d_amx::conv(&g, xv, false, &pw, &rq, a_zp as u8, &mut out))??;
+        }
+        return Ok(smallvec![channels_last::tensor(OP, out, shape)?]);
+    }
     if path != Path::Reference && g.cg() > 0 && !out.is_empty() {
         // the fast path: packed weights (cached on the weight's storage) and a direct
         // convolution on the packed input
@@ -298,6 +313,26 @@ fn packed_weight(w: &Tensor, g: &Geom, path: Path) -> Result<Arc<PackedWeight>> 
         }
     }
     w.with_contiguous::<i8, _>(OP, |wv| Arc::new(PackedWeight::new(wv, g, lanes)))
+}
+
+/// The weights packed as AMX B tiles, cached on the weight tensor's storage like
+/// [`packed_weight`].
+#[cfg(target_arch = "x86_64")]
+fn amx_weight(w: &Tensor, g: &Geom) -> Result<Arc<AmxWeight>> {
+    const KEY: usize = 0x18c9; // quantized_conv2d AMX tiles
+    let len = g.oc * g.kg();
+    if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
+        if lay.is_contiguous() {
+            let off = lay.offset();
+            let cached = st.derived(&[KEY, off, g.oc, g.cg(), g.kh, g.kw], |buf| {
+                buf.as_slice::<i8>().and_then(|v| v.get(off..off + len)).map(|ws| Arc::new(AmxWeight::new(ws, g)))
+            });
+            if let Some(p) = cached.as_ref() {
+                return Ok(Arc::clone(p));
+            }
+        }
+    }
+    w.with_contiguous::<i8, _>(OP, |wv| Arc::new(AmxWeight::new(wv, g)))
 }
 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {

@@ -412,7 +412,7 @@ fn conv_block(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Path::Vnni` is selected only on CPUs with AVX-512 F/BW/VL/VNNI; bounds as
         // asserted above.
-        Path::Vnni => unsafe { vnni::run(a, plan, pw, rq, j0, j1, &sink) },
+        Path::Vnni | Path::Amx => unsafe { vnni::run(a, plan, pw, rq, j0, j1, &sink) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Path::Avx2` is selected only on CPUs with AVX2; bounds as above.
         Path::Avx2 => unsafe { avx2::run(a, plan, pw, rq, j0, j1, &sink) },

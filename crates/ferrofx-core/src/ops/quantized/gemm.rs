@@ -48,7 +48,7 @@ fn with_path<R>(path: Path, f: impl FnOnce() -> R) -> R {
 /// for name in int8_kernels_available() {
 ///     assert_eq!(with_int8_kernel(name, int8_kernel).unwrap(), name);
 /// }
-/// assert!(with_int8_kernel("amx", int8_kernel).is_err());
+/// assert!(with_int8_kernel("sve", int8_kernel).is_err());
 /// ```
 pub fn with_int8_kernel<R>(name: &str, f: impl FnOnce() -> R) -> crate::error::Result<R> {
     match Path::available().into_iter().find(|p| p.name() == name) {
@@ -60,8 +60,9 @@ pub fn with_int8_kernel<R>(name: &str, f: impl FnOnce() -> R) -> crate::error::R
     }
 }
 
-/// The int8 kernels this CPU can run, fastest first (`"avx512-vnni"`, `"avx2"`, and always
-/// `"reference"`).
+/// The int8 kernels this CPU can run, fastest first (`"amx"`, `"avx512-vnni"`, `"avx2"`, and
+/// always `"reference"`). `"amx"` runs the convolutions it covers on AMX tiles and everything
+/// else on the AVX-512 VNNI kernels.
 ///
 /// ```
 /// use ferrofx_core::ops::quantized::int8_kernels_available;
@@ -71,7 +72,8 @@ pub fn int8_kernels_available() -> Vec<&'static str> {
     Path::available().into_iter().map(Path::name).collect()
 }
 
-/// The int8 implementation this thread's ops use: `"avx512-vnni"`, `"avx2"` or `"reference"`.
+/// The int8 implementation this thread's ops use: `"amx"`, `"avx512-vnni"`, `"avx2"` or
+/// `"reference"`.
 pub fn int8_kernel() -> &'static str {
     Path::select().name()
 }
@@ -84,6 +86,9 @@ pub(crate) enum Path {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Vnni,
+    /// AMX tiles for the convolutions `conv2d_amx.rs` covers, [`Path::Vnni`] for the rest.
+    #[cfg(target_arch = "x86_64")]
+    Amx,
 }
 
 impl Path {
@@ -94,6 +99,8 @@ impl Path {
             Path::Avx2 => "avx2",
             #[cfg(target_arch = "x86_64")]
             Path::Vnni => "avx512-vnni",
+            #[cfg(target_arch = "x86_64")]
+            Path::Amx => "amx",
         }
     }
 
@@ -107,6 +114,9 @@ impl Path {
                 && std::arch::is_x86_feature_detected!("avx512vl")
                 && std::arch::is_x86_feature_detected!("avx512f")
             {
+                if super::conv2d_amx::available() {
+                    v.push(Path::Amx);
+                }
                 v.push(Path::Vnni);
             }
             if std::arch::is_x86_feature_detected!("avx2") {
@@ -115,6 +125,16 @@ impl Path {
         }
         v.push(Path::Reference);
         v
+    }
+
+    /// The vector path of the kernels AMX does not cover (`Amx` → `Vnni`; the others as
+    /// they are).
+    pub(crate) fn vector(self) -> Path {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Path::Amx => Path::Vnni,
+            p => p,
+        }
     }
 
     pub(crate) fn select() -> Path {

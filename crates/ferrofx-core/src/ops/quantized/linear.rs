@@ -63,7 +63,7 @@ pub(super) fn check_weight(
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
     let (m, k, n, shape) = check(args)?;
-    let path = Path::select();
+    let path = Path::select().vector();
     let x = tensor(OP, args, 0)?;
     let w = tensor(OP, args, 3)?;
     let w_scale = channel_floats(OP, "weight_scale", tensor(OP, args, 4)?, n, true)?;

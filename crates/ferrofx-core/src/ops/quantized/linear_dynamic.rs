@@ -100,7 +100,7 @@ fn check(args: &[Value]) -> Result<(usize, usize, usize, Vec<usize>)> {
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
     let (m, k, n, shape) = check(args)?;
-    let path = Path::select();
+    let path = Path::select().vector();
     let x = tensor(OP, args, 0)?;
     let x = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };
     let w = tensor(OP, args, 1)?;

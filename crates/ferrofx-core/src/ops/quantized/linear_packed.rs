@@ -238,7 +238,7 @@ unsafe fn run<E: TileEpilogue>(
             match path {
                 Path::Reference => unreachable!("the reference path does not pack the weights"),
                 #[cfg(target_arch = "x86_64")]
-                Path::Vnni => vnni::panel(a, lda, ib, ie, w.as_ptr(), width, pw.kq, j, cols, e, out, n),
+                Path::Vnni | Path::Amx => vnni::panel(a, lda, ib, ie, w.as_ptr(), width, pw.kq, j, cols, e, out, n),
                 #[cfg(target_arch = "x86_64")]
                 Path::Avx2 => avx2::panel(a, lda, ib, ie, w.as_ptr(), width, pw.kq, j, cols, e, out, n),
             }

@@ -28,6 +28,8 @@ mod add;
 mod channels_last;
 mod conv2d;
 #[cfg(target_arch = "x86_64")]
+mod conv2d_amx;
+#[cfg(target_arch = "x86_64")]
 mod conv2d_lanes;
 mod conv2d_packed;
 mod gemm;

@@ -1,0 +1,592 @@
+//! The AMX tile path of `quantized_conv2d` (Intel Advanced Matrix Extensions: Sapphire Rapids
+//! and later Xeons): `tdpbusd` multiplies a 16 x 64 tile of uint8 activations by a 64 x 16
+//! tile of int8 weights into a 16 x 16 tile of i32 sums, 16384 multiply-adds per instruction
+//! (eight times a `vpdpbusd` zmm pair's).
+//!
+//! **Operand**: the A tile is 16 output pixels x 64 input channels, one pixel per tile row, so
+//! the input must be channels-last (`[pixels][C]`): each row is 64 contiguous bytes, rows `C`
+//! bytes apart. The zero-point-padded input is split into its `stride_h x stride_w` phases as in
+//! `conv2d_packed.rs` (phase `(a, b)` holds padded rows `a, a + sh, ...` and columns `b, b + sw,
+//! ...`), each phase stored channels-last `[lp][C]`; in a phase every kernel tap is a constant
+//! shift of the flat pixel index `q = oh * wq + ow`, so the A tile of tap `t`, channel chunk `c`
+//! and pixels `q0..q0 + 16` is the run of rows starting at `(phase_t * lp + q0 + shift_t) * C +
+//! 64 c`, read in place by `tileloadd` with stride `C`. A channels-last input of a 1x1
+//! convolution with stride 1 and no padding is read as it is (no copy). Columns `ow >= OW` of
+//! the flat index are computed and not stored.
+//!
+//! **Weights** are packed once per weight tensor (cached on its storage like the VNNI packs):
+//! per block of 16 output channels, tap and chunk of 64 input channels, the 16 x 64-byte B tile
+//! in the VNNI order `tdpbusd` wants (`row r = input channels 4r..4r + 4`, `column n` = output
+//! channel `n`: `[r][n][4]`), with the row sums for the zero-point correction.
+//!
+//! **Tile**: 32 pixels x 32 output channels, in the eight tile registers as two A tiles, two B
+//! tiles and four accumulators (the blocking oneDNN's AMX convolutions use), so every loaded
+//! tile feeds two `tdpbusd`. The sums are stored to a stack buffer with `tilestored` and
+//! requantised 16 channels at a time with AVX-512 (the f32 operations of `Requant::apply` in
+//! the same order, as the VNNI tiles), so the output bytes equal the reference's: the i32 sums
+//! hold the same exact terms in any order. The output is written channels-last.
+//!
+//! **Where**: `groups == 1` and a multiple of 64 input channels (every ResNet layer but the
+//! 3-channel stem, which keeps the VNNI path). Linux grants a process the AMX tile state only on
+//! request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`available`] asks once and
+//! the path is used only when the kernel agreed. `FERROFX_AMX=0` turns it off for a
+//! side-by-side measurement.
+//!
+//! The instructions are written with `asm!` (the AMX intrinsics are not stable Rust); each
+//! kernel configures the tiles (`ldtilecfg`) at its start and releases them (`tilerelease`) at
+//! its end, so no tile state outlives a work item.
+
+use super::conv2d::Geom;
+use super::gemm::RequantParams;
+use crate::error::{Error, Result};
+use rayon::prelude::*;
+
+const OP: &str = "quantized_conv2d";
+
+/// Input channels per A tile row (and B tile rows x 4).
+const KC: usize = 64;
+/// Pixels per tile step (two A tiles of 16 rows).
+const TP: usize = 32;
+/// Output channels per tile step (two B tiles of 16 columns).
+const TJ: usize = 32;
+
+/// Whether the CPU has AMX-INT8 with AVX-512 (for the epilogue) and the OS granted this process
+/// the tile state (asked once), unless `FERROFX_AMX=0`.
+pub(crate) fn available() -> bool {
+    static A: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *A.get_or_init(|| {
+        if std::env::var("FERROFX_AMX").is_ok_and(|v| v == "0") {
+            return false;
+        }
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            let vnni = std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl");
+            if !vnni {
+                return false;
+            }
+            // CPUID leaf 7 (present on every CPU with AVX-512): EDX bit 24 AMX-TILE, 25 AMX-INT8
+            let l7 = std::arch::x86_64::__cpuid_count(7, 0);
+            if (l7.edx >> 24) & 3 != 3 {
+                return false;
+            }
+            request_tile_state()
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: Linux's permission for this process
+/// (all its threads) to use the AMX tile data. `false` when the kernel refuses or is too old.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn request_tile_state() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: the arch_prctl system call with these arguments only changes this process's
+    // permitted extended-state set; it reads and writes no memory of ours. `syscall` clobbers
+    // rcx and r11.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    ret == 0
+}
+
+/// Whether a convolution runs on the AMX tiles (given [`available`]): one group, a multiple of
+/// 64 input channels, and channels-last outputs enabled.
+pub(super) fn applies(g: &Geom) -> bool {
+    g.groups == 1 && g.c > 0 && g.c.is_multiple_of(KC) && g.oc > 0 && super::channels_last::enabled()
+}
+
+/// Weights packed as B tiles: `[OC / 16][taps][C / 64][16][16][4]` bytes (output channels padded
+/// to a multiple of 32 with zeros), with the row sums.
+pub(super) struct AmxWeight {
+    taps: usize,
+    chunks: usize,
+    w: Vec<u8>,
+    /// `sum` of each output channel's int8 weights (`OC` of them).
+    pub(super) sums: Vec<i32>,
+}
+
+impl AmxWeight {
+    /// Packs `w` (`[OC][C][kH][kW]`, contiguous, `C` a multiple of 64).
+    pub(super) fn new(w: &[i8], g: &Geom) -> AmxWeight {
+        let (c, kh, kw) = (g.c, g.kh, g.kw);
+        let taps = kh * kw;
+        let chunks = c / KC;
+        let ocp = g.oc.next_multiple_of(TJ);
+        let tile = 16 * KC;
+        let mut packed = vec![0u8; ocp * taps * c];
+        for b in 0..ocp / 16 {
+            for t in 0..taps {
+                for ch in 0..chunks {
+                    let dst = &mut packed[((b * taps + t) * chunks + ch) * tile..][..tile];
+                    for n in 0..16 {
+                        let oc = b * 16 + n;
+                        if oc >= g.oc {
+                            break;
+                        }
+                        for k in 0..KC {
+                            let ic = ch * KC + k;
+                            dst[(k / 4) * 64 + n * 4 + k % 4] = w[(oc * c + ic) * taps + t] as u8;
+                        }
+                    }
+                }
+            }
+        }
+        let row = c * taps;
+        let sums = (0..g.oc).map(|j| w[j * row..(j + 1) * row].iter().map(|&v| v as i32).sum()).collect();
+        AmxWeight { taps, chunks, w: packed, sums }
+    }
+}
+
+/// The phases of the padded input and the per-tap row offsets.
+struct Plan {
+    /// Phases in use, as `(row phase, column phase)`.
+    phases: Vec<(usize, usize)>,
+    /// Rows and row length of a phase.
+    hs: usize,
+    wq: usize,
+    /// Pixels per phase (every tile's reads stay inside).
+    lp: usize,
+    /// Pixel offset of each tap's first row from the image's base (`phase * lp + shift`).
+    tap_px: Vec<usize>,
+    /// Flat output pixels `OH * wq`, and tiles of [`TP`] of them.
+    qtot: usize,
+    tiles: usize,
+}
+
+fn overflow() -> Error {
+    Error::limit(OP, "the packed input of this convolution does not fit in memory (size overflows usize)")
+}
+
+impl Plan {
+    fn new(g: &Geom) -> Result<Plan> {
+        let (sh, sw) = (g.stride[0], g.stride[1]);
+        let hp = g.h.checked_add(2 * g.pad[0]).ok_or_else(overflow)?;
+        let wp = g.w.checked_add(2 * g.pad[1]).ok_or_else(overflow)?;
+        let (hs, wq) = (hp.div_ceil(sh), wp.div_ceil(sw));
+        let mut phases: Vec<(usize, usize)> = Vec::new();
+        let mut taps = Vec::with_capacity(g.kh * g.kw);
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let (ri, cj) = (ki * g.dil[0], kj * g.dil[1]);
+                let ph = (ri % sh, cj % sw);
+                let idx = match phases.iter().position(|&p| p == ph) {
+                    Some(i) => i,
+                    None => {
+                        phases.push(ph);
+                        phases.len() - 1
+                    }
+                };
+                taps.push((idx, (ri / sh) * wq + cj / sw));
+            }
+        }
+        let qtot = g.oh.checked_mul(wq).ok_or_else(overflow)?;
+        let tiles = qtot.div_ceil(TP);
+        let max_shift = taps.iter().map(|t| t.1).max().unwrap_or(0);
+        let lp = (tiles * TP + max_shift).max(hs.checked_mul(wq).ok_or_else(overflow)?);
+        let tap_px = taps.iter().map(|&(p, s)| p * lp + s).collect();
+        Ok(Plan { phases, hs, wq, lp, tap_px, qtot, tiles })
+    }
+
+    /// Bytes of one image's packed input.
+    fn image_bytes(&self, c: usize) -> Result<usize> {
+        self.phases.len().checked_mul(self.lp).and_then(|v| v.checked_mul(c)).ok_or_else(overflow)
+    }
+}
+
+/// Packs one image (`C x H x W` bytes, or `H x W x C` when `nhwc`) into its channels-last phases
+/// `dst` (`plan.image_bytes`), padding with `zp`.
+fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8]) {
+    let c = g.c;
+    let (sh, sw) = (g.stride[0], g.stride[1]);
+    let (ph, pw) = (g.pad[0], g.pad[1]);
+    let row_bytes = plan.wq * c;
+    for (p, &(a, b)) in plan.phases.iter().enumerate() {
+        let phase = &mut dst[p * plan.lp * c..(p + 1) * plan.lp * c];
+        // the phase columns whose padded column `ws * sw + b` is inside the image
+        let ws_lo = pw.saturating_sub(b).div_ceil(sw);
+        let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
+        phase.par_chunks_mut(row_bytes).enumerate().for_each(|(hs, out)| {
+            let hpad = hs * sh + a;
+            if hs >= plan.hs || hpad < ph || hpad - ph >= g.h || ws_lo >= ws_hi {
+                out.fill(zp);
+                return;
+            }
+            let ih = hpad - ph;
+            out[..ws_lo * c].fill(zp);
+            out[ws_hi * c..].fill(zp);
+            let iw0 = ws_lo * sw + b - pw;
+            let n = ws_hi - ws_lo;
+            let run = &mut out[ws_lo * c..ws_hi * c];
+            if nhwc {
+                let src = &x[(ih * g.w + iw0) * c..];
+                if sw == 1 {
+                    run.copy_from_slice(&src[..n * c]);
+                } else {
+                    for (k, px) in run.chunks_exact_mut(c).enumerate() {
+                        px.copy_from_slice(&src[k * sw * c..k * sw * c + c]);
+                    }
+                }
+            } else {
+                transpose_row(x, g.h * g.w, ih * g.w + iw0, sw, n, c, run);
+            }
+        });
+    }
+}
+
+/// `run[k * c + ch] = x[ch * hw + base + k * sw]` for `k < n`, `ch < c`: one image row of a
+/// channel-major input to channels-last, 16 x 16 byte blocks at a time where the stride is 1.
+fn transpose_row(x: &[u8], hw: usize, base: usize, sw: usize, n: usize, c: usize, run: &mut [u8]) {
+    let mut k0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if sw == 1 {
+        while k0 + 16 <= n {
+            for c0 in (0..c).step_by(16) {
+                // SAFETY: SSE2 is part of x86-64; the loads read `x[(c0 + i) * hw + base + k0..+16]`
+                // (pixels `k0..k0 + 16 <= n` of the row, inside the plane), the stores write
+                // `run[(k0 + i) * c + c0..+16]` (`c0 + 16 <= c`, a multiple of 64).
+                unsafe { transpose16(x.as_ptr().add(c0 * hw + base + k0), hw, run.as_mut_ptr().add(k0 * c + c0), c) };
+            }
+            k0 += 16;
+        }
+    }
+    for k in k0..n {
+        for ch in 0..c {
+            run[k * c + ch] = x[ch * hw + base + k * sw];
+        }
+    }
+}
+
+/// Transposes 16 x 16 bytes: `dst[i * ld_dst + j] = src[j * ld_src + i]`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+unsafe fn transpose16(src: *const u8, ld_src: usize, dst: *mut u8, ld_dst: usize) {
+    use std::arch::x86_64::*;
+    let r: [__m128i; 16] = std::array::from_fn(|i| _mm_loadu_si128(src.add(i * ld_src) as *const __m128i));
+    let mut a = [_mm_setzero_si128(); 16];
+    for i in 0..8 {
+        a[2 * i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+    }
+    let mut b = [_mm_setzero_si128(); 16];
+    for i in 0..4 {
+        b[4 * i] = _mm_unpacklo_epi16(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm_unpackhi_epi16(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm_unpacklo_epi16(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm_unpackhi_epi16(a[4 * i + 1], a[4 * i + 3]);
+    }
+    let mut c = [_mm_setzero_si128(); 16];
+    for h in 0..2 {
+        for i in 0..4 {
+            c[8 * h + 2 * i] = _mm_unpacklo_epi32(b[8 * h + i], b[8 * h + 4 + i]);
+            c[8 * h + 2 * i + 1] = _mm_unpackhi_epi32(b[8 * h + i], b[8 * h + 4 + i]);
+        }
+    }
+    for k in 0..8 {
+        _mm_storeu_si128(dst.add(2 * k * ld_dst) as *mut __m128i, _mm_unpacklo_epi64(c[k], c[8 + k]));
+        _mm_storeu_si128(dst.add((2 * k + 1) * ld_dst) as *mut __m128i, _mm_unpackhi_epi64(c[k], c[8 + k]));
+    }
+}
+
+/// The output buffer shared by the items (each writes its own pixels x channels).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut u8);
+// SAFETY: the items write disjoint (pixel, channel) ranges of the output (see `conv`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    fn at(&self, off: usize) -> *mut u8 {
+        self.0.wrapping_add(off)
+    }
+}
+
+thread_local! {
+    /// The packed-input scratch of the calling thread, reused across calls (taken out while a
+    /// convolution runs).
+    static PACKED_INPUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The largest packed input kept between calls.
+const SCRATCH_KEEP: usize = 64 << 20;
+
+/// Runs the convolution of `x` (`N x C x H x W` bytes, or `N x H x W x C` when `nhwc_in`) into
+/// `out` (`N x OH x OW x OC` bytes, channels-last). Requires [`available`] and [`applies`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv(
+    g: &Geom,
+    x: &[u8],
+    nhwc_in: bool,
+    pw: &AmxWeight,
+    rq: &RequantParams,
+    zp: u8,
+    out: &mut [u8],
+) -> Result<()> {
+    assert!(available() && applies(g));
+    let plan = Plan::new(g)?;
+    let img_in = g.c * g.h * g.w;
+    let rq = RequantParams {
+        a_zp: rq.a_zp,
+        b_sums: rq.b_sums.clone(),
+        bias_term: rq.bias_term.clone(),
+        multiplier: rq.multiplier.clone(),
+        out_zp: rq.out_zp,
+        lo: rq.lo,
+        hi: rq.hi,
+    }
+    .padded(g.oc.next_multiple_of(TJ));
+    assert!(out.len() >= g.n * g.oc * g.p() && x.len() >= g.n * img_in);
+    assert!(pw.w.len() >= g.oc.next_multiple_of(TJ) * pw.taps * g.c && pw.chunks * KC == g.c);
+    // a channels-last input of a 1x1, stride-1, unpadded convolution is the operand as it is
+    // (the last image's last tile reads past it: that one image is copied with slack)
+    let in_place = nhwc_in && g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pad == [0, 0];
+    if in_place {
+        let image = g.h * g.w * g.c;
+        let fits = |i: usize| (i * img_in + plan.tiles * TP * g.c) <= x.len();
+        if g.n > 0 && !fits(g.n - 1) {
+            let last = g.n - 1;
+            let mut tail = crate::memory::try_vec(OP, plan.tiles * TP * g.c, zp)?;
+            tail[..image].copy_from_slice(&x[last * img_in..last * img_in + image]);
+            let (head, rest) = out.split_at_mut(last * g.p() * g.oc);
+            run(g, &plan, x, img_in, last, pw, &rq, head);
+            run(g, &plan, &tail, 0, 1, pw, &rq, rest);
+        } else {
+            run(g, &plan, x, img_in, g.n, pw, &rq, out);
+        }
+        return Ok(());
+    }
+    let image_bytes = plan.image_bytes(g.c)?;
+    let total = image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
+    let mut scratch = PACKED_INPUT.with(|c| c.take());
+    if scratch.len() < total {
+        drop(std::mem::take(&mut scratch));
+        scratch = crate::memory::try_vec(OP, total, 0u8)?;
+    }
+    {
+        let xp = &mut scratch[..total];
+        if image_bytes > 0 {
+            xp.chunks_mut(image_bytes)
+                .enumerate()
+                .for_each(|(i, d)| pack_image(g, &plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d));
+        }
+        run(g, &plan, xp, image_bytes, g.n, pw, &rq, out);
+    }
+    if scratch.len() <= SCRATCH_KEEP {
+        PACKED_INPUT.with(|c| c.set(scratch));
+    }
+    Ok(())
+}
+
+/// The tiles of `n` images whose operands start `image_bytes` apart in `xp` (each holding
+/// `plan.lp` pixels per phase, or the in-place input), into `out` (`n` channels-last images).
+#[allow(clippy::too_many_arguments)]
+fn run(
+    g: &Geom,
+    plan: &Plan,
+    xp: &[u8],
+    image_bytes: usize,
+    n: usize,
+    pw: &AmxWeight,
+    rq: &RequantParams,
+    out: &mut [u8],
+) {
+    if n == 0 {
+        return;
+    }
+    let jblocks = g.oc.div_ceil(TJ);
+    // every tile's rows lie in its image's operand: the last tile's last row at the largest shift
+    let last_row = (plan.tiles * TP - 1 + plan.tap_px.iter().copied().max().unwrap_or(0)) * g.c + g.c;
+    assert!((n - 1) * image_bytes + last_row <= xp.len());
+    assert!(out.len() >= n * g.p() * g.oc);
+    let threads = rayon::current_num_threads().max(1);
+    // items: (image, block of output channels, run of pixel tiles); about four per thread
+    let jper = 4.min(jblocks);
+    let jitems = jblocks.div_ceil(jper);
+    let titems = (4 * threads).div_ceil(n * jitems).min(plan.tiles).max(1);
+    let tper = plan.tiles.div_ceil(titems);
+    let titems = plan.tiles.div_ceil(tper);
+    let dst = OutPtr(out.as_mut_ptr());
+    let src = xp.as_ptr() as usize;
+    (0..n * jitems * titems).into_par_iter().for_each(|it| {
+        let (i, rest) = (it / (jitems * titems), it % (jitems * titems));
+        let (jb, tb) = (rest / titems, rest % titems);
+        let (j0, j1) = (jb * jper, ((jb + 1) * jper).min(jblocks));
+        let (t0, t1) = (tb * tper, ((tb + 1) * tper).min(plan.tiles));
+        // SAFETY: `available()` (asserted by `conv`) means AMX-INT8, AVX-512 F/BW/VL and the
+        // tile state granted; every tile row read lies in the image's operand (asserted above);
+        // the item writes pixels of tiles `t0..t1` and channels of blocks `j0..j1` of image `i`,
+        // which no other item writes.
+        unsafe {
+            amx::item(
+                (src as *const u8).add(i * image_bytes),
+                g,
+                plan,
+                pw,
+                rq,
+                (j0, j1),
+                (t0, t1),
+                dst.at(i * g.p() * g.oc),
+            )
+        };
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+mod amx {
+    use super::{AmxWeight, Geom, Plan, RequantParams, KC, TJ, TP};
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    /// The 64-byte tile configuration of `ldtilecfg` (palette 1).
+    #[repr(C, align(64))]
+    struct TileConfig {
+        palette: u8,
+        start_row: u8,
+        reserved: [u8; 14],
+        colsb: [u16; 16],
+        rows: [u8; 16],
+    }
+
+    /// Eight tiles of 16 rows x 64 bytes (palette 1 has eight; the other entries must be 0).
+    const CONFIG: TileConfig = TileConfig {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+        rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
+    };
+
+    /// One item: pixel tiles `t0..t1` x output-channel blocks `j0..j1` (of [`TJ`]) of one image
+    /// (`a`: its operand, `out`: its channels-last output).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn item(
+        a: *const u8,
+        g: &Geom,
+        plan: &Plan,
+        pw: &AmxWeight,
+        rq: &RequantParams,
+        (j0, j1): (usize, usize),
+        (t0, t1): (usize, usize),
+        out: *mut u8,
+    ) {
+        let c = g.c;
+        let tile_bytes = 16 * KC;
+        // B tiles of one 16-channel block: taps x chunks tiles
+        let block_bytes = pw.taps * pw.chunks * tile_bytes;
+        let mut acc = Acc([0i32; TP * TJ]);
+        asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const TileConfig, options(nostack, readonly));
+        for jb in j0..j1 {
+            let w0 = pw.w.as_ptr().add(2 * jb * block_bytes);
+            let w1 = w0.add(block_bytes);
+            for t in t0..t1 {
+                let q0 = t * TP;
+                asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+                let mut wo = 0;
+                for &tp in &plan.tap_px {
+                    let a0 = a.add((tp + q0) * c);
+                    let a1 = a0.add(16 * c);
+                    for ch in 0..pw.chunks {
+                        asm!(
+                            "tileloadd tmm4, [{a0} + {lda}*1]",
+                            "tileloadd tmm6, [{b0} + {ldb}*1]",
+                            "tileloadd tmm5, [{a1} + {lda}*1]",
+                            "tdpbusd tmm0, tmm4, tmm6",
+                            "tileloadd tmm7, [{b1} + {ldb}*1]",
+                            "tdpbusd tmm2, tmm5, tmm6",
+                            "tdpbusd tmm1, tmm4, tmm7",
+                            "tdpbusd tmm3, tmm5, tmm7",
+                            a0 = in(reg) a0.add(ch * KC),
+                            a1 = in(reg) a1.add(ch * KC),
+                            b0 = in(reg) w0.add(wo),
+                            b1 = in(reg) w1.add(wo),
+                            lda = in(reg) c,
+                            ldb = in(reg) 64usize,
+                            options(nostack, readonly)
+                        );
+                        wo += tile_bytes;
+                    }
+                }
+                let p = acc.0.as_mut_ptr() as *mut u8;
+                asm!(
+                    "tilestored [{p} + {ld}*1], tmm0",
+                    "tilestored [{p1} + {ld}*1], tmm1",
+                    "tilestored [{p2} + {ld}*1], tmm2",
+                    "tilestored [{p3} + {ld}*1], tmm3",
+                    p = in(reg) p,
+                    p1 = in(reg) p.add(64),
+                    p2 = in(reg) p.add(16 * TJ * 4),
+                    p3 = in(reg) p.add(16 * TJ * 4 + 64),
+                    ld = in(reg) TJ * 4,
+                    options(nostack)
+                );
+                epilogue(&acc.0, g, plan, rq, q0, jb * TJ, out);
+            }
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+
+    /// The 32 x 32 i32 sums of one tile step, 64-byte aligned for `tilestored`.
+    #[repr(C, align(64))]
+    struct Acc([i32; TP * TJ]);
+
+    /// Requantises the sums `acc[r][v]` (pixel `q0 + r`, channel `j + v`) and stores the real
+    /// pixels' channels below `OC` channels-last.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn epilogue(
+        acc: &[i32; TP * TJ],
+        g: &Geom,
+        plan: &Plan,
+        rq: &RequantParams,
+        q0: usize,
+        j: usize,
+        out: *mut u8,
+    ) {
+        let lo = _mm512_set1_ps((rq.lo - rq.out_zp) as f32);
+        let hi = _mm512_set1_ps((rq.hi - rq.out_zp) as f32);
+        let zp = _mm512_set1_epi32(rq.out_zp);
+        for v in 0..TJ / 16 {
+            let jj = j + v * 16;
+            if jj >= g.oc {
+                break;
+            }
+            let mask: u16 = if g.oc - jj >= 16 { u16::MAX } else { ((1u32 << (g.oc - jj)) - 1) as u16 };
+            let sums = _mm512_loadu_si512(rq.b_sums.as_ptr().add(jj) as *const _);
+            let zsum = _mm512_mullo_epi32(_mm512_set1_epi32(rq.a_zp), sums);
+            let bias = _mm512_loadu_ps(rq.bias_term.as_ptr().add(jj));
+            let mult = _mm512_loadu_ps(rq.multiplier.as_ptr().add(jj));
+            for r in 0..TP {
+                let q = q0 + r;
+                if q >= plan.qtot {
+                    break;
+                }
+                let (oh, ow) = (q / plan.wq, q % plan.wq);
+                if ow >= g.ow {
+                    continue;
+                }
+                let s = _mm512_loadu_si512(acc.as_ptr().add(r * TJ + v * 16) as *const _);
+                let f = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, zsum)), bias), mult);
+                // NaN → 0 (as `NaN as i64`), then clamp and round half to even
+                let f = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), f);
+                let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                let qv = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
+                let o = out.add((oh * g.ow + ow) * g.oc + jj);
+                _mm_mask_storeu_epi8(o as *mut i8, mask, _mm512_cvtepi32_epi8(qv));
+            }
+        }
+    }
+}
