@@ -2,7 +2,8 @@
 //! module into one that runs int8 registry ops.
 //!
 //! Every observer becomes a scale and zero point; each quantized pattern becomes one int8 op
-//! (`quantized_conv2d`, `quantized_linear`, `quantized_add`, with the ReLU fused in;
+//! (`quantized_conv2d`, `quantized_linear`, `quantized_add`, with the ReLU fused in; a residual
+//! add of a convolution that nothing else reads becomes one `quantized_conv2d_add`;
 //! `quantized_adaptive_avg_pool2d`; `cat` of uint8 inputs requantized to the output's
 //! parameters); pass-through ops run on the uint8 values; `quantize_per_tensor` is inserted
 //! where a float value enters a quantized region and `dequantize` where a quantized value
@@ -83,6 +84,35 @@ impl Converter<'_> {
             .map_err(graph_err)?
             .insert(QUANT_META, QuantMeta { scale: q.scale, zero_point: q.zero_point, dtype: DType::U8 });
         Ok(())
+    }
+
+    /// Whether `q` (the converted node of the old graph's value `v`, an operand of the add
+    /// `add`) is a `quantized_conv2d` without ReLU whose output only `add` reads: no other user
+    /// of the value or of its observers in the old graph, none yet in the new one.
+    fn lone_conv_output(&self, v: NodeId, add: NodeId, q: NodeId) -> bool {
+        let Ok(node) = self.g.node(q) else { return false };
+        let conv = node.target().name() == "quantized_conv2d"
+            && node.args().len() == 13
+            && matches!(node.args()[12], Argument::Bool(false))
+            && node.users().next().is_none();
+        if !conv {
+            return false;
+        }
+        let value = self.resolve(v);
+        // the value's readers: its users and its observers' users, observers excluded
+        let mut readers = HashSet::new();
+        let mut stack = vec![value];
+        while let Some(x) = stack.pop() {
+            let Ok(xn) = self.old.graph().node(x) else { return false };
+            for u in xn.users() {
+                if self.alias.contains_key(&u) {
+                    stack.push(u);
+                } else {
+                    readers.insert(u);
+                }
+            }
+        }
+        readers.len() == 1 && readers.contains(&add)
     }
 
     /// The uint8 value of `v`, quantizing its float value with its observed parameters.
@@ -291,6 +321,36 @@ pub fn convert_excluding(prepared: &GraphModule, keep_float: &HashSet<String>) -
                     Role::Add => {
                         let a = cv.get_q(n.args()[0].as_node().expect("prepare checked"))?;
                         let b = cv.get_q(n.args()[1].as_node().expect("prepare checked"))?;
+                        // a residual add of a convolution (without ReLU) that nothing else reads
+                        // becomes one quantized_conv2d_add (oneDNN's conv2d_add), the sum being
+                        // commutative: the convolution's output never goes through memory
+                        let lone = |cv: &Converter<'_>, k: usize, q: &QValue| {
+                            n.args()[k].as_node().is_some_and(|v| cv.lone_conv_output(v, n.id(), q.node))
+                        };
+                        let fused = if lone(&cv, 0, &a) {
+                            Some((a, b))
+                        } else if lone(&cv, 1, &b) {
+                            Some((b, a))
+                        } else {
+                            None
+                        };
+                        if let Some((c, o)) = fused {
+                            let mut args = cv.g.node(c.node).map_err(graph_err)?.args()[..12].to_vec();
+                            cv.g.erase_node(c.node).map_err(graph_err)?;
+                            args.extend([
+                                o.node.into(),
+                                Argument::Float(o.scale),
+                                Argument::Int(o.zero_point),
+                                Argument::Float(so),
+                                Argument::Int(zo),
+                                Argument::Bool(relu.is_some()),
+                            ]);
+                            let node = cv.call("quantized_conv2d_add", args, &out_name)?;
+                            let q = QValue { node, scale: so, zero_point: zo };
+                            cv.mark(node, q)?;
+                            cv.qenv.insert(out, q);
+                            continue;
+                        }
                         let args = vec![
                             a.node.into(),
                             Argument::Float(a.scale),

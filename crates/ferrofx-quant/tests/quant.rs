@@ -8,7 +8,7 @@ use ferrofx_core::ops::quantized::{
     quantized_adaptive_avg_pool2d, quantized_add, quantized_conv2d, quantized_linear, with_reference_kernels,
     QuantizedConv2dArgs,
 };
-use ferrofx_core::ops::quantized::{int8_kernels_available, with_int8_kernel};
+use ferrofx_core::ops::quantized::{int8_kernels_available, quantized_conv2d_add, with_int8_kernel, ResidualAdd};
 use ferrofx_core::{DType, Tensor};
 use ferrofx_quant::{
     MinMaxObserver, MovingAverageMinMaxObserver, Observer, ObserverConfig, PerChannelMinMaxObserver, QScheme,
@@ -1002,6 +1002,82 @@ fn int8_block_on_channels_last_activations_equals_the_row_major_reference() {
 }
 
 #[test]
+fn conv2d_add_equals_conv2d_then_add_on_every_kernel() {
+    // quantized_conv2d_add is quantized_add(quantized_conv2d(..)) byte for byte: residuals
+    // channels-last (added in the AMX epilogue) and row-major, with and without ReLU, channels
+    // on and off the 32-channel tile, 1x1 in place and 3x3, batch 1 and 3, and the errors
+    type Case = ([usize; 4], [usize; 4], [i64; 2], [i64; 2]);
+    let cases: &[Case] = &[
+        ([1, 64, 14, 14], [64, 64, 3, 3], [1, 1], [1, 1]),
+        ([3, 128, 7, 7], [48, 128, 1, 1], [1, 1], [0, 0]),
+        ([2, 64, 15, 15], [256, 64, 1, 1], [2, 2], [0, 0]),
+        ([1, 12, 6, 6], [20, 12, 3, 3], [1, 1], [1, 1]),
+    ];
+    for (i, &(xs, wsh, stride, padding)) in cases.iter().enumerate() {
+        let x = channels_last(&Tensor::from_vec(lcg_bytes(i as u64, xs.iter().product()), &xs).unwrap());
+        let w = Tensor::from_vec(
+            lcg_bytes(i as u64 ^ 5, wsh.iter().product()).into_iter().map(|b| b as i8 / 2).collect::<Vec<_>>(),
+            &wsh,
+        )
+        .unwrap();
+        let ws = f32t(&(0..wsh[0]).map(|j| 0.001 + (j % 5) as f32 * 0.0003).collect::<Vec<_>>());
+        let b = f32t(&(0..wsh[0]).map(|j| (j as f32 * 0.7).cos()).collect::<Vec<_>>());
+        let conv = QuantizedConv2dArgs { stride, padding, ..Default::default() };
+        let y0 = quantized_conv2d(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, 90, &conv).unwrap();
+        let r = Tensor::from_vec(lcg_bytes(i as u64 ^ 9, y0.numel()), y0.shape()).unwrap();
+        for (what, other) in [("row-major", r.clone()), ("channels-last", channels_last(&r))] {
+            for relu in [false, true] {
+                let add = ResidualAdd {
+                    other: &other,
+                    other_scale: 0.04,
+                    other_zero_point: 120,
+                    output_scale: 0.06,
+                    output_zero_point: 30,
+                    relu,
+                };
+                let run = || {
+                    quantized_conv2d_add(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, 90, &conv, &add)
+                        .unwrap()
+                        .to_vec::<u8>()
+                        .unwrap()
+                };
+                let want = with_reference_kernels(|| {
+                    let y = quantized_conv2d(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, 90, &conv).unwrap();
+                    quantized_add(&y, 0.05, 90, &other, 0.04, 120, 0.06, 30, relu).unwrap().to_vec::<u8>().unwrap()
+                });
+                for name in int8_kernels_available() {
+                    assert_eq!(
+                        with_int8_kernel(name, run).unwrap(),
+                        want,
+                        "{name}, {what} residual, relu {relu}: x {xs:?} w {wsh:?}"
+                    );
+                }
+            }
+        }
+    }
+    // a residual of another shape, a ReLU on the convolution itself
+    let x = Tensor::from_vec(vec![1u8; 2 * 4 * 4], &[1, 2, 4, 4]).unwrap();
+    let w = Tensor::from_vec(vec![1i8; 3 * 2], &[3, 2, 1, 1]).unwrap();
+    let ws = f32t(&[0.1]);
+    let r = Tensor::from_vec(vec![1u8; 2 * 4 * 4], &[1, 2, 4, 4]).unwrap();
+    let add = ResidualAdd {
+        other: &r,
+        other_scale: 0.1,
+        other_zero_point: 0,
+        output_scale: 0.1,
+        output_zero_point: 0,
+        relu: false,
+    };
+    let e = quantized_conv2d_add(&x, 0.1, 0, &w, &ws, None, 0.1, 0, &QuantizedConv2dArgs::default(), &add)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("quantized_conv2d_add") && e.contains("[1, 2, 4, 4]") && e.contains("[1, 3, 4, 4]"), "{e}");
+    let relu = QuantizedConv2dArgs { relu: true, ..Default::default() };
+    let e = quantized_conv2d_add(&x, 0.1, 0, &w, &ws, None, 0.1, 0, &relu, &add).unwrap_err().to_string();
+    assert!(e.contains("ResidualAdd::relu"), "{e}");
+}
+
+#[test]
 fn saturating_and_non_finite_requantisation_is_the_same_on_every_kernel() {
     // huge and NaN biases, a tiny output scale: every output clamps (or NaN → the zero point),
     // exactly as the scalar reference's cast does
@@ -1159,6 +1235,23 @@ mod workflow {
         m
     }
 
+    /// A residual add whose convolution output is also read elsewhere (`b` goes into the cat):
+    /// the add cannot be fused into the convolution.
+    #[derive(ferrofx_nn::Module)]
+    pub struct SharedConvOutput {
+        pub conv1: Conv2d,
+        pub conv2: Conv2d,
+    }
+
+    impl Module for SharedConvOutput {
+        fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+            let a = F::relu(&self.conv1.call(x)?)?;
+            let b = self.conv2.call(&a)?;
+            let s = F::relu(&b.add(&a)?)?;
+            ferrofx_core::ops::join::cat(&[s, b], 1)
+        }
+    }
+
     /// conv + relu, add + relu, cat, adaptive average pooling, a float-only op (sigmoid)
     #[derive(ferrofx_nn::Module)]
     pub struct ResNetLike {
@@ -1306,16 +1399,45 @@ mod workflow {
         let after = lines(&q);
         println!("{}", after.join("\n"));
         let text = after.join("\n");
-        for op in
-            ["quantized_conv2d", "quantized_add", "target=cat", "quantized_adaptive_avg_pool2d", "quantized_linear"]
-        {
+        for op in [
+            "quantized_conv2d",
+            "quantized_conv2d_add",
+            "target=cat",
+            "quantized_adaptive_avg_pool2d",
+            "quantized_linear",
+        ] {
             assert!(text.contains(op), "{op} missing:\n{text}");
         }
+        // the residual add of conv2 (whose output nothing else reads) is fused into it: one
+        // quantized_conv2d_add named after the ReLU, reading conv1's output twice (input and
+        // residual), with the ReLU flag after the add; no separate conv2 or quantized_add
+        let fused = after.iter().find(|l| l.contains("target=quantized_conv2d_add")).unwrap();
+        assert!(
+            fused.starts_with("%relu_1 :") && fused.contains("(%relu, ") && fused.ends_with("True), kwargs = {})"),
+            "{fused}"
+        );
+        assert!(!text.contains("target=quantized_add") && !text.contains("%conv2 :"), "{text}");
         // sigmoid has no int8 kernel: the linear's output is dequantized before it
         let sig = after.iter().position(|l| l.contains("target=sigmoid")).unwrap();
         assert!(after[sig - 1].contains("target=dequantize"), "{text}");
         // relu fused into conv1 and into the add
         assert!(!text.contains("target=relu"), "{text}");
+        let (f, i8) = (gm.forward(&x).unwrap(), q.forward(&x).unwrap());
+        assert!(max_abs_diff(&f, &i8) < 0.05, "{}", max_abs_diff(&f, &i8));
+    }
+
+    #[test]
+    fn a_conv_output_read_twice_keeps_its_add_unfused() {
+        manual_seed(11);
+        let p1 = Conv2dOpts { padding: 1, ..Default::default() };
+        let mut m =
+            SharedConvOutput { conv1: Conv2d::with(3, 4, 3, p1).unwrap(), conv2: Conv2d::with(4, 4, 3, p1).unwrap() };
+        m.eval();
+        let (gm, prepared, x) = calibrated(&m, &[2, 3, 5, 5], &QConfigMapping::default_x86());
+        let q = convert(&prepared).unwrap();
+        let text = q.graph().to_string();
+        assert!(text.contains("target=quantized_add") && !text.contains("quantized_conv2d_add"), "{text}");
+        assert_eq!(text.matches("target=quantized_conv2d]").count(), 2, "{text}");
         let (f, i8) = (gm.forward(&x).unwrap(), q.forward(&x).unwrap());
         assert!(max_abs_diff(&f, &i8) < 0.05, "{}", max_abs_diff(&f, &i8));
     }

@@ -21,16 +21,16 @@ const OP: &str = "quantized_add";
 
 /// The parameters of one call, in f32.
 #[derive(Debug, Clone, Copy)]
-struct Params {
-    sa: f32,
+pub(super) struct Params {
+    pub(super) sa: f32,
     /// `-zero_point * scale` of `input` (f32).
-    pa: f32,
-    sb: f32,
+    pub(super) pa: f32,
+    pub(super) sb: f32,
     /// `-zero_point * scale` of `other`.
-    pb: f32,
-    inv_out: f32,
-    zo: f32,
-    relu: bool,
+    pub(super) pb: f32,
+    pub(super) inv_out: f32,
+    pub(super) zo: f32,
+    pub(super) relu: bool,
 }
 
 simd_dispatch! {
@@ -61,12 +61,18 @@ fn check(args: &[Value]) -> Result<Params> {
             ),
         ));
     }
-    let sa = check_scale(OP, "input_scale", float(OP, args, 1)?)?;
-    let za = check_zero_point(OP, "input_zero_point", int(OP, args, 2)?, DType::U8)?;
-    let sb = check_scale(OP, "other_scale", float(OP, args, 4)?)?;
-    let zb = check_zero_point(OP, "other_zero_point", int(OP, args, 5)?, DType::U8)?;
-    let so = check_scale(OP, "output_scale", float(OP, args, 6)?)?;
-    let zo = check_zero_point(OP, "output_zero_point", int(OP, args, 7)?, DType::U8)?;
+    params(OP, args, [1, 2, 4, 5, 6, 7, 8])
+}
+
+/// The checked parameters of an add whose input scale, input zero point, other's scale and zero
+/// point, output scale and zero point and `relu` are the arguments at `at` (of `op`).
+pub(super) fn params(op: &str, args: &[Value], at: [usize; 7]) -> Result<Params> {
+    let sa = check_scale(op, "input_scale", float(op, args, at[0])?)?;
+    let za = check_zero_point(op, "input_zero_point", int(op, args, at[1])?, DType::U8)?;
+    let sb = check_scale(op, "other_scale", float(op, args, at[2])?)?;
+    let zb = check_zero_point(op, "other_zero_point", int(op, args, at[3])?, DType::U8)?;
+    let so = check_scale(op, "output_scale", float(op, args, at[4])?)?;
+    let zo = check_zero_point(op, "output_zero_point", int(op, args, at[5])?, DType::U8)?;
     Ok(Params {
         sa,
         pa: sa * -(za as f32),
@@ -74,14 +80,18 @@ fn check(args: &[Value]) -> Result<Params> {
         pb: sb * -(zb as f32),
         inv_out: 1.0 / so,
         zo: zo as f32,
-        relu: bool_(OP, args, 8)?,
+        relu: bool_(op, args, at[6])?,
     })
 }
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
     let p = check(args)?;
-    let a = tensor(OP, args, 0)?;
-    let b = tensor(OP, args, 3)?;
+    Ok(smallvec![add_tensors(tensor(OP, args, 0)?, tensor(OP, args, 3)?, p)?])
+}
+
+/// The quantized sum of `a` and `b` (same shape, checked by the caller): channels-last when
+/// both are, row-major otherwise.
+pub(super) fn add_tensors(a: &Tensor, b: &Tensor, p: Params) -> Result<Tensor> {
     let shape = a.shape().to_vec();
     let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
     const CHUNK: usize = 1 << 16;
@@ -98,10 +108,10 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     // elementwise sum of their bytes in storage order, channels-last like them
     if let (Some(d), Some(_)) = (channels_last::dims(a), channels_last::dims(b)) {
         channels_last::with_bytes(a, OP, |av| channels_last::with_bytes(b, OP, |bv| add(av, bv)))??;
-        return Ok(smallvec![channels_last::tensor(OP, out, d)?]);
+        return channels_last::tensor(OP, out, d);
     }
     a.with_contiguous::<u8, _>(OP, |av| b.with_contiguous::<u8, _>(OP, |bv| add(av, bv)))??;
-    Ok(smallvec![Tensor::from_vec(out, &shape)?])
+    Tensor::from_vec(out, &shape)
 }
 
 /// `quantized_add(input, input_scale, input_zero_point, other, other_scale, other_zero_point,

@@ -8,6 +8,7 @@
 //! int8 GEMM of [`super::gemm`] against the weight rows, writing the channel-major output
 //! directly. Images run in parallel; a single image splits its output channels over threads.
 
+use super::add;
 use super::channels_last;
 #[cfg(target_arch = "x86_64")]
 use super::conv2d_amx::{self, AmxWeight};
@@ -65,7 +66,7 @@ impl Geom {
     }
 }
 
-fn check(args: &[Value]) -> Result<Geom> {
+pub(super) fn check(args: &[Value]) -> Result<Geom> {
     let x = tensor(OP, args, 0)?;
     expect_dtype(OP, "input", x, DType::U8)?;
     check_scale(OP, "input_scale", float(OP, args, 1)?)?;
@@ -201,6 +202,13 @@ fn conv_image(g: &Geom, x: &[u8], w: &[i8], rq: &RequantParams, zp: u8, out: &mu
 }
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
+    Ok(smallvec![conv(args, None)?])
+}
+
+/// The convolution of `args` (this op's arguments), followed, when `fused_add` is given, by the
+/// quantized add of its uint8 output and the other operand (`quantized_conv2d_add`): in the AMX
+/// tile epilogue when the other operand is channels-last, else as the add op does it.
+pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) -> Result<Tensor> {
     let g = check(args)?;
     let selected = Path::select();
     let path = selected.vector();
@@ -223,12 +231,27 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
         // AMX tiles on a channels-last operand, channels-last output (see `conv2d_amx.rs`)
         let pw = amx_weight(w, &g)?;
         let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
-        if channels_last::dims(x).is_some() {
-            channels_last::with_bytes(x, OP, |xv| conv2d_amx::conv(&g, xv, true, &pw, &rq, a_zp as u8, &mut out))??;
-        } else {
-            x.with_contiguous::<u8, _>(OP, |xv| conv2d_amx::conv(&g, xv, false, &pw, &rq, a_zp as u8, &mut out))??;
+        // the residual add in the epilogue when the other operand is channels-last like the output
+        let in_epilogue = fused_add.filter(|(o, _)| channels_last::dims(o) == Some(shape));
+        let mut run = |xv: &[u8], nhwc: bool, res: Option<(&[u8], &add::Params)>| {
+            conv2d_amx::conv(&g, xv, nhwc, &pw, &rq, a_zp as u8, res, &mut out)
+        };
+        let mut with_input = |res: Option<(&[u8], &add::Params)>| -> Result<()> {
+            if channels_last::dims(x).is_some() {
+                channels_last::with_bytes(x, OP, |xv| run(xv, true, res))?
+            } else {
+                x.with_contiguous::<u8, _>(OP, |xv| run(xv, false, res))?
+            }
+        };
+        match &in_epilogue {
+            Some((o, p)) => channels_last::with_bytes(o, OP, |ov| with_input(Some((ov, p))))??,
+            None => with_input(None)?,
         }
-        return Ok(smallvec![channels_last::tensor(OP, out, shape)?]);
+        let y = channels_last::tensor(OP, out, shape)?;
+        return match fused_add {
+            Some((o, p)) if in_epilogue.is_none() => add::add_tensors(&y, o, p),
+            _ => Ok(y),
+        };
     }
     if path != Path::Reference && g.cg() > 0 && !out.is_empty() {
         // the fast path: packed weights (cached on the weight's storage) and a direct
@@ -246,11 +269,11 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
         } else {
             x.with_contiguous::<u8, _>(OP, |xv| conv(xv, false))??;
         }
-        return Ok(smallvec![if nhwc_out {
-            channels_last::tensor(OP, out, shape)?
-        } else {
-            Tensor::from_vec(out, &shape)?
-        }]);
+        let y = if nhwc_out { channels_last::tensor(OP, out, shape)? } else { Tensor::from_vec(out, &shape)? };
+        return match fused_add {
+            Some((o, p)) => add::add_tensors(&y, o, p),
+            None => Ok(y),
+        };
     }
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     w.with_contiguous::<i8, _>(OP, |wv| -> Result<()> {
@@ -282,7 +305,11 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
             }
         })?
     })??;
-    Ok(smallvec![Tensor::from_vec(out, &shape)?])
+    let y = Tensor::from_vec(out, &shape)?;
+    match fused_add {
+        Some((o, p)) => add::add_tensors(&y, o, p),
+        None => Ok(y),
+    }
 }
 
 /// The weights packed for the fast kernels: cached on the weight tensor's storage (packed once

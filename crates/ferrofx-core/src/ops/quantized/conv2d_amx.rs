@@ -36,6 +36,7 @@
 //! kernel configures the tiles (`ldtilecfg`) at its start and releases them (`tilerelease`) at
 //! its end, so no tile state outlives a work item.
 
+use super::add;
 use super::conv2d::Geom;
 use super::gemm::RequantParams;
 use crate::error::{Error, Result};
@@ -333,9 +334,13 @@ pub(super) fn conv(
     pw: &AmxWeight,
     rq: &RequantParams,
     zp: u8,
+    residual: Option<(&[u8], &add::Params)>,
     out: &mut [u8],
 ) -> Result<()> {
     assert!(available() && applies(g));
+    if let Some((r, _)) = residual {
+        assert!(r.len() >= g.n * g.oc * g.p());
+    }
     let plan = Plan::new(g)?;
     let img_in = g.c * g.h * g.w;
     let rq = RequantParams {
@@ -360,11 +365,12 @@ pub(super) fn conv(
             let last = g.n - 1;
             let mut tail = crate::memory::try_vec(OP, plan.tiles * TP * g.c, zp)?;
             tail[..image].copy_from_slice(&x[last * img_in..last * img_in + image]);
-            let (head, rest) = out.split_at_mut(last * g.p() * g.oc);
-            run(g, &plan, x, img_in, last, pw, &rq, head);
-            run(g, &plan, &tail, 0, 1, pw, &rq, rest);
+            let split = last * g.p() * g.oc;
+            let (head, rest) = out.split_at_mut(split);
+            run(g, &plan, x, img_in, last, pw, &rq, residual, head);
+            run(g, &plan, &tail, 0, 1, pw, &rq, residual.map(|(r, p)| (&r[split..], p)), rest);
         } else {
-            run(g, &plan, x, img_in, g.n, pw, &rq, out);
+            run(g, &plan, x, img_in, g.n, pw, &rq, residual, out);
         }
         return Ok(());
     }
@@ -382,7 +388,7 @@ pub(super) fn conv(
                 .enumerate()
                 .for_each(|(i, d)| pack_image(g, &plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d));
         }
-        run(g, &plan, xp, image_bytes, g.n, pw, &rq, out);
+        run(g, &plan, xp, image_bytes, g.n, pw, &rq, residual, out);
     }
     if scratch.len() <= SCRATCH_KEEP {
         PACKED_INPUT.with(|c| c.set(scratch));
@@ -391,7 +397,8 @@ pub(super) fn conv(
 }
 
 /// The tiles of `n` images whose operands start `image_bytes` apart in `xp` (each holding
-/// `plan.lp` pixels per phase, or the in-place input), into `out` (`n` channels-last images).
+/// `plan.lp` pixels per phase, or the in-place input), into `out` (`n` channels-last images),
+/// with the quantized add of `residual` (laid out as `out`) in the epilogue when given.
 #[allow(clippy::too_many_arguments)]
 fn run(
     g: &Geom,
@@ -401,6 +408,7 @@ fn run(
     n: usize,
     pw: &AmxWeight,
     rq: &RequantParams,
+    residual: Option<(&[u8], &add::Params)>,
     out: &mut [u8],
 ) {
     if n == 0 {
@@ -411,6 +419,10 @@ fn run(
     let last_row = (plan.tiles * TP - 1 + plan.tap_px.iter().copied().max().unwrap_or(0)) * g.c + g.c;
     assert!((n - 1) * image_bytes + last_row <= xp.len());
     assert!(out.len() >= n * g.p() * g.oc);
+    if let Some((r, _)) = residual {
+        assert!(r.len() >= n * g.p() * g.oc);
+    }
+    let res = residual.map(|(r, p)| (r.as_ptr() as usize, *p));
     let threads = rayon::current_num_threads().max(1);
     // items: (image, block of output channels, run of pixel tiles); about four per thread
     let jper = 4.min(jblocks);
@@ -428,7 +440,8 @@ fn run(
         // SAFETY: `available()` (asserted by `conv`) means AMX-INT8, AVX-512 F/BW/VL and the
         // tile state granted; every tile row read lies in the image's operand (asserted above);
         // the item writes pixels of tiles `t0..t1` and channels of blocks `j0..j1` of image `i`,
-        // which no other item writes.
+        // which no other item writes; it reads the residual at the same places (asserted as
+        // long as the output).
         unsafe {
             amx::item(
                 (src as *const u8).add(i * image_bytes),
@@ -438,6 +451,7 @@ fn run(
                 rq,
                 (j0, j1),
                 (t0, t1),
+                res.map(|(r, p)| ((r as *const u8).add(i * g.p() * g.oc), p)),
                 dst.at(i * g.p() * g.oc),
             )
         };
@@ -446,7 +460,7 @@ fn run(
 
 #[cfg(target_arch = "x86_64")]
 mod amx {
-    use super::{AmxWeight, Geom, Plan, RequantParams, KC, TJ, TP};
+    use super::{add, AmxWeight, Geom, Plan, RequantParams, KC, TJ, TP};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -481,6 +495,7 @@ mod amx {
         rq: &RequantParams,
         (j0, j1): (usize, usize),
         (t0, t1): (usize, usize),
+        residual: Option<(*const u8, add::Params)>,
         out: *mut u8,
     ) {
         let c = g.c;
@@ -533,10 +548,31 @@ mod amx {
                     ld = in(reg) TJ * 4,
                     options(nostack)
                 );
-                epilogue(&acc.0, g, plan, rq, q0, jb * TJ, out);
+                epilogue(&acc.0, g, plan, rq, q0, jb * TJ, residual.as_ref(), out);
             }
         }
         asm!("tilerelease", options(nostack, nomem));
+    }
+
+    /// `quantized_add` of the bytes `x` (16 i32 lanes, 0..=255) and `y` (16 bytes):
+    /// `fma(sa, x, pa) + fma(sb, y, pb)`, ReLU'd when fused, `round_half_even(s * inv_out) + zo`
+    /// clamped to `0..=255`: the scalar kernel's operations, each rounded once.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn add_residual(x: __m512i, y: __m128i, p: &add::Params) -> __m512i {
+        let xf = _mm512_cvtepi32_ps(x);
+        let yf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(y));
+        let a = _mm512_fmadd_ps(_mm512_set1_ps(p.sa), xf, _mm512_set1_ps(p.pa));
+        let b = _mm512_fmadd_ps(_mm512_set1_ps(p.sb), yf, _mm512_set1_ps(p.pb));
+        let mut s = _mm512_add_ps(a, b);
+        if p.relu {
+            s = _mm512_max_ps(s, _mm512_setzero_ps());
+        }
+        let v = _mm512_mul_ps(s, _mm512_set1_ps(p.inv_out));
+        let v = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        let v = _mm512_add_ps(v, _mm512_set1_ps(p.zo));
+        let v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(255.0));
+        _mm512_cvtps_epi32(v)
     }
 
     /// The 32 x 32 i32 sums of one tile step, 64-byte aligned for `tilestored`.
@@ -544,9 +580,12 @@ mod amx {
     struct Acc([i32; TP * TJ]);
 
     /// Requantises the sums `acc[r][v]` (pixel `q0 + r`, channel `j + v`) and stores the real
-    /// pixels' channels below `OC` channels-last.
+    /// pixels' channels below `OC` channels-last; with a residual, the stored byte is the
+    /// quantized add of the requantised byte and the residual's byte at the same place (the f32
+    /// operations of `quantized_add`'s kernel in the same order).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn epilogue(
         acc: &[i32; TP * TJ],
         g: &Geom,
@@ -554,6 +593,7 @@ mod amx {
         rq: &RequantParams,
         q0: usize,
         j: usize,
+        residual: Option<&(*const u8, add::Params)>,
         out: *mut u8,
     ) {
         let lo = _mm512_set1_ps((rq.lo - rq.out_zp) as f32);
@@ -584,8 +624,12 @@ mod amx {
                 let f = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), f);
                 let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
                 let qv = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
-                let o = out.add((oh * g.ow + ow) * g.oc + jj);
-                _mm_mask_storeu_epi8(o as *mut i8, mask, _mm512_cvtepi32_epi8(qv));
+                let at = (oh * g.ow + ow) * g.oc + jj;
+                let qv = match residual {
+                    Some(&(r, p)) => add_residual(qv, _mm_maskz_loadu_epi8(mask, r.add(at) as *const i8), &p),
+                    None => qv,
+                };
+                _mm_mask_storeu_epi8(out.add(at) as *mut i8, mask, _mm512_cvtepi32_epi8(qv));
             }
         }
     }

@@ -27,6 +27,7 @@ mod adaptive_avg_pool2d;
 mod add;
 mod channels_last;
 mod conv2d;
+mod conv2d_add;
 #[cfg(target_arch = "x86_64")]
 mod conv2d_amx;
 #[cfg(target_arch = "x86_64")]
@@ -41,6 +42,7 @@ mod quantize;
 pub use adaptive_avg_pool2d::{quantized_adaptive_avg_pool2d, QUANTIZED_ADAPTIVE_AVG_POOL2D};
 pub use add::{quantized_add, QUANTIZED_ADD};
 pub use conv2d::{quantized_conv2d, QuantizedConv2dArgs, QUANTIZED_CONV2D};
+pub use conv2d_add::{quantized_conv2d_add, ResidualAdd, QUANTIZED_CONV2D_ADD};
 pub use gemm::{int8_kernel, int8_kernels_available, with_int8_kernel, with_reference_kernels};
 pub use linear::{quantized_linear, QUANTIZED_LINEAR};
 pub use linear_dynamic::{choose_qparams, quantized_linear_dynamic, QUANTIZED_LINEAR_DYNAMIC};
@@ -63,6 +65,7 @@ pub(crate) static OPS: &[&OpDef] = &[
     &QUANTIZED_LINEAR,
     &QUANTIZED_LINEAR_DYNAMIC,
     &QUANTIZED_CONV2D,
+    &QUANTIZED_CONV2D_ADD,
     &QUANTIZED_ADD,
     &QUANTIZED_ADAPTIVE_AVG_POOL2D,
 ];
