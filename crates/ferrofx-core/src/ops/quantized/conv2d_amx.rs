@@ -355,22 +355,24 @@ pub(super) fn conv(
     .padded(g.oc.next_multiple_of(TJ));
     assert!(out.len() >= g.n * g.oc * g.p() && x.len() >= g.n * img_in);
     assert!(pw.w.len() >= g.oc.next_multiple_of(TJ) * pw.taps * g.c && pw.chunks * KC == g.c);
-    // a channels-last input of a 1x1, stride-1, unpadded convolution is the operand as it is
-    // (the last image's last tile reads past it: that one image is copied with slack)
+    // a channels-last input of a 1x1, stride-1, unpadded convolution is the operand as it is;
+    // the images whose last pixel tile would read past the input (the last one, or all of them
+    // when an image is smaller than a tile) are copied, each into a slot with that slack
     let in_place = nhwc_in && g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pad == [0, 0];
     if in_place {
         let image = g.h * g.w * g.c;
-        let fits = |i: usize| (i * img_in + plan.tiles * TP * g.c) <= x.len();
-        if g.n > 0 && !fits(g.n - 1) {
-            let last = g.n - 1;
-            let mut tail = crate::memory::try_vec(OP, plan.tiles * TP * g.c, zp)?;
-            tail[..image].copy_from_slice(&x[last * img_in..last * img_in + image]);
-            let split = last * g.p() * g.oc;
-            let (head, rest) = out.split_at_mut(split);
-            run(g, &plan, x, img_in, last, pw, &rq, residual, head);
-            run(g, &plan, &tail, 0, 1, pw, &rq, residual.map(|(r, p)| (&r[split..], p)), rest);
-        } else {
-            run(g, &plan, x, img_in, g.n, pw, &rq, residual, out);
+        let span = plan.tiles * TP * g.c;
+        let fit = (0..g.n).take_while(|&i| i * img_in + span <= x.len()).count();
+        let split = fit * g.p() * g.oc;
+        let (head, rest) = out.split_at_mut(split);
+        run(g, &plan, x, img_in, fit, pw, &rq, residual, head);
+        if fit < g.n {
+            let mut tail = crate::memory::try_vec(OP, span.checked_mul(g.n - fit).ok_or_else(overflow)?, zp)?;
+            for (k, slot) in tail.chunks_mut(span).enumerate() {
+                let i = fit + k;
+                slot[..image].copy_from_slice(&x[i * img_in..i * img_in + image]);
+            }
+            run(g, &plan, &tail, span, g.n - fit, pw, &rq, residual.map(|(r, p)| (&r[split..], p)), rest);
         }
         return Ok(());
     }
