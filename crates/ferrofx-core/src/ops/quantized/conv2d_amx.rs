@@ -38,6 +38,7 @@
 
 use super::add;
 use super::conv2d::Geom;
+use super::conv2d_packed::Phases;
 use super::gemm::RequantParams;
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -174,26 +175,7 @@ fn overflow() -> Error {
 
 impl Plan {
     fn new(g: &Geom) -> Result<Plan> {
-        let (sh, sw) = (g.stride[0], g.stride[1]);
-        let hp = g.h.checked_add(2 * g.pad[0]).ok_or_else(overflow)?;
-        let wp = g.w.checked_add(2 * g.pad[1]).ok_or_else(overflow)?;
-        let (hs, wq) = (hp.div_ceil(sh), wp.div_ceil(sw));
-        let mut phases: Vec<(usize, usize)> = Vec::new();
-        let mut taps = Vec::with_capacity(g.kh * g.kw);
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let (ri, cj) = (ki * g.dil[0], kj * g.dil[1]);
-                let ph = (ri % sh, cj % sw);
-                let idx = match phases.iter().position(|&p| p == ph) {
-                    Some(i) => i,
-                    None => {
-                        phases.push(ph);
-                        phases.len() - 1
-                    }
-                };
-                taps.push((idx, (ri / sh) * wq + cj / sw));
-            }
-        }
+        let Phases { hs, wq, phases, taps } = Phases::new(g)?;
         let qtot = g.oh.checked_mul(wq).ok_or_else(overflow)?;
         let tiles = qtot.div_ceil(TP);
         let max_shift = taps.iter().map(|t| t.1).max().unwrap_or(0);
@@ -217,9 +199,7 @@ fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8
     let row_bytes = plan.wq * c;
     for (p, &(a, b)) in plan.phases.iter().enumerate() {
         let phase = &mut dst[p * plan.lp * c..(p + 1) * plan.lp * c];
-        // the phase columns whose padded column `ws * sw + b` is inside the image
-        let ws_lo = pw.saturating_sub(b).div_ceil(sw);
-        let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
+        let (ws_lo, ws_hi) = Phases::columns(g, plan.wq, b);
         phase.par_chunks_mut(row_bytes).enumerate().for_each(|(hs, out)| {
             let hpad = hs * sh + a;
             if hs >= plan.hs || hpad < ph || hpad - ph >= g.h || ws_lo >= ws_hi {

@@ -83,6 +83,53 @@ impl PackedWeight {
     }
 }
 
+/// The stride phases of a convolution's zero-padded input and where each kernel tap reads in
+/// them (shared by the VNNI and AMX packings).
+pub(super) struct Phases {
+    /// Rows and row length of a phase.
+    pub(super) hs: usize,
+    pub(super) wq: usize,
+    /// Phases in use, as `(row phase, column phase)`.
+    pub(super) phases: Vec<(usize, usize)>,
+    /// Per tap `(ki, kj)` in row-major order: its phase's index and its flat pixel shift.
+    pub(super) taps: Vec<(usize, usize)>,
+}
+
+impl Phases {
+    pub(super) fn new(g: &Geom) -> Result<Phases> {
+        let (sh, sw) = (g.stride[0], g.stride[1]);
+        let hp = g.h.checked_add(2 * g.pad[0]).ok_or_else(overflow)?;
+        let wp = g.w.checked_add(2 * g.pad[1]).ok_or_else(overflow)?;
+        let (hs, wq) = (hp.div_ceil(sh), wp.div_ceil(sw));
+        let mut phases: Vec<(usize, usize)> = Vec::new();
+        let mut taps = Vec::with_capacity(g.kh * g.kw);
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let (ri, cj) = (ki * g.dil[0], kj * g.dil[1]);
+                let ph = (ri % sh, cj % sw);
+                let idx = match phases.iter().position(|&p| p == ph) {
+                    Some(i) => i,
+                    None => {
+                        phases.push(ph);
+                        phases.len() - 1
+                    }
+                };
+                taps.push((idx, (ri / sh) * wq + cj / sw));
+            }
+        }
+        Ok(Phases { hs, wq, phases, taps })
+    }
+
+    /// The columns `ws_lo..ws_hi` of phase column `b` whose padded column `ws * sw + b` is
+    /// inside the image.
+    pub(super) fn columns(g: &Geom, wq: usize, b: usize) -> (usize, usize) {
+        let (sw, pw) = (g.stride[1], g.pad[1]);
+        let ws_lo = pw.saturating_sub(b).div_ceil(sw);
+        let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(wq) } else { 0 };
+        (ws_lo, ws_hi)
+    }
+}
+
 /// The packed input's geometry and the per-word read offsets.
 pub(super) struct Plan {
     /// Phases in use, as `(row phase, column phase)`.
@@ -107,28 +154,9 @@ fn overflow() -> Error {
 
 impl Plan {
     fn new(g: &Geom) -> Result<Plan> {
-        let (sh, sw) = (g.stride[0], g.stride[1]);
-        let hp = g.h.checked_add(2 * g.pad[0]).ok_or_else(overflow)?;
-        let wp = g.w.checked_add(2 * g.pad[1]).ok_or_else(overflow)?;
-        let (hs, wq) = (hp.div_ceil(sh), wp.div_ceil(sw));
+        let Phases { hs, wq, phases, taps } = Phases::new(g)?;
         let lp = hs.checked_mul(wq).and_then(|v| v.checked_add(wq + 16)).ok_or_else(overflow)?;
         let quads = g.cg().div_ceil(4);
-        let mut phases: Vec<(usize, usize)> = Vec::new();
-        let mut taps = Vec::with_capacity(g.kh * g.kw);
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let (ri, cj) = (ki * g.dil[0], kj * g.dil[1]);
-                let ph = (ri % sh, cj % sw);
-                let idx = match phases.iter().position(|&p| p == ph) {
-                    Some(i) => i,
-                    None => {
-                        phases.push(ph);
-                        phases.len() - 1
-                    }
-                };
-                taps.push((idx, (ri / sh) * wq + cj / sw));
-            }
-        }
         let planes_per_phase = g.groups.checked_mul(quads).ok_or_else(overflow)?;
         let plane_bytes = lp.checked_mul(4).ok_or_else(overflow)?;
         let group_bytes = quads.checked_mul(plane_bytes).ok_or_else(overflow)?;
@@ -163,10 +191,7 @@ fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8
 /// The columns `ws_lo..ws_hi` of phase column `b` whose padded column `ws * sw + b` is inside
 /// the image.
 fn phase_columns(g: &Geom, plan: &Plan, b: usize) -> (usize, usize) {
-    let (sw, pw) = (g.stride[1], g.pad[1]);
-    let ws_lo = pw.saturating_sub(b).div_ceil(sw);
-    let ws_hi = if g.w + pw > b { (g.w + pw - b).div_ceil(sw).min(plan.wq) } else { 0 };
-    (ws_lo, ws_hi)
+    Phases::columns(g, plan.wq, b)
 }
 
 /// [`pack_plane`] from a channels-last image (`H x W x C` bytes): each packed pixel is the one
