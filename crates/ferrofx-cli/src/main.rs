@@ -4,9 +4,11 @@
 //! [`commands::demo`]). Subcommands work on real files.
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
-/// every new graph or tensor buffer faults in fresh pages (see docs/benchmarks.md).
+/// every new graph or tensor buffer faults in fresh pages (see docs/benchmarks.md); wrapped so
+/// every tensor buffer starts on a cache line (`ferrofx_core::memory::CacheAligned`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: ferrofx_core::memory::CacheAligned<mimalloc::MiMalloc> =
+    ferrofx_core::memory::CacheAligned(mimalloc::MiMalloc);
 
 mod commands;
 mod embed;

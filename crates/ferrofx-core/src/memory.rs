@@ -26,9 +26,11 @@
 //! assert!(allocation_limit() > 0);
 //! ```
 
+mod aligned;
 mod budget;
 pub mod tracking;
 
+pub use aligned::{AlignedBytes, CacheAligned, CACHE_LINE};
 pub use budget::MemoryBudget;
 
 use crate::dtype::{DType, Element};

@@ -792,6 +792,20 @@ fn max_args(op: &str, nd: usize, args: &[Value], allow_int: bool) -> Result<MaxA
 
 fn run_max(op: &str, x: &Tensor, a: &MaxArgs, want_idx: bool) -> Result<Outputs> {
     let dt = x.dtype();
+    if !want_idx {
+        // a channels-last uint8 input (a quantized network's) stays channels-last
+        let g = &a.g;
+        let win = crate::ops::quantized::Window {
+            k: [g.kh, g.kw],
+            s: [g.sh, g.sw],
+            p: [g.ph, g.pw],
+            d: [g.dh, g.dw],
+            out: [g.oh, g.ow],
+        };
+        if let Some(y) = crate::ops::quantized::max_pool2d_channels_last(op, x, &win)? {
+            return Ok(smallvec![y]);
+        }
+    }
     crate::memory::check_alloc(op, &a.shape, if want_idx { DType::I64 } else { dt })?;
     crate::match_dtype!(dt, E => {
         let (v, i) = x.with_contiguous::<E, _>(op, |xs| max_pool_impl(&a.g, xs, want_idx))?;

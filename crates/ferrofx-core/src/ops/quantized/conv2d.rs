@@ -12,6 +12,8 @@ use super::add;
 use super::channels_last;
 #[cfg(target_arch = "x86_64")]
 use super::conv2d_amx::{self, AmxWeight};
+#[cfg(target_arch = "x86_64")]
+use super::conv2d_im2col;
 use super::conv2d_packed::{self, PackedWeight};
 use super::gemm::{reference_gemm, row_sums, Operands, Path, RequantParams};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
@@ -225,16 +227,44 @@ pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) ->
     let o_zp = int(OP, args, 7)? as i32;
     let relu = bool_(OP, args, 12)?;
     let shape = [g.n, g.oc, g.oh, g.ow];
-    let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
+    let numel = crate::memory::check_alloc(OP, &shape, DType::U8)?;
     #[cfg(target_arch = "x86_64")]
-    if selected == Path::Amx && conv2d_amx::applies(&g) && !out.is_empty() {
-        // AMX tiles on a channels-last operand, channels-last output (see `conv2d_amx.rs`)
-        let pw = amx_weight(w, &g)?;
+    if selected == Path::Amx
+        && numel > 0
+        && (conv2d_amx::applies(&g) || (channels_last::enabled() && conv2d_im2col::applies(&g)))
+    {
+        // AMX tiles on a channels-last operand, channels-last output (see `conv2d_amx.rs`);
+        // the kernel writes every output byte, so the buffer is not zero-filled first. A
+        // small-channel convolution (the stem) runs as a 1x1 one over its im2col columns
+        // (`conv2d_im2col.rs`)
+        let im2col = !conv2d_amx::applies(&g);
+        let ga = if im2col { conv2d_im2col::geometry(&g) } else { g };
+        let mut out = crate::memory::alloc_uninit::<u8>(OP, &shape)?;
+        let pw = if im2col {
+            amx_weight(w, &g, 0x18ca, |ws| conv2d_im2col::weight(ws, &g))?
+        } else {
+            amx_weight(w, &g, 0x18c9, |ws| AmxWeight::new(ws, &g))?
+        };
         let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
-        // the residual add in the epilogue when the other operand is channels-last like the output
+        // the residual add in the epilogue when the other operand is channels-last like the output;
+        // a row-major one of the output's shape (ResNet-18's first identity, from the max-pool)
+        // is copied to channels-last first (one pass over it, instead of an unfused add)
         let in_epilogue = fused_add.filter(|(o, _)| channels_last::dims(o) == Some(shape));
-        let mut run = |xv: &[u8], nhwc: bool, res: Option<(&[u8], &add::Params)>| {
-            conv2d_amx::conv(&g, xv, nhwc, &pw, &rq, a_zp as u8, res, &mut out)
+        let copied = match &fused_add {
+            Some((o, p)) if in_epilogue.is_none() && o.shape() == shape && g.oc.is_multiple_of(16) => {
+                Some((o.with_contiguous::<u8, _>(OP, |ov| conv2d_amx::to_channels_last(ov, &g))??, p))
+            }
+            _ => None,
+        };
+        let mut run = |xv: &[u8], nhwc: bool, res: Option<(&[u8], &add::Params)>| -> Result<()> {
+            let out = &mut out.spare_capacity_mut()[..numel];
+            if im2col {
+                let (padded, image) = conv2d_im2col::padded_images(&g, xv, nhwc, a_zp as u8)?;
+                let gather = conv2d_im2col::gather(&g, &padded, image, a_zp as u8);
+                conv2d_amx::conv_gather(&ga, &gather, &pw, &rq, res, out)
+            } else {
+                conv2d_amx::conv(&g, xv, nhwc, &pw, &rq, a_zp as u8, res, out)
+            }
         };
         let mut with_input = |res: Option<(&[u8], &add::Params)>| -> Result<()> {
             if channels_last::dims(x).is_some() {
@@ -243,16 +273,22 @@ pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) ->
                 x.with_contiguous::<u8, _>(OP, |xv| run(xv, false, res))?
             }
         };
-        match &in_epilogue {
-            Some((o, p)) => channels_last::with_bytes(o, OP, |ov| with_input(Some((ov, p))))??,
-            None => with_input(None)?,
+        match (&in_epilogue, &copied) {
+            (Some((o, p)), _) => channels_last::with_bytes(o, OP, |ov| with_input(Some((ov, p))))??,
+            (None, Some((ov, p))) => with_input(Some((ov.as_slice(), p)))?,
+            (None, None) => with_input(None)?,
         }
+        // SAFETY: `conv2d_amx::conv` returned Ok, so it wrote all `numel` bytes (every pixel of
+        // every image, every output channel), and `numel` is the capacity `alloc_uninit`
+        // reserved
+        unsafe { out.set_len(numel) };
         let y = channels_last::tensor(OP, out, shape)?;
         return match fused_add {
-            Some((o, p)) if in_epilogue.is_none() => add::add_tensors(&y, o, p),
+            Some((o, p)) if in_epilogue.is_none() && copied.is_none() => add::add_tensors(&y, o, p),
             _ => Ok(y),
         };
     }
+    let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
     if path != Path::Reference && g.cg() > 0 && !out.is_empty() {
         // the fast path: packed weights (cached on the weight's storage) and a direct
         // convolution on the packed input
@@ -342,24 +378,23 @@ fn packed_weight(w: &Tensor, g: &Geom, path: Path) -> Result<Arc<PackedWeight>> 
     w.with_contiguous::<i8, _>(OP, |wv| Arc::new(PackedWeight::new(wv, g, lanes)))
 }
 
-/// The weights packed as AMX B tiles, cached on the weight tensor's storage like
-/// [`packed_weight`].
+/// The weights packed as AMX B tiles by `pack` (keyed `key`: 0x18c9 direct, 0x18ca im2col
+/// columns), cached on the weight tensor's storage like [`packed_weight`].
 #[cfg(target_arch = "x86_64")]
-fn amx_weight(w: &Tensor, g: &Geom) -> Result<Arc<AmxWeight>> {
-    const KEY: usize = 0x18c9; // quantized_conv2d AMX tiles
+fn amx_weight(w: &Tensor, g: &Geom, key: usize, pack: impl Fn(&[i8]) -> Result<AmxWeight>) -> Result<Arc<AmxWeight>> {
     let len = g.oc * g.kg();
     if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
         if lay.is_contiguous() {
             let off = lay.offset();
-            let cached = st.derived(&[KEY, off, g.oc, g.cg(), g.kh, g.kw], |buf| {
-                buf.as_slice::<i8>().and_then(|v| v.get(off..off + len)).map(|ws| Arc::new(AmxWeight::new(ws, g)))
+            let cached = st.derived(&[key, off, g.oc, g.cg(), g.kh, g.kw], |buf| {
+                buf.as_slice::<i8>().and_then(|v| v.get(off..off + len)).and_then(|ws| pack(ws).ok().map(Arc::new))
             });
             if let Some(p) = cached.as_ref() {
                 return Ok(Arc::clone(p));
             }
         }
     }
-    w.with_contiguous::<i8, _>(OP, |wv| Arc::new(AmxWeight::new(wv, g)))
+    w.with_contiguous::<i8, _>(OP, pack)?.map(Arc::new)
 }
 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {

@@ -41,7 +41,9 @@ use super::conv2d::Geom;
 use super::conv2d_packed::Phases;
 use super::gemm::RequantParams;
 use crate::error::{Error, Result};
+use crate::memory::{AlignedBytes, CACHE_LINE};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 const OP: &str = "quantized_conv2d";
 
@@ -116,20 +118,24 @@ pub(super) fn applies(g: &Geom) -> bool {
 pub(super) struct AmxWeight {
     taps: usize,
     chunks: usize,
-    w: Vec<u8>,
+    /// The B tiles, cache-line aligned (a `tileloadd` whose rows straddle cache lines runs
+    /// several times slower).
+    w: AlignedBytes,
     /// `sum` of each output channel's int8 weights (`OC` of them).
     pub(super) sums: Vec<i32>,
 }
 
 impl AmxWeight {
     /// Packs `w` (`[OC][C][kH][kW]`, contiguous, `C` a multiple of 64).
-    pub(super) fn new(w: &[i8], g: &Geom) -> AmxWeight {
+    pub(super) fn new(w: &[i8], g: &Geom) -> Result<AmxWeight> {
         let (c, kh, kw) = (g.c, g.kh, g.kw);
         let taps = kh * kw;
         let chunks = c / KC;
         let ocp = g.oc.next_multiple_of(TJ);
         let tile = 16 * KC;
-        let mut packed = vec![0u8; ocp * taps * c];
+        let len = ocp.checked_mul(taps).and_then(|v| v.checked_mul(c)).ok_or_else(overflow)?;
+        let mut buf = AlignedBytes::try_new(OP, len, 0)?;
+        let packed = buf.as_mut_slice();
         for b in 0..ocp / 16 {
             for t in 0..taps {
                 for ch in 0..chunks {
@@ -149,7 +155,7 @@ impl AmxWeight {
         }
         let row = c * taps;
         let sums = (0..g.oc).map(|j| w[j * row..(j + 1) * row].iter().map(|&v| v as i32).sum()).collect();
-        AmxWeight { taps, chunks, w: packed, sums }
+        Ok(AmxWeight { taps, chunks, w: buf, sums })
     }
 }
 
@@ -228,8 +234,27 @@ fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8
     }
 }
 
+/// The row-major output-shaped `x` (`N x OC x OH x OW` bytes, `OC` a multiple of 16) as
+/// channels-last bytes (a residual for the epilogue).
+pub(super) fn to_channels_last(x: &[u8], g: &Geom) -> Result<AlignedBytes> {
+    let (p, c) = (g.p(), g.oc);
+    let image = p * c;
+    assert!(c.is_multiple_of(16) && x.len() >= g.n * image);
+    let mut out = AlignedBytes::try_new(OP, g.n * image, 0)?;
+    // pieces of 64 pixels of one image
+    const PIECE: usize = 64;
+    out.as_mut_slice().par_chunks_mut(image.max(1)).enumerate().for_each(|(i, img)| {
+        img.par_chunks_mut(PIECE * c).enumerate().for_each(|(k, run)| {
+            let n = run.len() / c;
+            transpose_row(&x[i * image..(i + 1) * image], p, k * PIECE, 1, n, c, run);
+        })
+    });
+    Ok(out)
+}
+
 /// `run[k * c + ch] = x[ch * hw + base + k * sw]` for `k < n`, `ch < c`: one image row of a
-/// channel-major input to channels-last, 16 x 16 byte blocks at a time where the stride is 1.
+/// channel-major input to channels-last, 16 x 16 byte blocks at a time where the stride is 1
+/// (`c` a multiple of 16).
 fn transpose_row(x: &[u8], hw: usize, base: usize, sw: usize, n: usize, c: usize, run: &mut [u8]) {
     let mut k0 = 0;
     #[cfg(target_arch = "x86_64")]
@@ -238,7 +263,7 @@ fn transpose_row(x: &[u8], hw: usize, base: usize, sw: usize, n: usize, c: usize
             for c0 in (0..c).step_by(16) {
                 // SAFETY: SSE2 is part of x86-64; the loads read `x[(c0 + i) * hw + base + k0..+16]`
                 // (pixels `k0..k0 + 16 <= n` of the row, inside the plane), the stores write
-                // `run[(k0 + i) * c + c0..+16]` (`c0 + 16 <= c`, a multiple of 64).
+                // `run[(k0 + i) * c + c0..+16]` (`c0 + 16 <= c`, a multiple of 16).
                 unsafe { transpose16(x.as_ptr().add(c0 * hw + base + k0), hw, run.as_mut_ptr().add(k0 * c + c0), c) };
             }
             k0 += 16;
@@ -298,14 +323,18 @@ impl OutPtr {
 thread_local! {
     /// The packed-input scratch of the calling thread, reused across calls (taken out while a
     /// convolution runs).
-    static PACKED_INPUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    static PACKED_INPUT: std::cell::Cell<AlignedBytes> = std::cell::Cell::new(AlignedBytes::default());
 }
+
+/// The bytes of B tiles an item cycles through per pixel tile (it stays in L2).
+const B_SPAN: usize = 256 << 10;
 
 /// The largest packed input kept between calls.
 const SCRATCH_KEEP: usize = 64 << 20;
 
 /// Runs the convolution of `x` (`N x C x H x W` bytes, or `N x H x W x C` when `nhwc_in`) into
-/// `out` (`N x OH x OW x OC` bytes, channels-last). Requires [`available`] and [`applies`].
+/// `out` (`N x OH x OW x OC` bytes, channels-last), writing every byte of it when it returns
+/// `Ok` (so `out` may start uninitialised). Requires [`available`] and [`applies`].
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
     g: &Geom,
@@ -315,7 +344,7 @@ pub(super) fn conv(
     rq: &RequantParams,
     zp: u8,
     residual: Option<(&[u8], &add::Params)>,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
 ) -> Result<()> {
     assert!(available() && applies(g));
     if let Some((r, _)) = residual {
@@ -323,36 +352,44 @@ pub(super) fn conv(
     }
     let plan = Plan::new(g)?;
     let img_in = g.c * g.h * g.w;
-    let rq = RequantParams {
-        a_zp: rq.a_zp,
-        b_sums: rq.b_sums.clone(),
-        bias_term: rq.bias_term.clone(),
-        multiplier: rq.multiplier.clone(),
-        out_zp: rq.out_zp,
-        lo: rq.lo,
-        hi: rq.hi,
-    }
-    .padded(g.oc.next_multiple_of(TJ));
+    let rq = padded_params(rq, g.oc.next_multiple_of(TJ));
     assert!(out.len() >= g.n * g.oc * g.p() && x.len() >= g.n * img_in);
     assert!(pw.w.len() >= g.oc.next_multiple_of(TJ) * pw.taps * g.c && pw.chunks * KC == g.c);
     // a channels-last input of a 1x1, stride-1, unpadded convolution is the operand as it is;
     // the images whose last pixel tile would read past the input (the last one, or all of them
     // when an image is smaller than a tile) are copied, each into a slot with that slack
-    let in_place = nhwc_in && g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pad == [0, 0];
+    // (when it starts on a cache line: misaligned tile rows would cost more than the copy)
+    let in_place = nhwc_in
+        && g.kh == 1
+        && g.kw == 1
+        && g.stride == [1, 1]
+        && g.pad == [0, 0]
+        && (x.as_ptr() as usize).is_multiple_of(CACHE_LINE);
     if in_place {
         let image = g.h * g.w * g.c;
         let span = plan.tiles * TP * g.c;
         let fit = (0..g.n).take_while(|&i| i * img_in + span <= x.len()).count();
         let split = fit * g.p() * g.oc;
         let (head, rest) = out.split_at_mut(split);
-        run(g, &plan, x, img_in, fit, pw, &rq, residual, head);
+        run(g, &plan, x, img_in, fit, pw, &rq, residual, head, None);
         if fit < g.n {
-            let mut tail = crate::memory::try_vec(OP, span.checked_mul(g.n - fit).ok_or_else(overflow)?, zp)?;
-            for (k, slot) in tail.chunks_mut(span).enumerate() {
+            let mut tail = AlignedBytes::try_new(OP, span.checked_mul(g.n - fit).ok_or_else(overflow)?, zp)?;
+            for (k, slot) in tail.as_mut_slice().chunks_mut(span).enumerate() {
                 let i = fit + k;
                 slot[..image].copy_from_slice(&x[i * img_in..i * img_in + image]);
             }
-            run(g, &plan, &tail, span, g.n - fit, pw, &rq, residual.map(|(r, p)| (&r[split..], p)), rest);
+            run(
+                g,
+                &plan,
+                tail.as_slice(),
+                span,
+                g.n - fit,
+                pw,
+                &rq,
+                residual.map(|(r, p)| (&r[split..], p)),
+                rest,
+                None,
+            );
         }
         return Ok(());
     }
@@ -361,16 +398,16 @@ pub(super) fn conv(
     let mut scratch = PACKED_INPUT.with(|c| c.take());
     if scratch.len() < total {
         drop(std::mem::take(&mut scratch));
-        scratch = crate::memory::try_vec(OP, total, 0u8)?;
+        scratch = AlignedBytes::try_new(OP, total, 0)?;
     }
     {
-        let xp = &mut scratch[..total];
+        let xp = &mut scratch.as_mut_slice()[..total];
         if image_bytes > 0 {
             xp.chunks_mut(image_bytes)
                 .enumerate()
                 .for_each(|(i, d)| pack_image(g, &plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d));
         }
-        run(g, &plan, xp, image_bytes, g.n, pw, &rq, residual, out);
+        run(g, &plan, xp, image_bytes, g.n, pw, &rq, residual, out, None);
     }
     if scratch.len() <= SCRATCH_KEEP {
         PACKED_INPUT.with(|c| c.set(scratch));
@@ -378,9 +415,115 @@ pub(super) fn conv(
     Ok(())
 }
 
+/// Runs `g` (a 1x1 convolution over the im2col columns of `gather`'s images, see
+/// `conv2d_im2col.rs`) with each pixel tile's A rows gathered into a stack buffer by the item
+/// that multiplies them (so the columns never go through memory), into `out` (channels-last),
+/// writing every byte of it. Requires [`available`].
+pub(super) fn conv_gather(
+    g: &Geom,
+    gather: &Gather<'_>,
+    pw: &AmxWeight,
+    rq: &RequantParams,
+    residual: Option<(&[u8], &add::Params)>,
+    out: &mut [MaybeUninit<u8>],
+) -> Result<()> {
+    assert!(available() && g.kh == 1 && g.kw == 1 && g.c == gather.kp && gather.kp <= MAX_GATHER);
+    assert!(gather.padded.len() >= g.n * gather.image + 64);
+    let plan = Plan::new(g)?;
+    let rq = padded_params(rq, g.oc.next_multiple_of(TJ));
+    run(g, &plan, gather.padded, gather.image, g.n, pw, &rq, residual, out, Some(gather));
+    Ok(())
+}
+
+/// The window rows of the im2col columns of a small-channel convolution, gathered per pixel
+/// tile from zero-point-padded channels-last images (built by `conv2d_im2col.rs`).
+pub(super) struct Gather<'a> {
+    /// The padded images, `image` bytes apart, with 64 bytes of slack at the end.
+    pub padded: &'a [u8],
+    pub image: usize,
+    /// Padded row length in pixels, and channels.
+    pub wp: usize,
+    pub c: usize,
+    /// Window, stride and dilation of the original convolution.
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: [usize; 2],
+    pub dil: [usize; 2],
+    /// Output row length, and the products per output `k` padded to `kp`.
+    pub ow: usize,
+    pub k: usize,
+    pub kp: usize,
+    pub zp: u8,
+}
+
+/// The largest padded window a gathered tile holds (`TP` rows of it on the stack).
+pub(super) const MAX_GATHER: usize = 1024;
+
+impl Gather<'_> {
+    /// Writes the columns of pixels `q0..q0 + TP` (flat output index, those below `qtot`) of
+    /// image `image` into `buf` (`TP` rows of `kp` bytes).
+    fn fill(&self, image: usize, q0: usize, qtot: usize, buf: &mut [u8]) {
+        let (c, kp, run) = (self.c, self.kp, self.kw * self.c);
+        let src = &self.padded[image * self.image..];
+        for (r, dst) in buf.chunks_exact_mut(kp).take(TP).enumerate() {
+            let q = q0 + r;
+            if q >= qtot {
+                break;
+            }
+            let (oh, ow) = (q / self.ow, q % self.ow);
+            for i in 0..self.kh {
+                let base = ((oh * self.stride[0] + i * self.dil[0]) * self.wp + ow * self.stride[1]) * c;
+                let at = i * run;
+                if self.dil[1] == 1 {
+                    // one window row as a fixed move while it stays inside the pixel's row (the
+                    // spill is overwritten by the next window row or the padding fill)
+                    if run <= 32 && at + 32 <= kp {
+                        fixed_move::<32>(&mut dst[at..], &src[base..]);
+                    } else if run <= 64 && at + 64 <= kp {
+                        fixed_move::<64>(&mut dst[at..], &src[base..]);
+                    } else {
+                        dst[at..at + run].copy_from_slice(&src[base..base + run]);
+                    }
+                } else {
+                    for j in 0..self.kw {
+                        let b = base + j * self.dil[1] * c;
+                        dst[at + j * c..at + (j + 1) * c].copy_from_slice(&src[b..b + c]);
+                    }
+                }
+            }
+            dst[self.k..].fill(self.zp);
+        }
+    }
+}
+
+/// A copy of `rq` with its per-channel parameters padded with zeros to `len` channels (the
+/// epilogue reads 32 channels at a time).
+fn padded_params(rq: &RequantParams, len: usize) -> RequantParams {
+    RequantParams {
+        a_zp: rq.a_zp,
+        b_sums: rq.b_sums.clone(),
+        bias_term: rq.bias_term.clone(),
+        multiplier: rq.multiplier.clone(),
+        out_zp: rq.out_zp,
+        lo: rq.lo,
+        hi: rq.hi,
+    }
+    .padded(len)
+}
+
+/// Copies the first `N` bytes of `src` to `dst` as one fixed-size move (a register copy, not a
+/// `memcpy` call).
+#[inline(always)]
+fn fixed_move<const N: usize>(dst: &mut [u8], src: &[u8]) {
+    let v: [u8; N] = src[..N].try_into().expect("N bytes");
+    let d: &mut [u8; N] = (&mut dst[..N]).try_into().expect("N bytes");
+    *d = v;
+}
+
 /// The tiles of `n` images whose operands start `image_bytes` apart in `xp` (each holding
-/// `plan.lp` pixels per phase, or the in-place input), into `out` (`n` channels-last images),
-/// with the quantized add of `residual` (laid out as `out`) in the epilogue when given.
+/// `plan.lp` pixels per phase, or the in-place input; or, with `gather`, the padded images the
+/// columns are gathered from), into `out` (`n` channels-last images), with the quantized add
+/// of `residual` (laid out as `out`) in the epilogue when given.
 #[allow(clippy::too_many_arguments)]
 fn run(
     g: &Geom,
@@ -391,28 +534,39 @@ fn run(
     pw: &AmxWeight,
     rq: &RequantParams,
     residual: Option<(&[u8], &add::Params)>,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
+    gather: Option<&Gather<'_>>,
 ) {
     if n == 0 {
         return;
     }
     let jblocks = g.oc.div_ceil(TJ);
-    // every tile's rows lie in its image's operand: the last tile's last row at the largest shift
-    let last_row = (plan.tiles * TP - 1 + plan.tap_px.iter().copied().max().unwrap_or(0)) * g.c + g.c;
-    assert!((n - 1) * image_bytes + last_row <= xp.len());
+    if gather.is_none() {
+        // every tile's rows lie in its image's operand: the last tile's last row at the largest
+        // shift (gathered rows are read from the item's own buffer)
+        let last_row = (plan.tiles * TP - 1 + plan.tap_px.iter().copied().max().unwrap_or(0)) * g.c + g.c;
+        assert!((n - 1) * image_bytes + last_row <= xp.len());
+    }
     assert!(out.len() >= n * g.p() * g.oc);
     if let Some((r, _)) = residual {
         assert!(r.len() >= n * g.p() * g.oc);
     }
     let res = residual.map(|(r, p)| (r.as_ptr() as usize, *p));
+    // finite multipliers and biases below 1e38 make every requantised value a number (at worst
+    // an infinity, which the clamp handles), so the epilogue can skip its NaN test
+    let nan_free = rq.multiplier.iter().all(|m| m.is_finite()) && rq.bias_term.iter().all(|b| b.abs() < 1e38);
     let threads = rayon::current_num_threads().max(1);
-    // items: (image, block of output channels, run of pixel tiles); about four per thread
-    let jper = 4.min(jblocks);
+    // items: (image, run of output-channel blocks, run of pixel tiles), about four per thread;
+    // an item walks its pixel tiles and, for each, all its channel blocks (so it writes whole
+    // output rows while they are in cache), so the B tiles of its blocks are read once per
+    // pixel tile: as many blocks as keep them within B_SPAN bytes (L2)
+    let steps = plan.tap_px.len() * pw.chunks;
+    let jper = (B_SPAN / (steps * 2 * 16 * KC)).clamp(1, jblocks);
     let jitems = jblocks.div_ceil(jper);
     let titems = (4 * threads).div_ceil(n * jitems).min(plan.tiles).max(1);
     let tper = plan.tiles.div_ceil(titems);
     let titems = plan.tiles.div_ceil(tper);
-    let dst = OutPtr(out.as_mut_ptr());
+    let dst = OutPtr(out.as_mut_ptr() as *mut u8);
     let src = xp.as_ptr() as usize;
     (0..n * jitems * titems).into_par_iter().for_each(|it| {
         let (i, rest) = (it / (jitems * titems), it % (jitems * titems));
@@ -431,10 +585,12 @@ fn run(
                 plan,
                 pw,
                 rq,
+                nan_free,
                 (j0, j1),
                 (t0, t1),
                 res.map(|(r, p)| ((r as *const u8).add(i * g.p() * g.oc), p)),
                 dst.at(i * g.p() * g.oc),
+                gather.map(|gt| (gt, i)),
             )
         };
     });
@@ -442,7 +598,7 @@ fn run(
 
 #[cfg(target_arch = "x86_64")]
 mod amx {
-    use super::{add, AmxWeight, Geom, Plan, RequantParams, KC, TJ, TP};
+    use super::{add, AmxWeight, Gather, Geom, Plan, RequantParams, KC, MAX_GATHER, TJ, TP};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -467,6 +623,11 @@ mod amx {
 
     /// One item: pixel tiles `t0..t1` x output-channel blocks `j0..j1` (of [`TJ`]) of one image
     /// (`a`: its operand, `out`: its channels-last output).
+    ///
+    /// Software-pipelined: the sums of a tile step are stored to one of two stack buffers, and
+    /// their epilogue (AVX-512) runs in slices between the tile instructions of the next step,
+    /// so the vector units requantise while the tile unit multiplies (a step costs about the
+    /// larger of the two instead of their sum).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn item(
@@ -475,26 +636,53 @@ mod amx {
         plan: &Plan,
         pw: &AmxWeight,
         rq: &RequantParams,
+        nan_free: bool,
         (j0, j1): (usize, usize),
         (t0, t1): (usize, usize),
         residual: Option<(*const u8, add::Params)>,
         out: *mut u8,
+        gather: Option<(&Gather<'_>, usize)>,
     ) {
         let c = g.c;
+        // the gathered A rows of the current pixel tile (when gathering; zeroed once, so the
+        // rows past the last pixel hold bytes too)
+        let mut rows_buf = std::mem::MaybeUninit::<Gathered>::uninit();
+        let rows_buf: &mut [u8] = match gather {
+            Some(_) => {
+                let p = rows_buf.as_mut_ptr() as *mut u8;
+                std::ptr::write_bytes(p, 0, TP * c);
+                std::slice::from_raw_parts_mut(p, TP * c)
+            }
+            None => &mut [],
+        };
         let tile_bytes = 16 * KC;
         // B tiles of one 16-channel block: taps x chunks tiles
         let block_bytes = pw.taps * pw.chunks * tile_bytes;
-        let mut acc = Acc([0i32; TP * TJ]);
+        let steps = plan.tap_px.len() * pw.chunks;
+        // epilogue rows per tile step of the next tile (all of them spread over its steps)
+        let per_step = TP.div_ceil(steps.max(1));
+        let epi = TileEpilogue { g, plan, rq, nan_free, residual, out };
+        let mut acc = [Acc([0i32; TP * TJ]), Acc([0i32; TP * TJ])];
+        let mut pending: Option<Rows> = None;
+        let mut cur = 0;
         asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const TileConfig, options(nostack, readonly));
-        for jb in j0..j1 {
-            let w0 = pw.w.as_ptr().add(2 * jb * block_bytes);
-            let w1 = w0.add(block_bytes);
-            for t in t0..t1 {
-                let q0 = t * TP;
+        for t in t0..t1 {
+            let q0 = t * TP;
+            // the A rows of this pixel tile: in the operand, or gathered (a 1x1 plan: tap 0)
+            let a_tile = match gather {
+                Some((gt, image)) => {
+                    gt.fill(image, q0, plan.qtot, rows_buf);
+                    rows_buf.as_ptr()
+                }
+                None => a.add(q0 * c),
+            };
+            for jb in j0..j1 {
+                let w0 = pw.w.as_slice().as_ptr().add(2 * jb * block_bytes);
+                let w1 = w0.add(block_bytes);
                 asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
                 let mut wo = 0;
                 for &tp in &plan.tap_px {
-                    let a0 = a.add((tp + q0) * c);
+                    let a0 = a_tile.add(tp * c);
                     let a1 = a0.add(16 * c);
                     for ch in 0..pw.chunks {
                         asm!(
@@ -515,9 +703,15 @@ mod amx {
                             options(nostack, readonly)
                         );
                         wo += tile_bytes;
+                        if let Some(rows) = pending.as_mut() {
+                            epi.rows(&acc[cur ^ 1].0, rows, per_step);
+                        }
                     }
                 }
-                let p = acc.0.as_mut_ptr() as *mut u8;
+                if let Some(rows) = pending.as_mut() {
+                    epi.rows(&acc[cur ^ 1].0, rows, TP);
+                }
+                let p = acc[cur].0.as_mut_ptr() as *mut u8;
                 asm!(
                     "tilestored [{p} + {ld}*1], tmm0",
                     "tilestored [{p1} + {ld}*1], tmm1",
@@ -530,10 +724,14 @@ mod amx {
                     ld = in(reg) TJ * 4,
                     options(nostack)
                 );
-                epilogue(&acc.0, g, plan, rq, q0, jb * TJ, residual.as_ref(), out);
+                pending = Some(epi.start(q0, jb * TJ));
+                cur ^= 1;
             }
         }
         asm!("tilerelease", options(nostack, nomem));
+        if let Some(rows) = pending.as_mut() {
+            epi.rows(&acc[cur ^ 1].0, rows, TP);
+        }
     }
 
     /// `quantized_add` of the bytes `x` (16 i32 lanes, 0..=255) and `y` (16 bytes):
@@ -557,62 +755,182 @@ mod amx {
         _mm512_cvtps_epi32(v)
     }
 
+    /// The gathered A rows of a pixel tile, 64-byte aligned for `tileloadd`.
+    #[repr(C, align(64))]
+    struct Gathered([u8; TP * MAX_GATHER]);
+
     /// The 32 x 32 i32 sums of one tile step, 64-byte aligned for `tilestored`.
     #[repr(C, align(64))]
     struct Acc([i32; TP * TJ]);
 
-    /// Requantises the sums `acc[r][v]` (pixel `q0 + r`, channel `j + v`) and stores the real
-    /// pixels' channels below `OC` channels-last; with a residual, the stored byte is the
-    /// quantized add of the requantised byte and the residual's byte at the same place (the f32
-    /// operations of `quantized_add`'s kernel in the same order).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn epilogue(
-        acc: &[i32; TP * TJ],
-        g: &Geom,
-        plan: &Plan,
-        rq: &RequantParams,
-        q0: usize,
-        j: usize,
-        residual: Option<&(*const u8, add::Params)>,
+    /// What the epilogue of an item needs.
+    struct TileEpilogue<'a> {
+        g: &'a Geom,
+        plan: &'a Plan,
+        rq: &'a RequantParams,
+        /// No bias or multiplier can make a requantised value NaN (the NaN test is skipped).
+        nan_free: bool,
+        residual: Option<(*const u8, add::Params)>,
         out: *mut u8,
-    ) {
-        let lo = _mm512_set1_ps((rq.lo - rq.out_zp) as f32);
-        let hi = _mm512_set1_ps((rq.hi - rq.out_zp) as f32);
-        let zp = _mm512_set1_epi32(rq.out_zp);
-        for v in 0..TJ / 16 {
-            let jj = j + v * 16;
-            if jj >= g.oc {
-                break;
+    }
+
+    /// The rows of a tile step still to requantise: row `r` (its pixel at `(oh, ow)` of the
+    /// flat index) up to `end`, channels `j..j + 32`.
+    struct Rows {
+        j: usize,
+        r: usize,
+        end: usize,
+        oh: usize,
+        ow: usize,
+    }
+
+    impl TileEpilogue<'_> {
+        /// The rows of the step at pixel `q0`, channel `j`.
+        fn start(&self, q0: usize, j: usize) -> Rows {
+            let end = TP.min(self.plan.qtot - q0);
+            Rows { j, r: 0, end, oh: q0 / self.plan.wq, ow: q0 % self.plan.wq }
+        }
+
+        /// Requantises up to `n` more rows of `rows` (the sums in `acc`) and stores the real
+        /// pixels' channels below `OC` channels-last; with a residual, the stored byte is the
+        /// quantized add of the requantised byte and the residual's byte at the same place (the
+        /// f32 operations of `quantized_add`'s kernel in the same order).
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        unsafe fn rows(&self, acc: &[i32; TP * TJ], rows: &mut Rows, n: usize) {
+            let (g, rq) = (self.g, self.rq);
+            let stop = rows.end.min(rows.r + n);
+            if rows.r >= stop {
+                return;
             }
-            let mask: u16 = if g.oc - jj >= 16 { u16::MAX } else { ((1u32 << (g.oc - jj)) - 1) as u16 };
-            let sums = _mm512_loadu_si512(rq.b_sums.as_ptr().add(jj) as *const _);
-            let zsum = _mm512_mullo_epi32(_mm512_set1_epi32(rq.a_zp), sums);
-            let bias = _mm512_loadu_ps(rq.bias_term.as_ptr().add(jj));
-            let mult = _mm512_loadu_ps(rq.multiplier.as_ptr().add(jj));
-            for r in 0..TP {
-                let q = q0 + r;
-                if q >= plan.qtot {
-                    break;
-                }
-                let (oh, ow) = (q / plan.wq, q % plan.wq);
-                if ow >= g.ow {
-                    continue;
-                }
-                let s = _mm512_loadu_si512(acc.as_ptr().add(r * TJ + v * 16) as *const _);
-                let f = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, zsum)), bias), mult);
+            let j = rows.j;
+            let live = (g.oc - j).min(TJ);
+            let mask: u32 = if live == TJ { u32::MAX } else { (1u32 << live) - 1 };
+            let lo = _mm512_set1_ps((rq.lo - rq.out_zp) as f32);
+            let hi = _mm512_set1_ps((rq.hi - rq.out_zp) as f32);
+            let zp = _mm512_set1_epi32(rq.out_zp);
+            let azp = _mm512_set1_epi32(rq.a_zp);
+            // the parameters are padded to a multiple of 32 channels
+            let zsum =
+                [0, 16].map(|v| _mm512_mullo_epi32(azp, _mm512_loadu_si512(rq.b_sums.as_ptr().add(j + v) as *const _)));
+            let bias = [0, 16].map(|v| _mm512_loadu_ps(rq.bias_term.as_ptr().add(j + v)));
+            let mult = [0, 16].map(|v| _mm512_loadu_ps(rq.multiplier.as_ptr().add(j + v)));
+            let requant = |s: __m512i, v: usize| {
+                let f =
+                    _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, zsum[v])), bias[v]), mult[v]);
                 // NaN → 0 (as `NaN as i64`), then clamp and round half to even
-                let f = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), f);
+                let f = if self.nan_free { f } else { _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), f) };
                 let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-                let qv = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
-                let at = (oh * g.ow + ow) * g.oc + jj;
-                let qv = match residual {
-                    Some(&(r, p)) => add_residual(qv, _mm_maskz_loadu_epi8(mask, r.add(at) as *const i8), &p),
-                    None => qv,
-                };
-                _mm_mask_storeu_epi8(out.add(at) as *mut i8, mask, _mm512_cvtepi32_epi8(qv));
+                _mm512_add_epi32(_mm512_cvtps_epi32(f), zp)
+            };
+            for r in rows.r..stop {
+                if rows.ow < g.ow {
+                    let at = (rows.oh * g.ow + rows.ow) * g.oc + j;
+                    let row = acc.as_ptr().add(r * TJ);
+                    let mut q = [
+                        requant(_mm512_load_si512(row as *const _), 0),
+                        requant(_mm512_load_si512(row.add(16) as *const _), 1),
+                    ];
+                    if let Some((res, p)) = self.residual.as_ref() {
+                        let y = _mm256_maskz_loadu_epi8(mask, res.add(at) as *const i8);
+                        q[0] = add_residual(q[0], _mm256_castsi256_si128(y), p);
+                        q[1] = add_residual(q[1], _mm256_extracti128_si256::<1>(y), p);
+                    }
+                    let bytes = _mm256_inserti128_si256::<1>(
+                        _mm256_castsi128_si256(_mm512_cvtepi32_epi8(q[0])),
+                        _mm512_cvtepi32_epi8(q[1]),
+                    );
+                    _mm256_mask_storeu_epi8(self.out.add(at) as *mut i8, mask, bytes);
+                }
+                rows.ow += 1;
+                if rows.ow == self.plan.wq {
+                    rows.ow = 0;
+                    rows.oh += 1;
+                }
             }
+            rows.r = stop;
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Runs `conv` into a buffer filled with `poison` first.
+    fn run_poisoned(g: &Geom, x: &[u8], nhwc: bool, w: &[i8], residual: Option<&[u8]>, poison: u8) -> Vec<u8> {
+        let pw = AmxWeight::new(w, g).unwrap();
+        let ws: Vec<f32> = (0..g.oc).map(|j| 0.002 + (j % 5) as f32 * 1e-3).collect();
+        let bias: Vec<f32> = (0..g.oc).map(|j| (j % 7) as f32 * 0.1 - 0.3).collect();
+        let rq = RequantParams::new(0.02, 120, &ws, pw.sums.clone(), Some(&bias), 0.05, 64, residual.is_none());
+        let p = add::Params { sa: 0.05, pa: -3.2, sb: 0.04, pb: -4.0, inv_out: 1.0 / 0.06, zo: 10.0, relu: true };
+        let mut out = vec![MaybeUninit::new(poison); g.n * g.p() * g.oc];
+        conv(g, x, nhwc, &pw, &rq, 120, residual.map(|r| (r, &p)), &mut out).unwrap();
+        // SAFETY: `MaybeUninit<u8>` initialised with `poison` (and possibly overwritten)
+        out.into_iter().map(|b| unsafe { b.assume_init() }).collect()
+    }
+
+    /// Runs the gathered (im2col) convolution of a small-channel `g` into a buffer filled with
+    /// `poison` first.
+    fn run_gathered(g: &Geom, x: &[u8], nhwc: bool, w: &[i8], poison: u8) -> Vec<u8> {
+        let pw = super::super::conv2d_im2col::weight(w, g).unwrap();
+        let ga = super::super::conv2d_im2col::geometry(g);
+        let ws: Vec<f32> = (0..g.oc).map(|j| 0.002 + (j % 5) as f32 * 1e-3).collect();
+        let rq = RequantParams::new(0.02, 120, &ws, pw.sums.clone(), None, 0.05, 64, false);
+        let (padded, image) = super::super::conv2d_im2col::padded_images(g, x, nhwc, 120).unwrap();
+        let gather = super::super::conv2d_im2col::gather(g, &padded, image, 120);
+        let mut out = vec![MaybeUninit::new(poison); g.n * g.p() * g.oc];
+        conv_gather(&ga, &gather, &pw, &rq, None, &mut out).unwrap();
+        // SAFETY: `MaybeUninit<u8>` initialised with `poison` (and possibly overwritten)
+        out.into_iter().map(|b| unsafe { b.assume_init() }).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// The gathered convolution (the 3-channel stem's path) writes every output byte too.
+        #[test]
+        fn gathered_conv_writes_every_output_byte(n in 1usize..3, c in 1usize..8, oc in 1usize..40, h in 1usize..12,
+                                                  w in 1usize..12, k in 1usize..8, s in 1usize..3, d in 1usize..3,
+                                                  nhwc: bool, seed: u64) {
+            if !available() {
+                return Ok(());
+            }
+            let span = d * (k - 1) + 1;
+            let pad = k / 2;
+            let (h, w) = (h.max(span), w.max(span));
+            let (oh, ow) = ((h + 2 * pad - span) / s + 1, (w + 2 * pad - span) / s + 1);
+            let g = Geom { n, c, h, w, oc, kh: k, kw: k, oh, ow, stride: [s, s], pad: [pad, pad], dil: [d, d], groups: 1 };
+            prop_assume!(super::super::conv2d_im2col::applies(&g));
+            let mut state = seed | 1;
+            let mut next = || { state ^= state << 13; state ^= state >> 7; state ^= state << 17; (state >> 24) as u8 };
+            let x: Vec<u8> = (0..n * c * h * w).map(|_| next()).collect();
+            let wt: Vec<i8> = (0..oc * c * k * k).map(|_| next() as i8).collect();
+            prop_assert_eq!(run_gathered(&g, &x, nhwc, &wt, 0xa5), run_gathered(&g, &x, nhwc, &wt, 0x5a));
+        }
+
+        /// `conv` writes every output byte (what lets `quantized_conv2d` skip zero-filling the
+        /// output): runs into buffers poisoned with different bytes agree everywhere.
+        #[test]
+        fn conv_writes_every_output_byte(n in 1usize..3, chunks in 1usize..3, oc in 1usize..70, h in 1usize..11,
+                                         w in 1usize..11, k in prop::sample::select(vec![1usize, 3]), s in 1usize..3,
+                                         pad in 0usize..2, nhwc: bool, residual: bool, seed: u64) {
+            if !available() {
+                return Ok(());
+            }
+            let (h, w) = (h.max(k), w.max(k));
+            let c = chunks * KC;
+            let (oh, ow) = ((h + 2 * pad - k) / s + 1, (w + 2 * pad - k) / s + 1);
+            let g = Geom { n, c, h, w, oc, kh: k, kw: k, oh, ow, stride: [s, s], pad: [pad, pad], dil: [1, 1], groups: 1 };
+            let mut state = seed | 1;
+            let mut next = || { state ^= state << 13; state ^= state >> 7; state ^= state << 17; (state >> 24) as u8 };
+            let x: Vec<u8> = (0..n * c * h * w).map(|_| next()).collect();
+            let wt: Vec<i8> = (0..oc * c * k * k).map(|_| next() as i8).collect();
+            let r: Vec<u8> = (0..n * g.p() * oc).map(|_| next()).collect();
+            let res = residual.then_some(&r[..]);
+            let a = run_poisoned(&g, &x, nhwc, &wt, res, 0xa5);
+            let b = run_poisoned(&g, &x, nhwc, &wt, res, 0x5a);
+            prop_assert_eq!(a, b);
         }
     }
 }

@@ -31,12 +31,15 @@ mod conv2d_add;
 #[cfg(target_arch = "x86_64")]
 mod conv2d_amx;
 #[cfg(target_arch = "x86_64")]
+mod conv2d_im2col;
+#[cfg(target_arch = "x86_64")]
 mod conv2d_lanes;
 mod conv2d_packed;
 mod gemm;
 mod linear;
 mod linear_dynamic;
 mod linear_packed;
+mod max_pool2d;
 mod quantize;
 
 pub use adaptive_avg_pool2d::{quantized_adaptive_avg_pool2d, QUANTIZED_ADAPTIVE_AVG_POOL2D};
@@ -46,6 +49,7 @@ pub use conv2d_add::{quantized_conv2d_add, ResidualAdd, QUANTIZED_CONV2D_ADD};
 pub use gemm::{int8_kernel, int8_kernels_available, with_int8_kernel, with_reference_kernels};
 pub use linear::{quantized_linear, QUANTIZED_LINEAR};
 pub use linear_dynamic::{choose_qparams, quantized_linear_dynamic, QUANTIZED_LINEAR_DYNAMIC};
+pub(crate) use max_pool2d::{max_pool2d_channels_last, Window};
 pub use quantize::{
     dequantize, dequantize_per_channel, quantize_per_channel, quantize_per_tensor, DEQUANTIZE, DEQUANTIZE_PER_CHANNEL,
     QUANTIZE_PER_CHANNEL, QUANTIZE_PER_TENSOR,

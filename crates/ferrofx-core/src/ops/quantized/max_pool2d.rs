@@ -1,0 +1,98 @@
+//! `max_pool2d` on channels-last uint8 tensors (the max-pool after the stem of a quantized
+//! ResNet): each output pixel is the byte-wise maximum of its window's channel vectors, and the
+//! output stays channels-last, so the convolutions after it read their operand (and their
+//! residual adds their identity) without a transpose. Values equal the row-major kernel's (a
+//! maximum does not depend on the layout); a row-major input keeps the generic kernel.
+
+use super::channels_last;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::tensor::Tensor;
+use rayon::prelude::*;
+
+/// A pooling window: kernel, stride, padding and dilation `[h, w]`, and the output size.
+pub(crate) struct Window {
+    /// Kernel size.
+    pub k: [usize; 2],
+    /// Stride.
+    pub s: [usize; 2],
+    /// Padding (implicit minus infinity: padded positions never win).
+    pub p: [usize; 2],
+    /// Dilation.
+    pub d: [usize; 2],
+    /// Output size.
+    pub out: [usize; 2],
+}
+
+/// The max-pool of `x` when it is a channels-last uint8 `[N, C, H, W]` tensor (channels-last
+/// output), else `None` (the caller runs the generic kernel).
+pub(crate) fn max_pool2d_channels_last(op: &str, x: &Tensor, win: &Window) -> Result<Option<Tensor>> {
+    if x.dtype() != DType::U8 {
+        return Ok(None);
+    }
+    let Some([n, c, h, w]) = channels_last::dims(x) else {
+        return Ok(None);
+    };
+    let [oh, ow] = win.out;
+    let mut out = crate::memory::alloc_filled::<u8>(op, &[n, c, oh, ow], 0)?;
+    if out.is_empty() {
+        return Ok(Some(channels_last::tensor(op, out, [n, c, oh, ow])?));
+    }
+    channels_last::with_bytes(x, op, |xv| {
+        out.par_chunks_mut(ow * c).enumerate().for_each(|(row, dst_row)| {
+            let (img, y) = (row / oh, row % oh);
+            let src = &xv[img * h * w * c..(img + 1) * h * w * c];
+            for (x0, dst) in dst_row.chunks_exact_mut(c).enumerate() {
+                let mut first = true;
+                for i in 0..win.k[0] {
+                    let Some(ih) = (y * win.s[0] + i * win.d[0]).checked_sub(win.p[0]).filter(|&v| v < h) else {
+                        continue;
+                    };
+                    for j in 0..win.k[1] {
+                        let Some(iw) = (x0 * win.s[1] + j * win.d[1]).checked_sub(win.p[1]).filter(|&v| v < w) else {
+                            continue;
+                        };
+                        let px = &src[(ih * w + iw) * c..(ih * w + iw + 1) * c];
+                        if first {
+                            dst.copy_from_slice(px);
+                            first = false;
+                        } else {
+                            dst.iter_mut().zip(px).for_each(|(d, &v)| *d = (*d).max(v));
+                        }
+                    }
+                }
+            }
+        })
+    })?;
+    Ok(Some(channels_last::tensor(op, out, [n, c, oh, ow])?))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::pool::max_pool2d;
+    use crate::tensor::Tensor;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// A channels-last uint8 input gives the row-major kernel's values, channels-last.
+        #[test]
+        fn channels_last_max_pool_equals_row_major(n in 1usize..3, c in 1usize..20, h in 1usize..12, w in 1usize..12,
+                                                   k in 1usize..4, s in 1usize..3, d in 1usize..3, ceil: bool, seed: u64) {
+            let pad = k / 2;
+            let span = d * (k - 1) + 1;
+            prop_assume!(h + 2 * pad >= span && w + 2 * pad >= span);
+            let mut state = seed | 1;
+            let v: Vec<u8> = (0..n * c * h * w).map(|_| { state ^= state << 13; state ^= state >> 7; state ^= state << 17; (state >> 24) as u8 }).collect();
+            let x = Tensor::from_vec(v, &[n, c, h, w]).unwrap();
+            let xcl = x.permute(&[0, 2, 3, 1]).unwrap().contiguous().unwrap().permute(&[0, 3, 1, 2]).unwrap();
+            prop_assume!(super::channels_last::dims(&xcl).is_some());
+            let (k, s, p, d) = ([k as i64; 2], [s as i64; 2], [pad as i64; 2], [d as i64; 2]);
+            let want = max_pool2d(&x, &k, &s, &p, &d, ceil).unwrap();
+            let got = max_pool2d(&xcl, &k, &s, &p, &d, ceil).unwrap();
+            prop_assert_eq!(got.shape(), want.shape());
+            prop_assert!(super::channels_last::dims(&got).is_some() || got.shape()[1] == 1 || got.shape()[2] * got.shape()[3] == 1);
+            prop_assert_eq!(got.to_vec::<u8>().unwrap(), want.to_vec::<u8>().unwrap());
+        }
+    }
+}
