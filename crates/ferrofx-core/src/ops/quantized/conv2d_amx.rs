@@ -352,7 +352,8 @@ pub(super) fn conv(
     }
     let plan = Plan::new(g)?;
     let img_in = g.c * g.h * g.w;
-    let rq = padded_params(rq, g.oc.next_multiple_of(TJ));
+    // the epilogue reads 32 channels' parameters at a time
+    let rq = rq.clone().padded(g.oc.next_multiple_of(TJ));
     assert!(out.len() >= g.n * g.oc * g.p() && x.len() >= g.n * img_in);
     assert!(pw.w.len() >= g.oc.next_multiple_of(TJ) * pw.taps * g.c && pw.chunks * KC == g.c);
     // a channels-last input of a 1x1, stride-1, unpadded convolution is the operand as it is;
@@ -430,7 +431,8 @@ pub(super) fn conv_gather(
     assert!(available() && g.kh == 1 && g.kw == 1 && g.c == gather.kp && gather.kp <= MAX_GATHER);
     assert!(gather.padded.len() >= g.n * gather.image + 64);
     let plan = Plan::new(g)?;
-    let rq = padded_params(rq, g.oc.next_multiple_of(TJ));
+    // the epilogue reads 32 channels' parameters at a time
+    let rq = rq.clone().padded(g.oc.next_multiple_of(TJ));
     run(g, &plan, gather.padded, gather.image, g.n, pw, &rq, residual, out, Some(gather));
     Ok(())
 }
@@ -494,21 +496,6 @@ impl Gather<'_> {
             dst[self.k..].fill(self.zp);
         }
     }
-}
-
-/// A copy of `rq` with its per-channel parameters padded with zeros to `len` channels (the
-/// epilogue reads 32 channels at a time).
-fn padded_params(rq: &RequantParams, len: usize) -> RequantParams {
-    RequantParams {
-        a_zp: rq.a_zp,
-        b_sums: rq.b_sums.clone(),
-        bias_term: rq.bias_term.clone(),
-        multiplier: rq.multiplier.clone(),
-        out_zp: rq.out_zp,
-        lo: rq.lo,
-        hi: rq.hi,
-    }
-    .padded(len)
 }
 
 /// Copies the first `N` bytes of `src` to `dst` as one fixed-size move (a register copy, not a

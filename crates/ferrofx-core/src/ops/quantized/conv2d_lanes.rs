@@ -123,16 +123,7 @@ pub(super) fn run(g: &Geom, x: &Operand, pw: &PackedWeight, rq: &RequantParams, 
     let p = g.p();
     let padded = g.oc.next_multiple_of(16);
     // the epilogue reads 16 channels' parameters at a time
-    let rq = RequantParams {
-        a_zp: rq.a_zp,
-        b_sums: rq.b_sums.clone(),
-        bias_term: rq.bias_term.clone(),
-        multiplier: rq.multiplier.clone(),
-        out_zp: rq.out_zp,
-        lo: rq.lo,
-        hi: rq.hi,
-    }
-    .padded(padded);
+    let rq = rq.clone().padded(padded);
     assert!(out.len() >= g.n * g.oc * p && x.data.len() >= g.n * x.image_bytes);
     assert!(pw.w.len() >= padded * pw.kq && x.aoff.len() == pw.kq);
     // every read of a tile lies in its image: the last pixel's operand plus the largest offset

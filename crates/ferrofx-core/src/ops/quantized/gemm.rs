@@ -242,6 +242,7 @@ impl Epilogue for DequantOut<'_> {
 }
 
 /// The requantisation of a whole op call (all output channels), from its scales and bias.
+#[derive(Clone)]
 pub(crate) struct RequantParams {
     pub a_zp: i32,
     pub b_sums: Vec<i32>,
