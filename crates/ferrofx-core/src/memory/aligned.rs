@@ -1,7 +1,7 @@
 //! Cache-line alignment of buffers.
 //!
 //! A 64-byte vector load or an AMX tile row that starts inside a cache line touches two lines:
-//! on a Sapphire Rapids Xeon, `tileloadd` of 16 rows misaligned by 16 bytes (what glibc's
+//! on the Intel Xeon with AMX measured in session 18, `tileloadd` of 16 rows misaligned by 16 bytes (what glibc's
 //! `malloc` returns for large blocks: the page plus a 16-byte header) runs about six times
 //! slower than aligned, and a zmm load three times. PyTorch's CPU allocator and ONNX Runtime's
 //! arena hand out 64-byte aligned buffers for the same reason.

@@ -20,22 +20,23 @@ use crate::value::Value;
 use rayon::prelude::*;
 use smallvec::smallvec;
 
-/// Pooling geometry in 2-D form (1-D pools have `h = kh = 1`).
+/// Pooling geometry in 2-D form (1-D pools have `h = kh = 1`): input planes and size, kernel,
+/// stride, padding, dilation and output size.
 #[derive(Debug, Clone, Copy)]
-struct PoolGeom {
-    planes: usize,
-    h: usize,
-    w: usize,
-    kh: usize,
-    kw: usize,
-    sh: usize,
-    sw: usize,
-    ph: usize,
-    pw: usize,
-    dh: usize,
-    dw: usize,
-    oh: usize,
-    ow: usize,
+pub(crate) struct PoolGeom {
+    pub(crate) planes: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) sh: usize,
+    pub(crate) sw: usize,
+    pub(crate) ph: usize,
+    pub(crate) pw: usize,
+    pub(crate) dh: usize,
+    pub(crate) dw: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
 }
 
 fn expand_n(op: &str, name: &str, v: &[i64], nd: usize) -> Result<Vec<i64>> {
@@ -794,15 +795,7 @@ fn run_max(op: &str, x: &Tensor, a: &MaxArgs, want_idx: bool) -> Result<Outputs>
     let dt = x.dtype();
     if !want_idx {
         // a channels-last uint8 input (a quantized network's) stays channels-last
-        let g = &a.g;
-        let win = crate::ops::quantized::Window {
-            k: [g.kh, g.kw],
-            s: [g.sh, g.sw],
-            p: [g.ph, g.pw],
-            d: [g.dh, g.dw],
-            out: [g.oh, g.ow],
-        };
-        if let Some(y) = crate::ops::quantized::max_pool2d_channels_last(op, x, &win)? {
+        if let Some(y) = crate::ops::quantized::max_pool2d_channels_last(op, x, &a.g)? {
             return Ok(smallvec![y]);
         }
     }

@@ -229,10 +229,7 @@ pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) ->
     let shape = [g.n, g.oc, g.oh, g.ow];
     let numel = crate::memory::check_alloc(OP, &shape, DType::U8)?;
     #[cfg(target_arch = "x86_64")]
-    if selected == Path::Amx
-        && numel > 0
-        && (conv2d_amx::applies(&g) || (channels_last::enabled() && conv2d_im2col::applies(&g)))
-    {
+    if selected == Path::Amx && numel > 0 && (conv2d_amx::applies(&g) || conv2d_im2col::applies(&g)) {
         // AMX tiles on a channels-last operand, channels-last output (see `conv2d_amx.rs`);
         // the kernel writes every output byte, so the buffer is not zero-filled first. A
         // small-channel convolution (the stem) runs as a 1x1 one over its im2col columns

@@ -48,7 +48,7 @@ use std::mem::MaybeUninit;
 const OP: &str = "quantized_conv2d";
 
 /// Input channels per A tile row (and B tile rows x 4).
-const KC: usize = 64;
+pub(super) const KC: usize = 64;
 /// Pixels per tile step (two A tiles of 16 rows).
 const TP: usize = 32;
 /// Output channels per tile step (two B tiles of 16 columns).

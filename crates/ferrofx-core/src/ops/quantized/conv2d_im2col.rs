@@ -17,21 +17,19 @@
 //! zero-point-padded channels-last copy of each image made here; with `dW == 1` a window row
 //! is `kW * C` contiguous bytes of it, copied as one fixed 32- or 64-byte move.
 
+use super::channels_last;
 use super::conv2d::Geom;
-use super::conv2d_amx::{AmxWeight, Gather, MAX_GATHER};
+use super::conv2d_amx::{AmxWeight, Gather, KC, MAX_GATHER};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 
 const OP: &str = "quantized_conv2d";
 
-/// Input channels per AMX tile row.
-const KC: usize = 64;
-
 /// Whether `g` runs as a 1x1 convolution over im2col columns on the AMX tiles (given that AMX
 /// is available): one group, input channels not a multiple of 64 (those run directly), a
-/// window of at most [`MAX_GATHER`] products (padded).
+/// window of at most [`MAX_GATHER`] products (padded), and channels-last outputs enabled.
 pub(super) fn applies(g: &Geom) -> bool {
-    g.groups == 1 && g.c > 0 && !g.c.is_multiple_of(KC) && kp(g) <= MAX_GATHER && g.oc > 0
+    g.groups == 1 && g.c > 0 && !g.c.is_multiple_of(KC) && kp(g) <= MAX_GATHER && g.oc > 0 && channels_last::enabled()
 }
 
 /// The padded window length `Kp`.

@@ -7,33 +7,20 @@
 use super::channels_last;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::pool::PoolGeom;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
-/// A pooling window: kernel, stride, padding and dilation `[h, w]`, and the output size.
-pub(crate) struct Window {
-    /// Kernel size.
-    pub k: [usize; 2],
-    /// Stride.
-    pub s: [usize; 2],
-    /// Padding (implicit minus infinity: padded positions never win).
-    pub p: [usize; 2],
-    /// Dilation.
-    pub d: [usize; 2],
-    /// Output size.
-    pub out: [usize; 2],
-}
-
 /// The max-pool of `x` when it is a channels-last uint8 `[N, C, H, W]` tensor (channels-last
 /// output), else `None` (the caller runs the generic kernel).
-pub(crate) fn max_pool2d_channels_last(op: &str, x: &Tensor, win: &Window) -> Result<Option<Tensor>> {
+pub(crate) fn max_pool2d_channels_last(op: &str, x: &Tensor, win: &PoolGeom) -> Result<Option<Tensor>> {
     if x.dtype() != DType::U8 {
         return Ok(None);
     }
     let Some([n, c, h, w]) = channels_last::dims(x) else {
         return Ok(None);
     };
-    let [oh, ow] = win.out;
+    let (oh, ow) = (win.oh, win.ow);
     let mut out = crate::memory::alloc_filled::<u8>(op, &[n, c, oh, ow], 0)?;
     if out.is_empty() {
         return Ok(Some(channels_last::tensor(op, out, [n, c, oh, ow])?));
@@ -44,12 +31,12 @@ pub(crate) fn max_pool2d_channels_last(op: &str, x: &Tensor, win: &Window) -> Re
             let src = &xv[img * h * w * c..(img + 1) * h * w * c];
             for (x0, dst) in dst_row.chunks_exact_mut(c).enumerate() {
                 let mut first = true;
-                for i in 0..win.k[0] {
-                    let Some(ih) = (y * win.s[0] + i * win.d[0]).checked_sub(win.p[0]).filter(|&v| v < h) else {
+                for i in 0..win.kh {
+                    let Some(ih) = (y * win.sh + i * win.dh).checked_sub(win.ph).filter(|&v| v < h) else {
                         continue;
                     };
-                    for j in 0..win.k[1] {
-                        let Some(iw) = (x0 * win.s[1] + j * win.d[1]).checked_sub(win.p[1]).filter(|&v| v < w) else {
+                    for j in 0..win.kw {
+                        let Some(iw) = (x0 * win.sw + j * win.dw).checked_sub(win.pw).filter(|&v| v < w) else {
                             continue;
                         };
                         let px = &src[(ih * w + iw) * c..(ih * w + iw + 1) * c];

@@ -49,7 +49,7 @@ pub use conv2d_add::{quantized_conv2d_add, ResidualAdd, QUANTIZED_CONV2D_ADD};
 pub use gemm::{int8_kernel, int8_kernels_available, with_int8_kernel, with_reference_kernels};
 pub use linear::{quantized_linear, QUANTIZED_LINEAR};
 pub use linear_dynamic::{choose_qparams, quantized_linear_dynamic, QUANTIZED_LINEAR_DYNAMIC};
-pub(crate) use max_pool2d::{max_pool2d_channels_last, Window};
+pub(crate) use max_pool2d::max_pool2d_channels_last;
 pub use quantize::{
     dequantize, dequantize_per_channel, quantize_per_channel, quantize_per_tensor, DEQUANTIZE, DEQUANTIZE_PER_CHANNEL,
     QUANTIZE_PER_CHANNEL, QUANTIZE_PER_TENSOR,
