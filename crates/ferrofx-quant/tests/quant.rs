@@ -1025,32 +1025,36 @@ fn conv2d_add_equals_conv2d_then_add_on_every_kernel() {
         let conv = QuantizedConv2dArgs { stride, padding, ..Default::default() };
         let y0 = quantized_conv2d(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, 90, &conv).unwrap();
         let r = Tensor::from_vec(lcg_bytes(i as u64 ^ 9, y0.numel()), y0.shape()).unwrap();
-        for (what, other) in [("row-major", r.clone()), ("channels-last", channels_last(&r))] {
-            for relu in [false, true] {
-                let add = ResidualAdd {
-                    other: &other,
-                    other_scale: 0.04,
-                    other_zero_point: 120,
-                    output_scale: 0.06,
-                    output_zero_point: 30,
-                    relu,
-                };
-                let run = || {
-                    quantized_conv2d_add(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, 90, &conv, &add)
-                        .unwrap()
-                        .to_vec::<u8>()
-                        .unwrap()
-                };
-                let want = with_reference_kernels(|| {
-                    let y = quantized_conv2d(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, 90, &conv).unwrap();
-                    quantized_add(&y, 0.05, 90, &other, 0.04, 120, 0.06, 30, relu).unwrap().to_vec::<u8>().unwrap()
-                });
-                for name in int8_kernels_available() {
-                    assert_eq!(
-                        with_int8_kernel(name, run).unwrap(),
-                        want,
-                        "{name}, {what} residual, relu {relu}: x {xs:?} w {wsh:?}"
-                    );
+        // odd zero points too: a kernel that adds the zero point before rounding breaks the
+        // ties of round-half-to-even the other way
+        for (zc, zo) in [(90, 30), (91, 33)] {
+            for (what, other) in [("row-major", r.clone()), ("channels-last", channels_last(&r))] {
+                for relu in [false, true] {
+                    let add = ResidualAdd {
+                        other: &other,
+                        other_scale: 0.04,
+                        other_zero_point: 120,
+                        output_scale: 0.06,
+                        output_zero_point: zo,
+                        relu,
+                    };
+                    let run = || {
+                        quantized_conv2d_add(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, zc, &conv, &add)
+                            .unwrap()
+                            .to_vec::<u8>()
+                            .unwrap()
+                    };
+                    let want = with_reference_kernels(|| {
+                        let y = quantized_conv2d(&x, 0.03, 50, &w, &ws, Some(&b), 0.05, zc, &conv).unwrap();
+                        quantized_add(&y, 0.05, zc, &other, 0.04, 120, 0.06, zo, relu).unwrap().to_vec::<u8>().unwrap()
+                    });
+                    for name in int8_kernels_available() {
+                        assert_eq!(
+                            with_int8_kernel(name, run).unwrap(),
+                            want,
+                            "{name}, {what} residual, relu {relu}, zero points {zc}/{zo}: x {xs:?} w {wsh:?}"
+                        );
+                    }
                 }
             }
         }
