@@ -117,10 +117,10 @@ pub(super) fn applies(g: &Geom) -> bool {
 /// to a multiple of 32 with zeros), with the row sums.
 pub(super) struct AmxWeight {
     taps: usize,
-    chunks: usize,
+    pub(super) chunks: usize,
     /// The B tiles, cache-line aligned (a `tileloadd` whose rows straddle cache lines runs
     /// several times slower).
-    w: AlignedBytes,
+    pub(super) w: AlignedBytes,
     /// `sum` of each output channel's int8 weights (`OC` of them).
     pub(super) sums: Vec<i32>,
 }
@@ -584,14 +584,14 @@ fn run(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod amx {
+pub(super) mod amx {
     use super::{add, AmxWeight, Gather, Geom, Plan, RequantParams, KC, MAX_GATHER, TJ, TP};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
     /// The 64-byte tile configuration of `ldtilecfg` (palette 1).
     #[repr(C, align(64))]
-    struct TileConfig {
+    pub(crate) struct TileConfig {
         palette: u8,
         start_row: u8,
         reserved: [u8; 14],
@@ -600,7 +600,7 @@ mod amx {
     }
 
     /// Eight tiles of 16 rows x 64 bytes (palette 1 has eight; the other entries must be 0).
-    const CONFIG: TileConfig = TileConfig {
+    pub(crate) const CONFIG: TileConfig = TileConfig {
         palette: 1,
         start_row: 0,
         reserved: [0; 14],

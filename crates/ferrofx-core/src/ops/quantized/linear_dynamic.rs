@@ -100,10 +100,14 @@ fn check(args: &[Value]) -> Result<(usize, usize, usize, Vec<usize>)> {
 
 fn kernel(args: &[Value]) -> Result<Outputs> {
     let (m, k, n, shape) = check(args)?;
-    let path = Path::select().vector();
     let x = tensor(OP, args, 0)?;
     let x = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };
     let w = tensor(OP, args, 1)?;
+    #[cfg(target_arch = "x86_64")]
+    if Path::select() == Path::Amx && super::linear_amx::applies(k, n) {
+        return amx_kernel(&x, w, args, (m, k, n), &shape);
+    }
+    let path = Path::select().vector();
     // the weight packed once (cached on its storage) for the fast paths; its row sums
     let packed = if path == Path::Reference { None } else { Some(packed_weight(OP, w, n, k)?) };
     let cols = packed.as_ref().map_or(n, |p| p.padded());
@@ -118,18 +122,7 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
     let reduce_range = bool_(OP, args, 4)?;
     let mut out = crate::memory::alloc_filled::<f32>(OP, &shape, 0.0)?;
     x.with_contiguous::<f32, _>(OP, |xv| -> Result<()> {
-        let (lo, hi, bad) = min_max_finite_par(xv);
-        if let Some(i) = bad {
-            return Err(Error::argument(
-                OP,
-                format!(
-                    "input {:?} holds a NaN or infinite value (element {i}: {}): a dynamically quantized linear cannot represent it; keep this layer in float",
-                    x.shape(),
-                    xv[i]
-                ),
-            ));
-        }
-        let (scale, zp) = if xv.is_empty() { choose_qparams(0.0, 0.0, reduce_range) } else { choose_qparams(lo, hi, reduce_range) };
+        let (scale, zp) = input_qparams(&x, xv, reduce_range)?;
         // the u8 activations, with the k-quad slack the packed kernels read past the last row
         let mut xq = crate::memory::try_vec(OP, xv.len() + 3, 0u8)?;
         quantize_slice_par(xv, &mut xq[..xv.len()], 1.0f32 / scale, zp as f32, 0.0, 255.0);
@@ -150,6 +143,58 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
         }
     })??;
     Ok(smallvec![Tensor::from_vec(out, &shape)?])
+}
+
+/// The input's quantization parameters (an error naming a NaN or infinite element).
+fn input_qparams(x: &Tensor, xv: &[f32], reduce_range: bool) -> Result<(f32, i32)> {
+    let (lo, hi, bad) = min_max_finite_par(xv);
+    if let Some(i) = bad {
+        return Err(Error::argument(
+            OP,
+            format!(
+                "input {:?} holds a NaN or infinite value (element {i}: {}): a dynamically quantized linear cannot represent it; keep this layer in float",
+                x.shape(),
+                xv[i]
+            ),
+        ));
+    }
+    Ok(if xv.is_empty() { choose_qparams(0.0, 0.0, reduce_range) } else { choose_qparams(lo, hi, reduce_range) })
+}
+
+/// The AMX path (`linear_amx.rs`): the input quantized into the tiles' aligned, row-padded
+/// buffer, the weight as cached B tiles; the same parameters and epilogue as the other paths.
+#[cfg(target_arch = "x86_64")]
+fn amx_kernel(
+    x: &Tensor,
+    w: &Tensor,
+    args: &[Value],
+    (m, k, n): (usize, usize, usize),
+    shape: &[usize],
+) -> Result<Outputs> {
+    use super::linear_amx;
+    let pw = linear_amx::weight(OP, w, n, k)?;
+    let mut w_scale = channel_floats(OP, "weight_scale", tensor(OP, args, 2)?, n, true)?;
+    let bias = match opt_tensor(OP, args, 3)? {
+        Some(b) => channel_floats(OP, "bias", b, n, false)?,
+        None => crate::memory::try_vec(OP, n, 0f32)?,
+    };
+    let reduce_range = bool_(OP, args, 4)?;
+    let numel = m * n;
+    let mut out = crate::memory::alloc_uninit::<f32>(OP, shape)?;
+    let mut xq = linear_amx::activations(OP, m, k)?;
+    x.with_contiguous::<f32, _>(OP, |xv| -> Result<()> {
+        let (scale, zp) = input_qparams(x, xv, reduce_range)?;
+        quantize_slice_par(xv, &mut xq.as_mut_slice()[..xv.len()], 1.0f32 / scale, zp as f32, 0.0, 255.0);
+        // `scale * w_scale[j]` (fbgemm's act_times_w_scale, f32)
+        w_scale.iter_mut().for_each(|s| *s *= scale);
+        let e = DequantOut { a_zp: zp, b_sums: &pw.sums, scale: &w_scale, bias: &bias };
+        linear_amx::linear_f32(xq.as_slice(), m, k, &pw, n, &e, &mut out.spare_capacity_mut()[..numel]);
+        // SAFETY: `linear_f32` wrote all `m * n` outputs (every row, every column below `n`),
+        // and `numel` is the capacity `alloc_uninit` reserved
+        unsafe { out.set_len(numel) };
+        Ok(())
+    })??;
+    Ok(smallvec![Tensor::from_vec(out, shape)?])
 }
 
 fn cost(args: &[Value], outs: &[TensorMeta]) -> Cost {

@@ -37,6 +37,8 @@ mod conv2d_lanes;
 mod conv2d_packed;
 mod gemm;
 mod linear;
+#[cfg(target_arch = "x86_64")]
+mod linear_amx;
 mod linear_dynamic;
 mod linear_packed;
 mod max_pool2d;
