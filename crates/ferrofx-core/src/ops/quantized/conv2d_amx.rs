@@ -608,6 +608,55 @@ pub(super) mod amx {
         rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
     };
 
+    /// One 64-byte reduction chunk of a 2x2 block: the A tiles at `a0` and `a1` (16 rows each,
+    /// `lda` bytes apart) times the B tiles at `b0` and `b1` (16 rows of 64 bytes), added to the
+    /// accumulators `tmm0` (a0 x b0), `tmm1` (a0 x b1), `tmm2` (a1 x b0) and `tmm3` (a1 x b1).
+    ///
+    /// # Safety
+    /// The tile configuration [`CONFIG`] is loaded and every tile row read lies in memory.
+    #[inline(always)]
+    pub(crate) unsafe fn step_2x2(a0: *const u8, a1: *const u8, lda: usize, b0: *const u8, b1: *const u8) {
+        asm!(
+            "tileloadd tmm4, [{a0} + {lda}*1]",
+            "tileloadd tmm6, [{b0} + {ldb}*1]",
+            "tileloadd tmm5, [{a1} + {lda}*1]",
+            "tdpbusd tmm0, tmm4, tmm6",
+            "tileloadd tmm7, [{b1} + {ldb}*1]",
+            "tdpbusd tmm2, tmm5, tmm6",
+            "tdpbusd tmm1, tmm4, tmm7",
+            "tdpbusd tmm3, tmm5, tmm7",
+            a0 = in(reg) a0,
+            a1 = in(reg) a1,
+            b0 = in(reg) b0,
+            b1 = in(reg) b1,
+            lda = in(reg) lda,
+            ldb = in(reg) 64usize,
+            options(nostack, readonly)
+        );
+    }
+
+    /// Stores the accumulators `tmm0..tmm3` of [`step_2x2`] as one 32 x 32 block of i32 sums
+    /// at `p` (row-major, rows of 32).
+    ///
+    /// # Safety
+    /// The tile configuration is loaded and `p` points to 4096 writable bytes.
+    #[inline(always)]
+    pub(crate) unsafe fn store_2x2(p: *mut i32) {
+        let p = p as *mut u8;
+        asm!(
+            "tilestored [{p} + {ld}*1], tmm0",
+            "tilestored [{p1} + {ld}*1], tmm1",
+            "tilestored [{p2} + {ld}*1], tmm2",
+            "tilestored [{p3} + {ld}*1], tmm3",
+            p = in(reg) p,
+            p1 = in(reg) p.add(64),
+            p2 = in(reg) p.add(16 * TJ * 4),
+            p3 = in(reg) p.add(16 * TJ * 4 + 64),
+            ld = in(reg) TJ * 4,
+            options(nostack)
+        );
+    }
+
     /// One item: pixel tiles `t0..t1` x output-channel blocks `j0..j1` (of [`TJ`]) of one image
     /// (`a`: its operand, `out`: its channels-last output).
     ///
@@ -672,23 +721,7 @@ pub(super) mod amx {
                     let a0 = a_tile.add(tp * c);
                     let a1 = a0.add(16 * c);
                     for ch in 0..pw.chunks {
-                        asm!(
-                            "tileloadd tmm4, [{a0} + {lda}*1]",
-                            "tileloadd tmm6, [{b0} + {ldb}*1]",
-                            "tileloadd tmm5, [{a1} + {lda}*1]",
-                            "tdpbusd tmm0, tmm4, tmm6",
-                            "tileloadd tmm7, [{b1} + {ldb}*1]",
-                            "tdpbusd tmm2, tmm5, tmm6",
-                            "tdpbusd tmm1, tmm4, tmm7",
-                            "tdpbusd tmm3, tmm5, tmm7",
-                            a0 = in(reg) a0.add(ch * KC),
-                            a1 = in(reg) a1.add(ch * KC),
-                            b0 = in(reg) w0.add(wo),
-                            b1 = in(reg) w1.add(wo),
-                            lda = in(reg) c,
-                            ldb = in(reg) 64usize,
-                            options(nostack, readonly)
-                        );
+                        step_2x2(a0.add(ch * KC), a1.add(ch * KC), c, w0.add(wo), w1.add(wo));
                         wo += tile_bytes;
                         if let Some(rows) = pending.as_mut() {
                             epi.rows(&acc[cur ^ 1].0, rows, per_step);
@@ -701,19 +734,7 @@ pub(super) mod amx {
                 if let Some(rows) = pending.as_mut() {
                     epi.rows(&acc[cur ^ 1].0, rows, TP);
                 }
-                let p = acc[cur].0.as_mut_ptr() as *mut u8;
-                asm!(
-                    "tilestored [{p} + {ld}*1], tmm0",
-                    "tilestored [{p1} + {ld}*1], tmm1",
-                    "tilestored [{p2} + {ld}*1], tmm2",
-                    "tilestored [{p3} + {ld}*1], tmm3",
-                    p = in(reg) p,
-                    p1 = in(reg) p.add(64),
-                    p2 = in(reg) p.add(16 * TJ * 4),
-                    p3 = in(reg) p.add(16 * TJ * 4 + 64),
-                    ld = in(reg) TJ * 4,
-                    options(nostack)
-                );
+                store_2x2(acc[cur].0.as_mut_ptr());
                 pending = Some(epi.start(q0, jb * TJ));
                 cur ^= 1;
             }

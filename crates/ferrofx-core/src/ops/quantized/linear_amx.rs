@@ -58,21 +58,7 @@ fn geom(n: usize, k: usize) -> Geom {
 pub(super) fn weight(op: &str, w: &Tensor, n: usize, k: usize) -> Result<Arc<AmxWeight>> {
     const KEY: usize = 0x11a8; // quantized_linear weights as AMX B tiles
     let g = geom(n, k);
-    if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
-        if lay.is_contiguous() {
-            let off = lay.offset();
-            let cached = st.derived(&[KEY, off, n, k], |buf| {
-                buf.as_slice::<i8>()
-                    .and_then(|v| v.get(off..off + n * k))
-                    .and_then(|ws| AmxWeight::new(ws, &g).ok())
-                    .map(Arc::new)
-            });
-            if let Some(p) = cached.as_ref() {
-                return Ok(Arc::clone(p));
-            }
-        }
-    }
-    w.with_contiguous::<i8, _>(op, |wv| AmxWeight::new(wv, &g).map(Arc::new))?
+    super::linear_packed::cached_pack(op, w, &[KEY, n, k], n * k, |ws| AmxWeight::new(ws, &g))
 }
 
 /// A zeroed, 64-byte aligned buffer for `m` rows of `k` quantized activations, with rows up to
@@ -139,7 +125,7 @@ struct Params<'a> {
 
 #[cfg(target_arch = "x86_64")]
 mod tiles {
-    use super::super::conv2d_amx::amx::{TileConfig, CONFIG};
+    use super::super::conv2d_amx::amx::{step_2x2, store_2x2, TileConfig, CONFIG};
     use super::{AmxWeight, Params, KC, TM, TN};
     use std::arch::asm;
     use std::arch::x86_64::*;
@@ -173,37 +159,9 @@ mod tiles {
             let w1 = w0.add(block);
             asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
             for ch in 0..chunks {
-                asm!(
-                    "tileloadd tmm4, [{a0} + {lda}*1]",
-                    "tileloadd tmm6, [{b0} + {ldb}*1]",
-                    "tileloadd tmm5, [{a1} + {lda}*1]",
-                    "tdpbusd tmm0, tmm4, tmm6",
-                    "tileloadd tmm7, [{b1} + {ldb}*1]",
-                    "tdpbusd tmm2, tmm5, tmm6",
-                    "tdpbusd tmm1, tmm4, tmm7",
-                    "tdpbusd tmm3, tmm5, tmm7",
-                    a0 = in(reg) a.add(ch * KC),
-                    a1 = in(reg) a.add(16 * k + ch * KC),
-                    b0 = in(reg) w0.add(ch * tile),
-                    b1 = in(reg) w1.add(ch * tile),
-                    lda = in(reg) k,
-                    ldb = in(reg) 64usize,
-                    options(nostack, readonly)
-                );
+                step_2x2(a.add(ch * KC), a.add(16 * k + ch * KC), k, w0.add(ch * tile), w1.add(ch * tile));
             }
-            let s = acc.0.as_mut_ptr() as *mut u8;
-            asm!(
-                "tilestored [{p} + {ld}*1], tmm0",
-                "tilestored [{p1} + {ld}*1], tmm1",
-                "tilestored [{p2} + {ld}*1], tmm2",
-                "tilestored [{p3} + {ld}*1], tmm3",
-                p = in(reg) s,
-                p1 = in(reg) s.add(64),
-                p2 = in(reg) s.add(16 * TN * 4),
-                p3 = in(reg) s.add(16 * TN * 4 + 64),
-                ld = in(reg) TN * 4,
-                options(nostack)
-            );
+            store_2x2(acc.0.as_mut_ptr());
             let j = jb * TN;
             let cols = (n - j).min(TN);
             let masks = [0, 16].map(|v| {

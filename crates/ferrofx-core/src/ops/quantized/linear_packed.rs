@@ -107,20 +107,32 @@ impl PackedLinear {
 /// non-contiguous view.
 pub(super) fn packed_weight(op: &str, w: &Tensor, n: usize, k: usize) -> Result<Arc<PackedLinear>> {
     const KEY: usize = 0x11a7; // quantized_linear packed int8 weights
+    cached_pack(op, w, &[KEY, n, k], n * k, |ws| Ok(PackedLinear::new(ws, n, k)))
+}
+
+/// `pack` of the first `len` elements of the int8 weight `w`, cached on its storage under `key`
+/// and the weight's offset (packed once per weight, again after any write to it), or packed for
+/// this call when `w` is a non-contiguous view.
+pub(super) fn cached_pack<T: Send + Sync + 'static>(
+    op: &str,
+    w: &Tensor,
+    key: &[usize],
+    len: usize,
+    pack: impl Fn(&[i8]) -> Result<T>,
+) -> Result<Arc<T>> {
     if let (Some(st), Some(lay)) = (w.storage(), w.layout()) {
         if lay.is_contiguous() {
             let off = lay.offset();
-            let cached = st.derived(&[KEY, off, n, k], |buf| {
-                buf.as_slice::<i8>()
-                    .and_then(|v| v.get(off..off + n * k))
-                    .map(|ws| Arc::new(PackedLinear::new(ws, n, k)))
+            let key: Vec<usize> = key.iter().copied().chain([off]).collect();
+            let cached = st.derived(&key, |buf| {
+                buf.as_slice::<i8>().and_then(|v| v.get(off..off + len)).and_then(|ws| pack(ws).ok()).map(Arc::new)
             });
             if let Some(p) = cached.as_ref() {
                 return Ok(Arc::clone(p));
             }
         }
     }
-    w.with_contiguous::<i8, _>(op, |wv| Arc::new(PackedLinear::new(wv, n, k)))
+    w.with_contiguous::<i8, _>(op, |wv| pack(wv).map(Arc::new))?
 }
 
 /// Runs `f` on the activations `a` (`m x k` u8) with the slack [`linear_packed`] reads past the
