@@ -15,6 +15,8 @@ use super::conv2d_amx::{self, AmxWeight};
 #[cfg(target_arch = "x86_64")]
 use super::conv2d_im2col;
 use super::conv2d_packed::{self, PackedWeight};
+#[cfg(target_arch = "x86_64")]
+use super::conv2d_s2d;
 use super::gemm::{reference_gemm, row_sums, Operands, Path, RequantParams};
 use super::{channel_floats, check_channel_param, check_scale, check_zero_point, expect_dtype};
 use crate::dtype::DType;
@@ -229,61 +231,25 @@ pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) ->
     let shape = [g.n, g.oc, g.oh, g.ow];
     let numel = crate::memory::check_alloc(OP, &shape, DType::U8)?;
     #[cfg(target_arch = "x86_64")]
-    if selected == Path::Amx && numel > 0 && (conv2d_amx::applies(&g) || conv2d_im2col::applies(&g)) {
+    if selected == Path::Amx && numel > 0 {
         // AMX tiles on a channels-last operand, channels-last output (see `conv2d_amx.rs`);
         // the kernel writes every output byte, so the buffer is not zero-filled first. A
-        // small-channel convolution (the stem) runs as a 1x1 one over its im2col columns
-        // (`conv2d_im2col.rs`)
-        let im2col = !conv2d_amx::applies(&g);
-        let ga = if im2col { conv2d_im2col::geometry(&g) } else { g };
-        let mut out = crate::memory::alloc_uninit::<u8>(OP, &shape)?;
-        let pw = if im2col {
-            amx_weight(w, &g, 0x18ca, |ws| conv2d_im2col::weight(ws, &g))?
+        // small-channel convolution (the stem) runs on its space-to-depth image
+        // (`conv2d_s2d.rs`), or else as a 1x1 one over its im2col columns (`conv2d_im2col.rs`)
+        let amx = if conv2d_amx::applies(&g) {
+            Amx::Direct
+        } else if conv2d_s2d::applies(&g) {
+            Amx::SpaceToDepth
+        } else if conv2d_im2col::applies(&g) {
+            Amx::Im2col
         } else {
-            amx_weight(w, &g, 0x18c9, |ws| AmxWeight::new(ws, &g))?
+            Amx::No
         };
-        let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
-        // the residual add in the epilogue when the other operand is channels-last like the output;
-        // a row-major one of the output's shape (ResNet-18's first identity, from the max-pool)
-        // is copied to channels-last first (one pass over it, instead of an unfused add)
-        let in_epilogue = fused_add.filter(|(o, _)| channels_last::dims(o) == Some(shape));
-        let copied = match &fused_add {
-            Some((o, p)) if in_epilogue.is_none() && o.shape() == shape && g.oc.is_multiple_of(16) => {
-                Some((o.with_contiguous::<u8, _>(OP, |ov| conv2d_amx::to_channels_last(ov, &g))??, p))
-            }
-            _ => None,
-        };
-        let mut run = |xv: &[u8], nhwc: bool, res: Option<(&[u8], &add::Params)>| -> Result<()> {
-            let out = &mut out.spare_capacity_mut()[..numel];
-            if im2col {
-                let (padded, image) = conv2d_im2col::padded_images(&g, xv, nhwc, a_zp as u8)?;
-                let gather = conv2d_im2col::gather(&g, &padded, image, a_zp as u8);
-                conv2d_amx::conv_gather(&ga, &gather, &pw, &rq, res, out)
-            } else {
-                conv2d_amx::conv(&g, xv, nhwc, &pw, &rq, a_zp as u8, res, out)
-            }
-        };
-        let mut with_input = |res: Option<(&[u8], &add::Params)>| -> Result<()> {
-            if channels_last::dims(x).is_some() {
-                channels_last::with_bytes(x, OP, |xv| run(xv, true, res))?
-            } else {
-                x.with_contiguous::<u8, _>(OP, |xv| run(xv, false, res))?
-            }
-        };
-        match (&in_epilogue, &copied) {
-            (Some((o, p)), _) => channels_last::with_bytes(o, OP, |ov| with_input(Some((ov, p))))??,
-            (None, Some((ov, p))) => with_input(Some((ov.as_slice(), p)))?,
-            (None, None) => with_input(None)?,
+        if amx != Amx::No {
+            return conv_amx(amx, &g, x, w, fused_add, shape, numel, |sums| {
+                RequantParams::new(a_scale, a_zp, &w_scale, sums, bias.as_deref(), o_scale, o_zp, relu)
+            });
         }
-        // SAFETY: `conv2d_amx::conv` returned Ok, so it wrote all `numel` bytes (every pixel of
-        // every image, every output channel), and `numel` is the capacity `alloc_uninit`
-        // reserved
-        unsafe { out.set_len(numel) };
-        let y = channels_last::tensor(OP, out, shape)?;
-        return match fused_add {
-            Some((o, p)) if in_epilogue.is_none() && copied.is_none() => add::add_tensors(&y, o, p),
-            _ => Ok(y),
-        };
     }
     let mut out = crate::memory::alloc_filled::<u8>(OP, &shape, 0)?;
     if path != Path::Reference && g.cg() > 0 && !out.is_empty() {
@@ -375,8 +341,91 @@ fn packed_weight(w: &Tensor, g: &Geom, path: Path) -> Result<Arc<PackedWeight>> 
     w.with_contiguous::<i8, _>(OP, |wv| Arc::new(PackedWeight::new(wv, g, lanes)))
 }
 
+/// Which AMX kernel runs a convolution (`Direct`: `conv2d_amx.rs`; the small-channel ones:
+/// `conv2d_s2d.rs`, `conv2d_im2col.rs`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Amx {
+    Direct,
+    SpaceToDepth,
+    Im2col,
+    No,
+}
+
+/// The convolution `g` of `x` by `w` on the AMX tiles (`amx`, not `No`), with `requant`'s
+/// parameters for the weights' row sums, followed by the fused add when given: channels-last
+/// output of `shape` (`numel` bytes).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn conv_amx(
+    amx: Amx,
+    g: &Geom,
+    x: &Tensor,
+    w: &Tensor,
+    fused_add: Option<(&Tensor, add::Params)>,
+    shape: [usize; 4],
+    numel: usize,
+    requant: impl Fn(Vec<i32>) -> RequantParams,
+) -> Result<Tensor> {
+    let (ga, pw) = match amx {
+        Amx::SpaceToDepth => (conv2d_s2d::geometry(g), amx_weight(w, g, 0x18cb, |ws| conv2d_s2d::weight(ws, g))?),
+        Amx::Im2col => (conv2d_im2col::geometry(g), amx_weight(w, g, 0x18ca, |ws| conv2d_im2col::weight(ws, g))?),
+        _ => (*g, amx_weight(w, g, 0x18c9, |ws| AmxWeight::new(ws, g))?),
+    };
+    let mut out = crate::memory::alloc_uninit::<u8>(OP, &shape)?;
+    let rq = requant(pw.sums.clone());
+    // the residual add in the epilogue when the other operand is channels-last like the output;
+    // a row-major one of the output's shape (ResNet-18's first identity, from the max-pool)
+    // is copied to channels-last first (one pass over it, instead of an unfused add)
+    let in_epilogue = fused_add.filter(|(o, _)| channels_last::dims(o) == Some(shape));
+    let copied = match &fused_add {
+        Some((o, p)) if in_epilogue.is_none() && o.shape() == shape && g.oc.is_multiple_of(16) => {
+            Some((o.with_contiguous::<u8, _>(OP, |ov| conv2d_amx::to_channels_last(ov, g))??, p))
+        }
+        _ => None,
+    };
+    let mut run = |xv: &[u8], nhwc: bool, res: Option<(&[u8], &add::Params)>| -> Result<()> {
+        let out = &mut out.spare_capacity_mut()[..numel];
+        let zp = rq.a_zp as u8;
+        match amx {
+            Amx::SpaceToDepth => {
+                let (xp, image) = conv2d_s2d::pack(g, xv, nhwc, zp)?;
+                let px = g.c * g.stride[0] * g.stride[1];
+                conv2d_amx::conv_operand(&ga, xp.as_slice(), image, px, &pw, &rq, res, out)
+            }
+            Amx::Im2col => {
+                let (padded, image) = conv2d_im2col::padded_images(g, xv, nhwc, zp)?;
+                let gather = conv2d_im2col::gather(g, &padded, image, zp);
+                conv2d_amx::conv_gather(&ga, &gather, &pw, &rq, res, out)
+            }
+            _ => conv2d_amx::conv(g, xv, nhwc, &pw, &rq, zp, res, out),
+        }
+    };
+    let mut with_input = |res: Option<(&[u8], &add::Params)>| -> Result<()> {
+        if channels_last::dims(x).is_some() {
+            channels_last::with_bytes(x, OP, |xv| run(xv, true, res))?
+        } else {
+            x.with_contiguous::<u8, _>(OP, |xv| run(xv, false, res))?
+        }
+    };
+    match (&in_epilogue, &copied) {
+        (Some((o, p)), _) => channels_last::with_bytes(o, OP, |ov| with_input(Some((ov, p))))??,
+        (None, Some((ov, p))) => with_input(Some((ov.as_slice(), p)))?,
+        (None, None) => with_input(None)?,
+    }
+    // SAFETY: the AMX kernel (`conv`, `conv_operand` or `conv_gather`) returned Ok, so it
+    // wrote all `numel` bytes (every pixel of every image, every output channel), and `numel`
+    // is the capacity `alloc_uninit` reserved
+    unsafe { out.set_len(numel) };
+    let y = channels_last::tensor(OP, out, shape)?;
+    match fused_add {
+        Some((o, p)) if in_epilogue.is_none() && copied.is_none() => add::add_tensors(&y, o, p),
+        _ => Ok(y),
+    }
+}
+
 /// The weights packed as AMX B tiles by `pack` (keyed `key`: 0x18c9 direct, 0x18ca im2col
-/// columns), cached on the weight tensor's storage like [`packed_weight`].
+/// columns, 0x18cb space-to-depth), cached on the weight tensor's storage like [`packed_weight`].
 #[cfg(target_arch = "x86_64")]
 fn amx_weight(w: &Tensor, g: &Geom, key: usize, pack: impl Fn(&[i8]) -> Result<AmxWeight>) -> Result<Arc<AmxWeight>> {
     let len = g.oc * g.kg();

@@ -27,7 +27,8 @@
 //! hold the same exact terms in any order. The output is written channels-last.
 //!
 //! **Where**: `groups == 1` and a multiple of 64 input channels (every ResNet layer but the
-//! 3-channel stem, which keeps the VNNI path). Linux grants a process the AMX tile state only on
+//! 3-channel stem, which runs on the same tile loop over its space-to-depth image,
+//! `conv2d_s2d.rs`, or over gathered im2col rows, `conv2d_im2col.rs`). Linux grants a process the AMX tile state only on
 //! request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`available`] asks once and
 //! the path is used only when the kernel agreed. `FERROFX_AMX=0` turns it off for a
 //! side-by-side measurement.
@@ -173,6 +174,10 @@ struct Plan {
     /// Flat output pixels `OH * wq`, and tiles of [`TP`] of them.
     qtot: usize,
     tiles: usize,
+    /// Bytes from one pixel's operand row to the next (the A tiles' row stride): `C`, or the
+    /// space-to-depth channels of a small-channel convolution (`conv2d_s2d.rs`), whose 64-byte
+    /// rows then overlap.
+    px: usize,
 }
 
 fn overflow() -> Error {
@@ -187,7 +192,7 @@ impl Plan {
         let max_shift = taps.iter().map(|t| t.1).max().unwrap_or(0);
         let lp = (tiles * TP + max_shift).max(hs.checked_mul(wq).ok_or_else(overflow)?);
         let tap_px = taps.iter().map(|&(p, s)| p * lp + s).collect();
-        Ok(Plan { phases, hs, wq, lp, tap_px, qtot, tiles })
+        Ok(Plan { phases, hs, wq, lp, tap_px, qtot, tiles, px: g.c })
     }
 
     /// Bytes of one image's packed input.
@@ -416,6 +421,37 @@ pub(super) fn conv(
     Ok(())
 }
 
+/// Pixels per image of the operand [`conv_operand`] reads for `g` (every tile's reads, at every
+/// tap's shift, start inside).
+pub(super) fn operand_pixels(g: &Geom) -> Result<usize> {
+    Ok(Plan::new(g)?.lp)
+}
+
+/// Runs `g` (stride 1, no padding, one 64-byte chunk per tap) on an operand packed by the
+/// caller: `n` images `image_bytes` apart in `xp`, each [`operand_pixels`] pixel rows `px`
+/// bytes apart, whose 64-byte A rows may overlap the next pixels' (the weights are zero there),
+/// with 64 bytes of slack at the end (see `conv2d_s2d.rs`); into `out` (channels-last), writing
+/// every byte of it. Requires [`available`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_operand(
+    g: &Geom,
+    xp: &[u8],
+    image_bytes: usize,
+    px: usize,
+    pw: &AmxWeight,
+    rq: &RequantParams,
+    residual: Option<(&[u8], &add::Params)>,
+    out: &mut [MaybeUninit<u8>],
+) -> Result<()> {
+    assert!(available() && g.c == KC && pw.chunks == 1 && g.stride == [1, 1] && g.pad == [0, 0] && px <= KC);
+    let mut plan = Plan::new(g)?;
+    plan.px = px;
+    assert!(image_bytes >= plan.lp * px && xp.len() >= g.n * image_bytes + KC);
+    let rq = rq.clone().padded(g.oc.next_multiple_of(TJ));
+    run(g, &plan, xp, image_bytes, g.n, pw, &rq, residual, out, None);
+    Ok(())
+}
+
 /// Runs `g` (a 1x1 convolution over the im2col columns of `gather`'s images, see
 /// `conv2d_im2col.rs`) with each pixel tile's A rows gathered into a stack buffer by the item
 /// that multiplies them (so the columns never go through memory), into `out` (channels-last),
@@ -531,7 +567,8 @@ fn run(
     if gather.is_none() {
         // every tile's rows lie in its image's operand: the last tile's last row at the largest
         // shift (gathered rows are read from the item's own buffer)
-        let last_row = (plan.tiles * TP - 1 + plan.tap_px.iter().copied().max().unwrap_or(0)) * g.c + g.c;
+        let last_row =
+            (plan.tiles * TP - 1 + plan.tap_px.iter().copied().max().unwrap_or(0)) * plan.px + pw.chunks * KC;
         assert!((n - 1) * image_bytes + last_row <= xp.len());
     }
     assert!(out.len() >= n * g.p() * g.oc);
@@ -679,7 +716,7 @@ pub(super) mod amx {
         out: *mut u8,
         gather: Option<(&Gather<'_>, usize)>,
     ) {
-        let c = g.c;
+        let c = plan.px;
         // the gathered A rows of the current pixel tile (when gathering; zeroed once, so the
         // rows past the last pixel hold bytes too)
         let mut rows_buf = std::mem::MaybeUninit::<Gathered>::uninit();
@@ -939,8 +976,48 @@ mod tests {
         out.into_iter().map(|b| unsafe { b.assume_init() }).collect()
     }
 
+    /// Runs the space-to-depth convolution of a small-channel `g` (see `conv2d_s2d.rs`) into a
+    /// buffer filled with `poison` first.
+    fn run_s2d(g: &Geom, x: &[u8], nhwc: bool, w: &[i8], poison: u8) -> Vec<u8> {
+        use super::super::conv2d_s2d;
+        let pw = conv2d_s2d::weight(w, g).unwrap();
+        let ws: Vec<f32> = (0..g.oc).map(|j| 0.002 + (j % 5) as f32 * 1e-3).collect();
+        let rq = RequantParams::new(0.02, 120, &ws, pw.sums.clone(), None, 0.05, 64, false);
+        let (xp, image) = conv2d_s2d::pack(g, x, nhwc, 120).unwrap();
+        let px = g.c * g.stride[0] * g.stride[1];
+        let mut out = vec![MaybeUninit::new(poison); g.n * g.p() * g.oc];
+        conv_operand(&conv2d_s2d::geometry(g), xp.as_slice(), image, px, &pw, &rq, None, &mut out).unwrap();
+        // SAFETY: `MaybeUninit<u8>` initialised with `poison` (and possibly overwritten)
+        out.into_iter().map(|b| unsafe { b.assume_init() }).collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
+        /// The space-to-depth convolution (the stems' path) equals the gathered one (which the
+        /// quant suite checks against the reference) byte for byte, and writes every output
+        /// byte: every stride and window it takes, both input layouts, row-major strides with
+        /// their own fixed moves (1..4) and the byte-by-byte one (5).
+        #[test]
+        fn space_to_depth_conv_equals_gathered(n in 1usize..3, c in 1usize..8, oc in 1usize..40, h in 1usize..20,
+                                               w in 1usize..20, kh in 1usize..8, kw in 1usize..8, sh in 1usize..4,
+                                               sw in 1usize..6, ph in 0usize..4, pw in 0usize..4, nhwc: bool,
+                                               seed: u64) {
+            if !available() {
+                return Ok(());
+            }
+            let (h, w) = (h.max(kh), w.max(kw));
+            let (oh, ow) = ((h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1);
+            let g = Geom { n, c, h, w, oc, kh, kw, oh, ow, stride: [sh, sw], pad: [ph, pw], dil: [1, 1], groups: 1 };
+            prop_assume!(super::super::conv2d_s2d::applies(&g) && super::super::conv2d_im2col::applies(&g));
+            let mut state = seed | 1;
+            let mut next = || { state ^= state << 13; state ^= state >> 7; state ^= state << 17; (state >> 24) as u8 };
+            let x: Vec<u8> = (0..n * c * h * w).map(|_| next()).collect();
+            let wt: Vec<i8> = (0..oc * c * kh * kw).map(|_| next() as i8).collect();
+            let want = run_gathered(&g, &x, nhwc, &wt, 0xa5);
+            prop_assert_eq!(&run_s2d(&g, &x, nhwc, &wt, 0x5a), &want);
+            prop_assert_eq!(&run_s2d(&g, &x, nhwc, &wt, 0xa5), &want);
+        }
+
         /// The gathered convolution (the 3-channel stem's path) writes every output byte too.
         #[test]
         fn gathered_conv_writes_every_output_byte(n in 1usize..3, c in 1usize..8, oc in 1usize..40, h in 1usize..12,

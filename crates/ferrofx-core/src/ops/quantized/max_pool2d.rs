@@ -29,24 +29,35 @@ pub(crate) fn max_pool2d_channels_last(op: &str, x: &Tensor, win: &PoolGeom) -> 
         out.par_chunks_mut(ow * c).enumerate().for_each(|(row, dst_row)| {
             let (img, y) = (row / oh, row % oh);
             let src = &xv[img * h * w * c..(img + 1) * h * w * c];
+            // the window's rows inside the input (the same for every pixel of the output row)
+            let rows: Vec<usize> =
+                (0..win.kh).filter_map(|i| (y * win.sh + i * win.dh).checked_sub(win.ph).filter(|&v| v < h)).collect();
+            let mut cols = Vec::with_capacity(win.kw);
             for (x0, dst) in dst_row.chunks_exact_mut(c).enumerate() {
-                let mut first = true;
-                for i in 0..win.kh {
-                    let Some(ih) = (y * win.sh + i * win.dh).checked_sub(win.ph).filter(|&v| v < h) else {
-                        continue;
-                    };
-                    for j in 0..win.kw {
-                        let Some(iw) = (x0 * win.sw + j * win.dw).checked_sub(win.pw).filter(|&v| v < w) else {
-                            continue;
-                        };
-                        let px = &src[(ih * w + iw) * c..(ih * w + iw + 1) * c];
-                        if first {
-                            dst.copy_from_slice(px);
-                            first = false;
-                        } else {
-                            dst.iter_mut().zip(px).for_each(|(d, &v)| *d = (*d).max(v));
+                cols.clear();
+                cols.extend(
+                    (0..win.kw).filter_map(|j| (x0 * win.sw + j * win.dw).checked_sub(win.pw).filter(|&v| v < w)),
+                );
+                // 64 channels at a time in a register-sized accumulator (0 is the identity of
+                // a byte maximum; a window with no input pixel stays 0, as before)
+                let mut c0 = 0;
+                while c0 < c {
+                    let len = (c - c0).min(64);
+                    let mut acc = [0u8; 64];
+                    for &ih in &rows {
+                        for &iw in &cols {
+                            let at = (ih * w + iw) * c + c0;
+                            let px = &src[at..at + len];
+                            if len == 64 {
+                                let px: &[u8; 64] = px.try_into().expect("64 bytes");
+                                acc.iter_mut().zip(px).for_each(|(a, &v)| *a = (*a).max(v));
+                            } else {
+                                acc.iter_mut().zip(px).for_each(|(a, &v)| *a = (*a).max(v));
+                            }
                         }
                     }
+                    dst[c0..c0 + len].copy_from_slice(&acc[..len]);
+                    c0 += len;
                 }
             }
         })

@@ -35,6 +35,8 @@ mod conv2d_im2col;
 #[cfg(target_arch = "x86_64")]
 mod conv2d_lanes;
 mod conv2d_packed;
+#[cfg(target_arch = "x86_64")]
+mod conv2d_s2d;
 mod gemm;
 mod linear;
 #[cfg(target_arch = "x86_64")]
