@@ -2,7 +2,10 @@
 """PyTorch reference for `cargo run --release -p ferrofx-bench`.
 
 Runs the cases with the ids given in --ids (same ids as crates/ferrofx-bench/src/cases.rs) and
-prints one JSON object per case: {"id": ..., "seconds": median seconds per call}.
+prints one JSON object per case: {"id": ..., "seconds": median seconds per call}. With --serve
+(what the bench uses) it reads case ids from stdin instead, one per line, times each when asked
+(a case asked again in a row reuses its model: the bench alternates its own timing and this
+one's over rounds) and ends each answer with {"id": ..., "done": true}.
 
 The whole-model inference cases also run on ONNX Runtime (CPU, 2 threads, default graph
 optimisations) when it is installed: torchvision's model is exported with torch.onnx and each
@@ -344,6 +347,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ids", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--serve", action="store_true", help="read case ids from stdin, answer each")
     a = ap.parse_args()
     import torch
     torch.set_num_threads(2)
@@ -368,29 +372,55 @@ def main():
     table.update(bench_quant.cases())
     table.update(bench_quant.dynamic_cases(transformer_classifier))
     ort_extra.update(bench_quant.ort_cases())
+    ctx = {"table": table, "ort_extra": ort_extra, "quick": a.quick, "made": {}}
+    if a.serve:
+        for line in sys.stdin:
+            cid = line.strip()
+            if cid:
+                run_case(cid, ctx)
+                print(json.dumps({"id": cid, "done": True}), flush=True)
+        return 0
     for cid in [i for i in a.ids.split(",") if i]:
-        if cid not in table and cid not in ort_extra:
-            print(json.dumps({"id": cid, "error": "no reference for this case"}), flush=True)
-            continue
-        if cid in table:
-            fn, inner = table[cid]()
-            with torch.no_grad():
-                s = median_secs(fn, inner, a.quick)
-            print(json.dumps({"id": cid, "seconds": s}), flush=True)
-        if cid in ORT_CASES or cid in ort_extra:
-            try:
-                import onnxruntime
-                fn = ort_extra[cid]() if cid in ort_extra else ort_case(ORT_CASES[cid])
-                spec = ORT_CASES.get(cid)
-                peak = ORT_PEAK.get(spec if isinstance(spec, tuple) else (spec, 1)) if cid.startswith("compile_") else None
-                s = median_secs(fn, 1, a.quick)
-                row = {"id": cid, "engine": "onnxruntime", "version": onnxruntime.__version__, "seconds": s}
-                if peak is not None:
-                    row["peak_bytes"] = peak
-                print(json.dumps(row), flush=True)
-            except Exception as e:  # not installed, or the export failed: say so in the table
-                print(json.dumps({"id": cid, "engine": "onnxruntime", "error": f"{type(e).__name__}: {e}"}),
-                      flush=True)
+        run_case(cid, ctx)
+    return 0
+
+
+def run_case(cid, ctx):
+    """Times case `cid` (PyTorch, and ONNX Runtime where it has one), printing a row each. The
+    models of the last case asked are kept for the next ask (dropped when another case comes)."""
+    import gc
+    import torch
+    table, ort_extra, made = ctx["table"], ctx["ort_extra"], ctx["made"]
+    if made.get("id") != cid:
+        made.clear()
+        gc.collect()
+        made["id"] = cid
+    if cid not in table and cid not in ort_extra:
+        print(json.dumps({"id": cid, "error": "no reference for this case"}), flush=True)
+        return
+    if cid in table:
+        if "torch" not in made:
+            made["torch"] = table[cid]()
+        fn, inner = made["torch"]
+        with torch.no_grad():
+            s = median_secs(fn, inner, ctx["quick"])
+        print(json.dumps({"id": cid, "seconds": s}), flush=True)
+    if cid in ORT_CASES or cid in ort_extra:
+        try:
+            import onnxruntime
+            if "ort" not in made:
+                made["ort"] = ort_extra[cid]() if cid in ort_extra else ort_case(ORT_CASES[cid])
+            fn = made["ort"]
+            spec = ORT_CASES.get(cid)
+            peak = ORT_PEAK.get(spec if isinstance(spec, tuple) else (spec, 1)) if cid.startswith("compile_") else None
+            s = median_secs(fn, 1, ctx["quick"])
+            row = {"id": cid, "engine": "onnxruntime", "version": onnxruntime.__version__, "seconds": s}
+            if peak is not None:
+                row["peak_bytes"] = peak
+            print(json.dumps(row), flush=True)
+        except Exception as e:  # not installed, or the export failed: say so in the table
+            print(json.dumps({"id": cid, "engine": "onnxruntime", "error": f"{type(e).__name__}: {e}"}),
+                  flush=True)
 
 
 if __name__ == "__main__":

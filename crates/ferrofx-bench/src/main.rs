@@ -2,11 +2,12 @@
 //! a table of medians and ratios.
 //!
 //! ```text
-//! cargo run --release -p ferrofx-bench -- [--setup-reference] [--no-reference] [--filter S] [--quick]
+//! cargo run --release -p ferrofx-bench -- [--setup-reference] [--no-reference] [--filter S] [--quick] [--rounds N]
 //! ```
 //!
-//! The reference is `scripts/bench_reference.py`, run with the interpreter given by
-//! `--python` (default `.venv/bin/python`). Without it (or with `--no-reference`) only ferrofx's
+//! The reference is `scripts/bench_reference.py --serve`, run with the interpreter given by
+//! `--python` (default `.venv/bin/python`) beside the bench: each case is timed by ferrofx and
+//! right after by the reference, `--rounds` times in turn (see `reference.rs`). Without it (or with `--no-reference`) only ferrofx's
 //! figures are printed, and the table says so. The whole-model inference cases also run on ONNX
 //! Runtime when the reference environment has it (a second table).
 
@@ -19,6 +20,7 @@ mod cases_qkernels;
 mod cases_quant;
 mod cases_train;
 mod cases_train_compiled;
+mod reference;
 mod timer;
 
 /// mimalloc instead of the system allocator: glibc returns freed arrays to the kernel, so
@@ -57,6 +59,10 @@ struct Args {
     /// Shorter timing budget (noisier).
     #[arg(long)]
     quick: bool,
+    /// Time each case this many times, alternating ferrofx and the reference (each side's
+    /// figure: its best median over the rounds).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// Where to write the markdown table and JSON results.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -103,60 +109,6 @@ fn setup_reference(python: &PathBuf) -> Result<(), String> {
         return Err("pip install of the reference environment failed".into());
     }
     Ok(())
-}
-
-/// What the reference script measured: PyTorch per case id, and ONNX Runtime for the
-/// whole-model inference cases (a time, or why it did not run).
-struct Reference {
-    torch: BTreeMap<String, f64>,
-    torch_version: String,
-    ort: BTreeMap<String, Result<f64, String>>,
-    ort_version: Option<String>,
-    /// ONNX Runtime's peak RSS growth (bytes) where the script measured it (issue 18's rows).
-    ort_peak: BTreeMap<String, f64>,
-}
-
-fn run_reference(python: &PathBuf, ids: &[&str], quick: bool) -> Result<Reference, String> {
-    if !python.exists() {
-        return Err(format!("{} not found (run with --setup-reference)", python.display()));
-    }
-    let mut cmd = Command::new(python);
-    cmd.arg("scripts/bench_reference.py").arg("--ids").arg(ids.join(","));
-    if quick {
-        cmd.arg("--quick");
-    }
-    let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !out.status.success() {
-        return Err(format!("reference script failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let mut r = Reference {
-        torch: BTreeMap::new(),
-        torch_version: "?".into(),
-        ort: BTreeMap::new(),
-        ort_version: None,
-        ort_peak: BTreeMap::new(),
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-        if let Some(ver) = text("torch_version") {
-            r.torch_version = ver;
-        }
-        let (Some(id), seconds) = (text("id"), v.get("seconds").and_then(|x| x.as_f64())) else { continue };
-        if text("engine").as_deref() == Some("onnxruntime") {
-            if let Some(ver) = text("version") {
-                r.ort_version = Some(ver);
-            }
-            let res = seconds.ok_or_else(|| text("error").unwrap_or_else(|| "no time reported".into()));
-            if let Some(p) = v.get("peak_bytes").and_then(|x| x.as_f64()) {
-                r.ort_peak.insert(id.clone(), p);
-            }
-            r.ort.insert(id, res);
-        } else if let Some(s) = seconds {
-            r.torch.insert(id, s);
-        }
-    }
-    Ok(r)
 }
 
 fn fmt_time(s: f64) -> String {
@@ -211,37 +163,59 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
-    for c in &cases {
-        eprint!("ferrofx  {:<28}", c.id);
-        let r = (c.setup)().map_err(|e| e.to_string()).map(|mut f| {
-            let before = timer::Usage::now();
-            let mut calls = 0usize;
-            let s = timer::median_secs(budget, c.inner, || {
-                calls += 1;
-                f()
-            });
-            (s, before.and_then(|b| Some((b, timer::Usage::now()?))).map(|(b, a)| a.per_call_since(&b, calls)))
-        });
-        match &r {
-            Ok((s, u)) => eprintln!(" {}{}", fmt_time(*s), u.map(|u| format!("  [{u}]")).unwrap_or_default()),
-            Err(e) => eprintln!(" skipped: {e}"),
-        }
-        let r = r.map(|(s, _)| s);
-        ours.insert(c.id, r);
-    }
-    let ids: Vec<&str> = cases.iter().map(|c| c.id).collect();
-    let reference = if args.no_reference {
+    // the reference runs beside: each case is timed by ferrofx, then by the reference, `rounds`
+    // times in turn
+    let mut server = if args.no_reference {
         Err("disabled with --no-reference".to_string())
     } else {
-        eprintln!("running the PyTorch reference ...");
-        run_reference(&args.python, &ids, args.quick)
+        eprintln!("starting the PyTorch reference ...");
+        reference::Server::start(&args.python, args.quick, args.out.join("reference.stderr"))
     };
+    let mut ours: BTreeMap<&str, Result<f64, String>> = BTreeMap::new();
+    for c in &cases {
+        let mut runner = (c.setup)().map_err(|e| e.to_string());
+        for round in 0..args.rounds {
+            eprint!("ferrofx  {:<28}", c.id);
+            let r = runner.as_mut().map_err(|e| e.clone()).map(|f| {
+                let before = timer::Usage::now();
+                let mut calls = 0usize;
+                let s = timer::median_secs(budget, c.inner, || {
+                    calls += 1;
+                    f()
+                });
+                (s, before.and_then(|b| Some((b, timer::Usage::now()?))).map(|(b, a)| a.per_call_since(&b, calls)))
+            });
+            match &r {
+                Ok((s, u)) => eprintln!(" {}{}", fmt_time(*s), u.map(|u| format!("  [{u}]")).unwrap_or_default()),
+                Err(e) => eprintln!(" skipped: {e}"),
+            }
+            let r = r.map(|(s, _)| s);
+            let best = match (ours.remove(c.id), r) {
+                (Some(Ok(a)), Ok(b)) => Ok(a.min(b)),
+                (_, b) => b,
+            };
+            ours.insert(c.id, best);
+            if let Ok(srv) = server.as_mut() {
+                eprint!("reference {:<27} (round {}/{})", c.id, round + 1, args.rounds);
+                match srv.time(c.id) {
+                    Ok(()) => eprintln!(" done"),
+                    Err(e) => {
+                        eprintln!(" failed");
+                        server = Err(e);
+                    }
+                }
+            }
+        }
+    }
+    let ids: Vec<&str> = cases.iter().map(|c| c.id).collect();
+    let reference = server.map(reference::Server::finish);
     let mut md = String::new();
     md.push_str(&format!("Machine: {}\n\n", machine()));
     match &reference {
-        Ok(Reference { torch_version: v, .. }) => md.push_str(&format!(
-            "Reference: PyTorch {v}, 2 threads. Ratio = reference time / ferrofx time (> 1: ferrofx is faster).\n\n"
+        Ok(reference::Reference { torch_version: v, .. }) => md.push_str(&format!(
+            "Reference: PyTorch {v}, 2 threads. Ratio = reference time / ferrofx time (> 1: ferrofx is faster). \
+             Each case timed by ferrofx and then by the reference, {} round(s) in turn; each side: its best median.\n\n",
+            args.rounds
         )),
         Err(e) => md.push_str(&format!("Reference: NOT RUN ({e}); ferrofx figures only.\n\n")),
     }
