@@ -68,6 +68,13 @@ impl Geom {
     pub(super) fn p(&self) -> usize {
         self.oh * self.ow
     }
+    /// A one-group, stride-1, unpadded convolution with a `kh x 1` window, `n` images of `c`
+    /// channels on `h x w`, `oc` outputs on `oh x ow` (what the AMX tile loop runs for the
+    /// small-channel paths, `conv2d_s2d.rs` and `conv2d_im2col.rs`).
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn column(n: usize, c: usize, [h, w]: [usize; 2], oc: usize, kh: usize, [oh, ow]: [usize; 2]) -> Geom {
+        Geom { n, c, h, w, oc, kh, kw: 1, oh, ow, stride: [1, 1], pad: [0, 0], dil: [1, 1], groups: 1 }
+    }
 }
 
 pub(super) fn check(args: &[Value]) -> Result<Geom> {

@@ -39,21 +39,7 @@ fn kp(g: &Geom) -> usize {
 
 /// The 1x1 convolution over the columns: `Kp` channels on the `OH x OW` output plane.
 pub(super) fn geometry(g: &Geom) -> Geom {
-    Geom {
-        n: g.n,
-        c: kp(g),
-        h: g.oh,
-        w: g.ow,
-        oc: g.oc,
-        kh: 1,
-        kw: 1,
-        oh: g.oh,
-        ow: g.ow,
-        stride: [1, 1],
-        pad: [0, 0],
-        dil: [1, 1],
-        groups: 1,
-    }
+    Geom::column(g.n, kp(g), [g.oh, g.ow], g.oc, 1, [g.oh, g.ow])
 }
 
 /// The AMX weights of the column convolution from `w` (`[OC][C][kH][kW]`, contiguous).

@@ -59,21 +59,7 @@ fn cs(g: &Geom) -> usize {
 /// the space-to-depth image (`hs x ws` pixels), `ceil(kH / sh)` taps, the original output plane.
 pub(super) fn geometry(g: &Geom) -> Geom {
     let (hs, ws) = ((g.h + 2 * g.pad[0]).div_ceil(g.stride[0]), (g.w + 2 * g.pad[1]).div_ceil(g.stride[1]));
-    Geom {
-        n: g.n,
-        c: KC,
-        h: hs,
-        w: ws,
-        oc: g.oc,
-        kh: g.kh.div_ceil(g.stride[0]),
-        kw: 1,
-        oh: g.oh,
-        ow: g.ow,
-        stride: [1, 1],
-        pad: [0, 0],
-        dil: [1, 1],
-        groups: 1,
-    }
+    Geom::column(g.n, KC, [hs, ws], g.oc, g.kh.div_ceil(g.stride[0]), [g.oh, g.ow])
 }
 
 /// The AMX weights of the space-to-depth convolution from `w` (`[OC][C][kH][kW]`, contiguous):
