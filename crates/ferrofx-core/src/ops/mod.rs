@@ -29,6 +29,7 @@ pub mod shape_misc;
 pub(crate) mod simd;
 pub mod softmax;
 pub mod sort;
+pub(crate) mod team;
 pub mod unary;
 pub mod view;
 pub(crate) mod vmath;

@@ -16,7 +16,6 @@ use crate::op::args::{expand_param, float, int, ints, tensor};
 use crate::op::{cost_elementwise, dispatch, ArgSpec, ArgType as T, CallKind, Category, Effect, OpDef, Outputs, Saves};
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 const OP: &str = "quantized_adaptive_avg_pool2d";
@@ -116,7 +115,7 @@ fn kernel(args: &[Value]) -> Result<Outputs> {
             return;
         }
         if xv.len() >= 1 << 16 {
-            out.par_chunks_mut(oh * ow).zip(xv.par_chunks(h * w)).for_each(plane);
+            crate::ops::team::chunks_mut(&mut out, oh * ow, |i, o| plane((o, &xv[i * h * w..(i + 1) * h * w])));
         } else {
             out.chunks_mut(oh * ow).zip(xv.chunks(h * w)).for_each(plane);
         }

@@ -14,7 +14,6 @@ use crate::op::{
 use crate::ops::simd::simd_dispatch;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 const OP: &str = "quantized_add";
@@ -97,9 +96,10 @@ pub(super) fn add_tensors(a: &Tensor, b: &Tensor, p: Params) -> Result<Tensor> {
     const CHUNK: usize = 1 << 16;
     let mut add = |av: &[u8], bv: &[u8]| {
         if out.len() >= 2 * CHUNK {
-            out.par_chunks_mut(CHUNK)
-                .zip(av.par_chunks(CHUNK).zip(bv.par_chunks(CHUNK)))
-                .for_each(|(o, (x, y))| add_slices(x, y, o, p));
+            crate::ops::team::chunks_mut(&mut out, CHUNK, |i, o| {
+                let r = i * CHUNK..i * CHUNK + o.len();
+                add_slices(&av[r.clone()], &bv[r], o, p)
+            });
         } else {
             add_slices(av, bv, &mut out, p);
         }

@@ -43,7 +43,6 @@ use super::conv2d_packed::Phases;
 use super::gemm::RequantParams;
 use crate::error::{Error, Result};
 use crate::memory::{AlignedBytes, CACHE_LINE};
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 const OP: &str = "quantized_conv2d";
@@ -201,17 +200,35 @@ impl Plan {
     }
 }
 
-/// Packs one image (`C x H x W` bytes, or `H x W x C` when `nhwc`) into its channels-last phases
-/// `dst` (`plan.image_bytes`), padding with `zp`.
-fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8]) {
+/// Packs the images of `x` (`img_in` bytes apart, each `C x H x W` bytes, or `H x W x C` when
+/// `nhwc`) into their channels-last phases in `dst` (`plan.image_bytes` each), padding with
+/// `zp`: every row of every phase of every image is one task of one team job.
+fn pack_images(g: &Geom, plan: &Plan, x: &[u8], img_in: usize, nhwc: bool, zp: u8, dst: &mut [u8]) {
     let c = g.c;
     let (sh, sw) = (g.stride[0], g.stride[1]);
     let (ph, pw) = (g.pad[0], g.pad[1]);
     let row_bytes = plan.wq * c;
-    for (p, &(a, b)) in plan.phases.iter().enumerate() {
-        let phase = &mut dst[p * plan.lp * c..(p + 1) * plan.lp * c];
+    let image_bytes = plan.phases.len() * plan.lp * c;
+    if image_bytes == 0 || row_bytes == 0 {
+        return;
+    }
+    // (image, phase, row) of each task's row
+    let mut rows = Vec::new();
+    let mut at = Vec::new();
+    for (i, img) in dst.chunks_mut(image_bytes).enumerate() {
+        for (p, phase) in img.chunks_mut(plan.lp * c).take(plan.phases.len()).enumerate() {
+            for (hs, row) in phase.chunks_mut(row_bytes).enumerate() {
+                rows.push(row);
+                at.push((i, p, hs));
+            }
+        }
+    }
+    crate::ops::team::slices_mut(rows, |t, out| {
+        let (i, p, hs) = at[t];
+        let (a, b) = plan.phases[p];
         let (ws_lo, ws_hi) = Phases::columns(g, plan.wq, b);
-        phase.par_chunks_mut(row_bytes).enumerate().for_each(|(hs, out)| {
+        let x = &x[i * img_in..(i + 1) * img_in];
+        {
             let hpad = hs * sh + a;
             if hs >= plan.hs || hpad < ph || hpad - ph >= g.h || ws_lo >= ws_hi {
                 out.fill(zp);
@@ -235,8 +252,8 @@ fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8
             } else {
                 transpose_row(x, g.h * g.w, ih * g.w + iw0, sw, n, c, run);
             }
-        });
-    }
+        }
+    });
 }
 
 /// The row-major output-shaped `x` (`N x OC x OH x OW` bytes, `OC` a multiple of 16) as
@@ -248,11 +265,18 @@ pub(super) fn to_channels_last(x: &[u8], g: &Geom) -> Result<AlignedBytes> {
     let mut out = AlignedBytes::try_new(OP, g.n * image, 0)?;
     // pieces of 64 pixels of one image
     const PIECE: usize = 64;
-    out.as_mut_slice().par_chunks_mut(image.max(1)).enumerate().for_each(|(i, img)| {
-        img.par_chunks_mut(PIECE * c).enumerate().for_each(|(k, run)| {
-            let n = run.len() / c;
-            transpose_row(&x[i * image..(i + 1) * image], p, k * PIECE, 1, n, c, run);
-        })
+    let mut pieces = Vec::new();
+    let mut at = Vec::new();
+    for (i, img) in out.as_mut_slice().chunks_mut(image.max(1)).enumerate() {
+        for (k, run) in img.chunks_mut(PIECE * c).enumerate() {
+            pieces.push(run);
+            at.push((i, k));
+        }
+    }
+    crate::ops::team::slices_mut(pieces, |t, run| {
+        let (i, k) = at[t];
+        let n = run.len() / c;
+        transpose_row(&x[i * image..(i + 1) * image], p, k * PIECE, 1, n, c, run);
     });
     Ok(out)
 }
@@ -408,11 +432,7 @@ pub(super) fn conv(
     }
     {
         let xp = &mut scratch.as_mut_slice()[..total];
-        if image_bytes > 0 {
-            xp.chunks_mut(image_bytes)
-                .enumerate()
-                .for_each(|(i, d)| pack_image(g, &plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d));
-        }
+        pack_images(g, &plan, x, img_in, nhwc_in, zp, xp);
         run(g, &plan, xp, image_bytes, g.n, pw, &rq, residual, out, None);
     }
     if scratch.len() <= SCRATCH_KEEP {
@@ -579,7 +599,7 @@ fn run(
     // finite multipliers and biases below 1e38 make every requantised value a number (at worst
     // an infinity, which the clamp handles), so the epilogue can skip its NaN test
     let nan_free = rq.multiplier.iter().all(|m| m.is_finite()) && rq.bias_term.iter().all(|b| b.abs() < 1e38);
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::ops::team::threads();
     // items: (image, run of output-channel blocks, run of pixel tiles), about four per thread;
     // an item walks its pixel tiles and, for each, all its channel blocks (so it writes whole
     // output rows while they are in cache), so the B tiles of its blocks are read once per
@@ -592,7 +612,7 @@ fn run(
     let titems = plan.tiles.div_ceil(tper);
     let dst = OutPtr(out.as_mut_ptr() as *mut u8);
     let src = xp.as_ptr() as usize;
-    (0..n * jitems * titems).into_par_iter().for_each(|it| {
+    crate::ops::team::for_each(n * jitems * titems, |it| {
         let (i, rest) = (it / (jitems * titems), it % (jitems * titems));
         let (jb, tb) = (rest / titems, rest % titems);
         let (j0, j1) = (jb * jper, ((jb + 1) * jper).min(jblocks));

@@ -21,7 +21,6 @@ use super::channels_last;
 use super::conv2d::Geom;
 use super::conv2d_amx::{AmxWeight, Gather, KC, MAX_GATHER};
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 const OP: &str = "quantized_conv2d";
 
@@ -74,7 +73,7 @@ pub(super) fn padded_images(g: &Geom, x: &[u8], nhwc: bool, zp: u8) -> Result<(V
     let total = image.checked_mul(g.n).and_then(|v| v.checked_add(64)).ok_or_else(overflow)?;
     let mut padded = crate::memory::try_vec(OP, total, zp)?;
     let plane = g.h * g.w;
-    padded[..image * g.n].par_chunks_mut(wp * c).enumerate().for_each(|(row, dst)| {
+    crate::ops::team::chunks_mut(&mut padded[..image * g.n], wp * c, |row, dst| {
         let (n, r) = (row / hp, row % hp);
         if r < g.pad[0] || r - g.pad[0] >= g.h {
             return;

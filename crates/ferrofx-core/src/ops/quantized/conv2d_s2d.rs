@@ -26,7 +26,6 @@ use super::conv2d::Geom;
 use super::conv2d_amx::{self, AmxWeight, KC};
 use crate::error::{Error, Result};
 use crate::memory::AlignedBytes;
-use rayon::prelude::*;
 
 const OP: &str = "quantized_conv2d";
 
@@ -107,9 +106,19 @@ pub(super) fn pack(g: &Geom, x: &[u8], nhwc: bool, zp: u8) -> Result<(AlignedByt
     let plane = g.h * g.w;
     let row_bytes = ws * cs;
     let geo = RowGeom { c, cs, sh, sw, ph, pw, h: g.h, w: g.w };
-    buf.as_mut_slice()[..image * g.n].par_chunks_mut(image.max(1)).enumerate().for_each(|(n, img)| {
+    // every row of every image is one task of one team job
+    let mut rows = Vec::new();
+    let mut at = Vec::new();
+    for (n, img) in buf.as_mut_slice()[..image * g.n].chunks_mut(image.max(1)).enumerate() {
+        for (r, dst) in img.chunks_mut(row_bytes.max(1)).take(gs.h).enumerate() {
+            rows.push(dst);
+            at.push((n, r));
+        }
+    }
+    crate::ops::team::slices_mut(rows, |t, dst| {
+        let (n, r) = at[t];
         let src = &x[n * plane * c..(n + 1) * plane * c];
-        img.par_chunks_mut(row_bytes).take(gs.h).enumerate().for_each(|(r, dst)| {
+        {
             if nhwc {
                 geo.row_nhwc(src, r, dst);
             } else {
@@ -121,7 +130,7 @@ pub(super) fn pack(g: &Geom, x: &[u8], nhwc: bool, zp: u8) -> Result<(AlignedByt
                     _ => geo.row_nhwc_or_any(src, r, dst, false),
                 }
             }
-        });
+        }
     });
     Ok((buf, image))
 }

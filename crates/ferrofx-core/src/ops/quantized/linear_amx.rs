@@ -20,7 +20,6 @@ use super::gemm::DequantOut;
 use crate::error::{Error, Result};
 use crate::memory::AlignedBytes;
 use crate::tensor::Tensor;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -99,12 +98,12 @@ pub(super) fn linear_f32(
     let tiles = m.div_ceil(TM);
     let jblocks = np / TN;
     // about four items per thread: row tiles x runs of column blocks
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::ops::team::threads();
     let jitems = (4 * threads).div_ceil(tiles).clamp(1, jblocks);
     let jper = jblocks.div_ceil(jitems);
     let jitems = jblocks.div_ceil(jper);
     let dst = out.as_mut_ptr() as usize;
-    (0..tiles * jitems).into_par_iter().for_each(|it| {
+    crate::ops::team::for_each(tiles * jitems, |it| {
         let (t, jb) = (it / jitems, it % jitems);
         let rows = (t * TM, (m - t * TM).min(TM));
         let blocks = (jb * jper, ((jb + 1) * jper).min(jblocks));

@@ -9,7 +9,6 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::pool::PoolGeom;
 use crate::tensor::Tensor;
-use rayon::prelude::*;
 
 /// The max-pool of `x` when it is a channels-last uint8 `[N, C, H, W]` tensor (channels-last
 /// output), else `None` (the caller runs the generic kernel).
@@ -26,7 +25,7 @@ pub(crate) fn max_pool2d_channels_last(op: &str, x: &Tensor, win: &PoolGeom) -> 
         return Ok(Some(channels_last::tensor(op, out, [n, c, oh, ow])?));
     }
     channels_last::with_bytes(x, op, |xv| {
-        out.par_chunks_mut(ow * c).enumerate().for_each(|(row, dst_row)| {
+        crate::ops::team::chunks_mut(&mut out, ow * c, |row, dst_row| {
             let (img, y) = (row / oh, row % oh);
             let src = &xv[img * h * w * c..(img + 1) * h * w * c];
             // the window's rows inside the input (the same for every pixel of the output row)

@@ -15,7 +15,6 @@ use crate::op::{
 use crate::ops::simd::simd_dispatch;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 /// Elements per parallel task.
@@ -104,30 +103,28 @@ pub(crate) fn min_max_finite_par(src: &[f32]) -> (f32, f32, Option<usize>) {
     if src.len() < 2 * CHUNK {
         return min_max_finite(src);
     }
-    src.par_chunks(CHUNK)
-        .enumerate()
-        .map(|(c, s)| {
-            let (lo, hi, bad) = min_max_finite(s);
-            (lo, hi, bad.map(|i| c * CHUNK + i))
-        })
-        .reduce(
-            || (f32::INFINITY, f32::NEG_INFINITY, None),
-            |a, b| {
-                let bad = match (a.2, b.2) {
-                    (Some(x), Some(y)) => Some(x.min(y)),
-                    (x, y) => x.or(y),
-                };
-                (if b.0 < a.0 { b.0 } else { a.0 }, if b.1 > a.1 { b.1 } else { a.1 }, bad)
-            },
-        )
+    // one result per chunk, folded in chunk order
+    let mut parts = vec![(f32::INFINITY, f32::NEG_INFINITY, None); src.len().div_ceil(CHUNK)];
+    crate::ops::team::chunks_mut(&mut parts, 1, |c, r| {
+        let s = &src[c * CHUNK..((c + 1) * CHUNK).min(src.len())];
+        let (lo, hi, bad) = min_max_finite(s);
+        r[0] = (lo, hi, bad.map(|i| c * CHUNK + i));
+    });
+    parts.into_iter().fold((f32::INFINITY, f32::NEG_INFINITY, None), |a, b| {
+        let bad = match (a.2, b.2) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        (if b.0 < a.0 { b.0 } else { a.0 }, if b.1 > a.1 { b.1 } else { a.1 }, bad)
+    })
 }
 
 /// [`quantize_slice`] split over threads for large slices.
 pub(crate) fn quantize_slice_par<Q: QOut>(src: &[f32], dst: &mut [Q], inv_scale: f32, zp: f32, lo: f32, hi: f32) {
     if dst.len() >= 2 * CHUNK {
-        dst.par_chunks_mut(CHUNK)
-            .zip(src.par_chunks(CHUNK))
-            .for_each(|(d, s)| quantize_slice(s, d, inv_scale, zp, lo, hi));
+        crate::ops::team::chunks_mut(dst, CHUNK, |i, d| {
+            quantize_slice(&src[i * CHUNK..i * CHUNK + d.len()], d, inv_scale, zp, lo, hi)
+        });
     } else {
         quantize_slice(src, dst, inv_scale, zp, lo, hi);
     }
@@ -323,7 +320,7 @@ fn quantize_channels<Q: QOut>(
             }
         };
         if out.len() >= 2 * CHUNK {
-            out.par_chunks_mut(block).zip(x.par_chunks(block)).for_each(run);
+            crate::ops::team::chunks_mut(&mut out, block, |i, d| run((d, &x[i * block..(i + 1) * block])));
         } else {
             out.chunks_mut(block).zip(x.chunks(block)).for_each(run);
         }
@@ -379,7 +376,9 @@ fn dequantize_meta(args: &[Value]) -> Result<crate::op::MetaOutputs> {
 fn dequantize_into<Q: QOut>(op: &str, q: &[Q], shape: &[usize], scale: f32, zp: i32) -> Result<Tensor> {
     let mut out = crate::memory::alloc_filled::<f32>(op, shape, 0.0)?;
     if out.len() >= 2 * CHUNK {
-        out.par_chunks_mut(CHUNK).zip(q.par_chunks(CHUNK)).for_each(|(d, s)| dequantize_slice(s, d, scale, zp as f32));
+        crate::ops::team::chunks_mut(&mut out, CHUNK, |i, d| {
+            dequantize_slice(&q[i * CHUNK..i * CHUNK + d.len()], d, scale, zp as f32)
+        });
     } else {
         dequantize_slice(q, &mut out, scale, zp as f32);
     }

@@ -1,4 +1,4 @@
-//! A small fork-join team for the convolution kernels: the calling thread and
+//! A small fork-join team for the kernels of a model's nodes (the convolutions, float and int8, and the int8 ops around them): the calling thread and
 //! `rayon::current_num_threads() - 1` helper threads that **spin** for a while after a job
 //! before they park, as ONNX Runtime's and OpenMP's pools do.
 //!
@@ -86,7 +86,7 @@ fn team() -> &'static Team {
             wake: Condvar::new(),
         }));
         for i in 0..team.helpers {
-            let spawned = std::thread::Builder::new().name(format!("ferrofx-conv-{i}")).spawn(move || helper(team));
+            let spawned = std::thread::Builder::new().name(format!("ferrofx-team-{i}")).spawn(move || helper(team));
             if spawned.is_err() {
                 // no helper: jobs still complete, on the caller (tasks are taken dynamically)
                 break;
@@ -136,12 +136,12 @@ fn helper(team: &'static Team) {
 }
 
 /// Whether a job started here would run on more than one thread.
-pub(super) fn parallel() -> bool {
+pub(crate) fn parallel() -> bool {
     rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() && !IN_HELPER.with(|h| h.get())
 }
 
 /// The number of threads a job started here runs on (1 when [`parallel`] is false).
-pub(super) fn threads() -> usize {
+pub(crate) fn threads() -> usize {
     if parallel() {
         rayon::current_num_threads()
     } else {
@@ -151,7 +151,7 @@ pub(super) fn threads() -> usize {
 
 /// Runs `f(t)` for every `t` in `0..tasks`, on the calling thread and the team's helpers
 /// (see the module docs); returns when every task has run. A panic in `f` is re-raised here.
-pub(super) fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
+pub(crate) fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
     if tasks == 0 {
         return;
     }
@@ -185,13 +185,13 @@ pub(super) fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
     wait_until(|| team.refs.load(SeqCst) == 0);
     team.busy.store(false, SeqCst);
     if job.panicked.load(SeqCst) {
-        panic!("a convolution task panicked");
+        panic!("a task of a parallel kernel panicked");
     }
 }
 
 /// Runs `f(i, chunk)` over `buf` cut into chunks of `chunk` elements (the last may be
 /// shorter), as [`for_each`] runs its tasks.
-pub(super) fn chunks_mut<T: Send>(buf: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+pub(crate) fn chunks_mut<T: Send>(buf: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     if chunk == 0 || buf.is_empty() {
         return;
     }
@@ -206,10 +206,26 @@ pub(super) fn chunks_mut<T: Send>(buf: &mut [T], chunk: usize, f: impl Fn(usize,
     });
 }
 
+/// Runs `f(i, slices[i])` for every slice, as [`for_each`] runs its tasks: for buffers cut into
+/// pieces of uneven sizes (the rows of several images' phases) in one job instead of one per
+/// piece group.
+pub(crate) fn slices_mut<T: Send>(slices: Vec<&mut [T]>, f: impl Fn(usize, &mut [T]) + Sync) {
+    // the addresses as integers: the slices are distinct exclusive borrows (so disjoint), their
+    // elements are `Send`, and each task gets its own slice
+    let parts: Vec<(usize, usize)> = slices.into_iter().map(|s| (s.as_mut_ptr() as usize, s.len())).collect();
+    for_each(parts.len(), |i| {
+        let (base, len) = parts[i];
+        // SAFETY: slice i was borrowed exclusively for this call (the borrow lives as long as
+        // `slices`' lifetime, which covers the call) and no other task gets index i
+        let s = unsafe { std::slice::from_raw_parts_mut(base as *mut T, len) };
+        f(i, s)
+    });
+}
+
 /// Runs `f(range)` over `0..n` cut into at most `tasks` contiguous ranges of (nearly) equal
 /// length, as [`for_each`] runs its tasks: for loops whose tasks want a scratch buffer each,
 /// made once per range.
-pub(super) fn ranges(n: usize, tasks: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+pub(crate) fn ranges(n: usize, tasks: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     if n == 0 {
         return;
     }
