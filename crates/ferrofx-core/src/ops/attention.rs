@@ -427,7 +427,7 @@ fn fused_f32(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, sig: &Si
         }
     };
     if out.len() / (l * ev) > 1 {
-        out.par_chunks_mut(l * ev).enumerate().for_each_init(Vec::new, |buf, (bi, o)| one(bi, o, buf, Par::Seq));
+        super::team::chunks_mut(&mut out, l * ev, |bi, o| one(bi, o, &mut Vec::new(), Par::Seq));
     } else {
         one(0, &mut out, &mut Vec::new(), Par::Pool);
     }

@@ -38,7 +38,6 @@ use crate::op::{dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Effec
 use crate::ops::num::{Float, Num};
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::{smallvec, SmallVec};
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -1006,7 +1005,7 @@ fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> 
     if n <= TASK {
         eval_range(&steps, &access, 0, out, stream);
     } else {
-        out.par_chunks_mut(TASK).enumerate().for_each(|(t, o)| eval_range(&steps, &access, t * TASK, o, stream));
+        super::team::chunks_mut(out, TASK, |t, o| eval_range(&steps, &access, t * TASK, o, stream));
     }
     // SAFETY: alloc_uninit reserved exactly n elements; eval_range writes every element of
     // every strip of `out`, and the strips cover all n elements.

@@ -5,7 +5,6 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::{broadcast_shapes, Layout, Shape, Strides};
 use crate::tensor::Tensor;
-use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::mem::MaybeUninit;
 
@@ -189,17 +188,22 @@ impl<const N: usize> Plan<N> {
             self.for_each_row(0, rows, |j, off| row(&mut out[j * inner..(j + 1) * inner], off));
         } else if inner >= PAR_CHUNK {
             let strides = self.inner_strides;
-            out.par_chunks_mut(inner).enumerate().for_each(|(r, o)| {
+            // every chunk of every row is one task of one team job
+            let per_row = inner.div_ceil(PAR_CHUNK);
+            let mut parts = Vec::with_capacity(rows * per_row);
+            for o in out.chunks_mut(inner) {
+                parts.extend(o.chunks_mut(PAR_CHUNK));
+            }
+            super::team::slices_mut(parts, |t, c| {
+                let (r, k) = (t / per_row, t % per_row);
                 self.for_each_row(r, 1, |_, off| {
-                    o.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(k, c)| {
-                        let start = k * PAR_CHUNK;
-                        row(c, std::array::from_fn(|q| off[q] + start * strides[q]));
-                    });
+                    let start = k * PAR_CHUNK;
+                    row(c, std::array::from_fn(|q| off[q] + start * strides[q]));
                 });
             });
         } else {
             let per = (PAR_CHUNK / inner).max(1);
-            out.par_chunks_mut(per * inner).enumerate().for_each(|(ci, chunk)| {
+            super::team::chunks_mut(out, per * inner, |ci, chunk| {
                 let n = chunk.len() / inner;
                 self.for_each_row(ci * per, n, |j, off| row(&mut chunk[j * inner..(j + 1) * inner], off));
             });
@@ -334,7 +338,7 @@ pub(crate) fn unary_map_slices<T: Element, U: Element>(
         if n < PAR_THRESHOLD {
             f(out, x);
         } else {
-            out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK)).for_each(|(o, x)| f(o, x));
+            super::team::chunks_mut(out, PAR_CHUNK, |i, o| f(o, &x[i * PAR_CHUNK..i * PAR_CHUNK + o.len()]));
         }
     }
     // SAFETY: `f` wrote every element of the n-element prefix of the spare capacity (its
@@ -570,7 +574,7 @@ pub fn update_strided<T: Element, V: Element>(
         if let Some(ss) = ss {
             let (o, base) = (&mut out[ro], ls.offset());
             if n >= PAR_THRESHOLD {
-                o.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(k, c)| {
+                super::team::chunks_mut(o, PAR_CHUNK, |k, c| {
                     let len = c.len();
                     update_row(c, 0, 1, src, base + k * PAR_CHUNK * ss, ss, len, &f)
                 });

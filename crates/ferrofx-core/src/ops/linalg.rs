@@ -19,7 +19,6 @@ use crate::ops::kernel;
 use crate::scalar::Scalar;
 use crate::tensor::{Tensor, TensorMeta};
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 // ---------------------------------------------------------------------------------------------
@@ -39,10 +38,10 @@ pub(crate) enum Par {
 impl Par {
     /// The threads a GEMM may use here: the pool's size outside a rayon worker, else one.
     fn threads(self) -> usize {
-        if self == Par::Seq || rayon::current_thread_index().is_some() {
+        if self == Par::Seq {
             1
         } else {
-            rayon::current_num_threads()
+            super::team::threads()
         }
     }
 
@@ -203,7 +202,8 @@ macro_rules! float_mat {
                     // on one core (see `split_blocks`).
                     let (blocks, by_cols) = split_blocks(m, n, threads);
                     let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut Self), SendPtr(b as *mut Self));
-                    blocks.into_par_iter().for_each(|(start, len)| {
+                    super::team::for_each(blocks.len(), |bi| {
+                        let (start, len) = blocks[bi];
                         let (dst, a, b) = (dst, a, b);
                         let s = start as isize;
                         // SAFETY: the blocks are disjoint ranges of the output's rows or
@@ -498,9 +498,7 @@ fn batched_gemm<T: MatElem>(
     };
     let chunk = m * n;
     if batch > 1 && m * n * k < PAR_BATCH_WORK && batch * m * n * k >= 32 * 32 * 32 {
-        out.par_chunks_mut(chunk)
-            .zip(oa.par_iter().zip(ob.par_iter()))
-            .for_each(|(o, (&x, &y))| one(o, x, y, Par::Seq));
+        super::team::chunks_mut(out, chunk, |i, o| one(o, oa[i], ob[i], Par::Seq));
     } else {
         for ((o, &x), &y) in out.chunks_mut(chunk).zip(&oa).zip(&ob) {
             one(o, x, y, Par::Pool);

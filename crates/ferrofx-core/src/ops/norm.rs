@@ -689,7 +689,12 @@ fn ln_f32(op: &str, x: &Tensor, d: usize, eps: f64, w: Option<&Tensor>, b: Optio
         };
         if d > 0 {
             if xs.len() >= PAR_THRESHOLD {
-                out.par_chunks_mut(d).zip(xs.par_chunks(d)).with_min_len((PAR_THRESHOLD / 4 / d).max(1)).for_each(row);
+                // rows in tasks of about PAR_THRESHOLD / 4 elements, one team job
+                let per = (PAR_THRESHOLD / 4 / d).max(1) * d;
+                super::team::chunks_mut(&mut out, per, |k, o| {
+                    let xr = &xs[k * per..k * per + o.len()];
+                    o.chunks_mut(d).zip(xr.chunks(d)).for_each(row)
+                });
             } else {
                 out.chunks_mut(d).zip(xs.chunks(d)).for_each(row);
             }

@@ -12,7 +12,6 @@ use crate::ops::reduce::{call1, cost_reduce, meta1, opdef, plan, unpermute};
 use crate::ops::vmath;
 use crate::tensor::Tensor;
 use crate::value::Value;
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 trait Real: Copy + Send + Sync + PartialOrd + crate::dtype::Element {
@@ -178,7 +177,11 @@ fn softmax_typed<R: Real>(op: &str, x: &Tensor, dim: usize, log: bool) -> Result
         if i == 1 {
             let f = |(xs, os): (&[R], &mut [R])| row_softmax(xs, os, log);
             if big {
-                d.par_chunks(r).zip(out.par_chunks_mut(r)).with_min_len((kernel::PAR_CHUNK / r).max(1)).for_each(f);
+                // rows in tasks of about PAR_CHUNK elements, one team job
+                let per = (kernel::PAR_CHUNK / r).max(1) * r;
+                super::team::chunks_mut(&mut out, per, |k, os| {
+                    d[k * per..k * per + os.len()].chunks(r).zip(os.chunks_mut(r)).for_each(f)
+                });
             } else {
                 d.chunks(r).zip(out.chunks_mut(r)).for_each(f);
             }
@@ -189,7 +192,7 @@ fn softmax_typed<R: Real>(op: &str, x: &Tensor, dim: usize, log: bool) -> Result
                 block_softmax(xs, os, r, i, log, &mut m, &mut s)
             };
             if big && o > 1 {
-                d.par_chunks(r * i).zip(out.par_chunks_mut(r * i)).for_each(f);
+                super::team::chunks_mut(&mut out, r * i, |k, os| f((&d[k * r * i..(k + 1) * r * i], os)));
             } else {
                 d.chunks(r * i).zip(out.chunks_mut(r * i)).for_each(f);
             }
