@@ -687,17 +687,17 @@ fn ln_f32(op: &str, x: &Tensor, d: usize, eps: f64, w: Option<&Tensor>, b: Optio
             let rstd = 1.0 / (var + eps).sqrt();
             vmath::normalize_row(o, xr, mean as f32, rstd as f32, w.as_deref(), b.as_deref());
         };
-        if d > 0 {
-            if xs.len() >= PAR_THRESHOLD {
-                // rows in tasks of about PAR_THRESHOLD / 4 elements, one team job
-                let per = (PAR_THRESHOLD / 4 / d).max(1) * d;
+        // rows in tasks of about PAR_THRESHOLD / 4 elements, one team job
+        match (PAR_THRESHOLD / 4).checked_div(d) {
+            Some(rows) if xs.len() >= PAR_THRESHOLD => {
+                let per = rows.max(1) * d;
                 super::team::chunks_mut(&mut out, per, |k, o| {
                     let xr = &xs[k * per..k * per + o.len()];
                     o.chunks_mut(d).zip(xr.chunks(d)).for_each(row)
                 });
-            } else {
-                out.chunks_mut(d).zip(xs.chunks(d)).for_each(row);
             }
+            Some(_) => out.chunks_mut(d).zip(xs.chunks(d)).for_each(row),
+            None => {}
         }
         Tensor::from_vec(out, x.shape())
     })?
