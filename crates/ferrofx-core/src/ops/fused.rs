@@ -7,16 +7,18 @@
 //! evaluator below: loading a file never runs code from it, it only parses the text into
 //! instructions of a closed set.
 //!
-//! The evaluator is a vectorised interpreter. The expression is decoded once per call (inputs
-//! broadcast from one value become constants). The output is cut into blocks of 1024
-//! elements, where each input's slice is resolved once (contiguous inputs are read in place,
-//! broadcast or strided ones gathered), and blocks into strips of [`STRIP`] elements: for one
-//! strip every instruction runs as a fixed-length loop (a few full-width vector operations,
-//! compiled for AVX-512/AVX2/baseline and dispatched once per task) over registers of `STRIP`
-//! floats that never leave L1, and the last instruction writes straight into the output strip.
-//! The output is allocated uninitialised through [`crate::memory`] and written once; outputs of
-//! at least [`STREAM_MIN_BYTES`] are written with non-temporal stores. Large outputs are split
-//! over rayon threads. Inputs may alias each other (they are only read).
+//! The evaluator is a vectorised interpreter. The expression is decoded once per call into a
+//! list of steps, each a function pointer to a small kernel for one instruction and one kind
+//! of operands (strip and strip, strip and constant, ...) compiled for AVX-512, AVX2 or the
+//! baseline (see `kernels`); instructions whose operands are all constants (inputs broadcast
+//! from one value become constants) are evaluated once at decode time. Contiguous inputs are
+//! read in place (and prefetched a little ahead), strided ones gathered 1024 elements at a
+//! time. The output is cut into strips of [`STRIP`] elements: for one strip every step is
+//! one call of its kernel over registers of `STRIP` floats that never leave L1, and the last
+//! writes straight into the output strip. The output is allocated
+//! uninitialised through [`crate::memory`] and written once; outputs of at least
+//! [`STREAM_MIN_BYTES`] are written with non-temporal stores. Large outputs are split over the
+//! kernels' thread team. Inputs may alias each other (they are only read).
 //!
 //! Element functions are the same formulas as the unfused ops (`Float`/`Num` on f32), so a
 //! fused group gives the same bits as the ops run one by one.
@@ -42,10 +44,11 @@ use smallvec::{smallvec, SmallVec};
 use std::fmt;
 use std::mem::MaybeUninit;
 
-/// Elements per register of the evaluator (256 bytes: four AVX-512 vectors). Measured on
-/// seed 003's `relu((x + 1) * 2)`: strips of 64 keep every temporary in the store buffer and
-/// L1 and run at the speed of a copy; registers of 512 or more floats ran 2-5x slower.
-pub const STRIP: usize = 64;
+/// Elements per register of the evaluator (512 bytes: eight AVX-512 vectors). Each
+/// instruction runs over one strip per kernel call, so a strip must be long enough to hide
+/// the call (in a standalone copy of this evaluator, strips of 64 ran ~15% slower than 128 on
+/// seed 003's expressions, session 22) and short enough that every temporary stays in L1.
+pub const STRIP: usize = 128;
 /// Elements per block: strided and broadcast inputs are gathered one block at a time.
 const BLOCK: usize = 1024;
 /// Elements per parallel task (256 KiB of output).
@@ -530,190 +533,139 @@ fn binary(op: FusedOp, a: f32, b: f32) -> f32 {
 // ---------------------------------------------------------------------------------------------
 // The evaluator.
 
+mod kernels;
+use kernels::{Isa, Kernel, Kind};
+
 /// One register of the evaluator: a strip of [`STRIP`] floats, aligned to a cache line.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Reg([f32; STRIP]);
 
-/// Where an instruction's values go: a register, or (the last instruction) the output strip
-/// itself, so the result is stored once, straight from the vector registers.
-trait Sink {
-    fn put(&mut self, j: usize, v: f32);
-    #[inline(always)]
-    fn splat(&mut self, v: f32) {
-        for j in 0..STRIP {
-            self.put(j, v);
-        }
-    }
-}
-
-impl Sink for [f32; STRIP] {
-    #[inline(always)]
-    fn put(&mut self, j: usize, v: f32) {
-        self[j] = v;
-    }
-}
-
-impl Sink for [MaybeUninit<f32>; STRIP] {
-    #[inline(always)]
-    fn put(&mut self, j: usize, v: f32) {
-        self[j].write(v);
-    }
-}
-
-/// A resolved operand for one strip: a full strip of values or a constant.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    Strip(&'a [f32; STRIP]),
-    Splat(f32),
-}
-
-// The loops below run over arrays of the constant length STRIP: the compiler unrolls them into
-// a few full-width vector operations with no loop or bounds overhead, so interpreting one
-// instruction for one strip costs a jump and STRIP / lanes vector instructions.
-
-#[inline(always)]
-fn map1<O: Sink>(out: &mut O, a: &[f32; STRIP], f: impl Fn(f32) -> f32) {
-    for (j, &x) in a.iter().enumerate() {
-        out.put(j, f(x));
-    }
-}
-
-#[inline(always)]
-fn map2<O: Sink>(out: &mut O, a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
-    match (a, b) {
-        (Src::Strip(a), Src::Strip(b)) => {
-            for j in 0..STRIP {
-                out.put(j, f(a[j], b[j]));
-            }
-        }
-        (Src::Strip(a), Src::Splat(y)) => map1(out, a, |x| f(x, y)),
-        (Src::Splat(x), Src::Strip(b)) => map1(out, b, |y| f(x, y)),
-        (Src::Splat(x), Src::Splat(y)) => out.splat(f(x, y)),
-    }
-}
-
-#[inline(always)]
-fn run_unary<O: Sink>(op: FusedOp, out: &mut O, a: Src<'_>) {
-    let a = match a {
-        Src::Strip(a) => a,
-        Src::Splat(x) => {
-            out.splat(unary(op, x));
-            return;
-        }
-    };
-    // one loop per function, so each loop is a straight vectorisable body
-    macro_rules! arms {
-        ($($o:ident),*) => {
-            match op {
-                $(FusedOp::$o => map1(out, a, |x| unary(FusedOp::$o, x)),)*
-                _ => map1(out, a, |x| unary(op, x)),
-            }
-        };
-    }
-    arms!(Neg, Abs, Relu, Sigmoid, Tanh, Exp, Sqrt, Rsqrt, Reciprocal, Silu, Gelu, GeluTanh, Hardswish, Hardsigmoid)
-}
-
-#[inline(always)]
-fn run_binary<O: Sink>(op: FusedOp, out: &mut O, a: Src<'_>, b: Src<'_>) {
-    macro_rules! arms {
-        ($($o:ident),*) => {
-            match op {
-                $(FusedOp::$o => map2(out, a, b, |x, y| binary(FusedOp::$o, x, y)),)*
-                _ => map2(out, a, b, |x, y| binary(op, x, y)),
-            }
-        };
-    }
-    arms!(Add, Sub, Mul, Div, Maximum, Minimum, LeakyRelu, Eq, Ne, Gt, Ge, Lt, Le)
-}
-
-/// An operand decoded for one call: the `i`-th input read strip by strip from memory, an
-/// earlier instruction's register, or a constant (an input broadcast from one value is
-/// decoded as a constant).
+/// Where a decoded operand's strip is read from.
 #[derive(Clone, Copy, Debug)]
-enum Arg {
+enum Loc {
+    /// The `i`-th input, strip by strip from memory.
     Mem(u16),
+    /// An earlier step's register.
     Reg(u16),
+    /// Not read by the step's kernel.
+    Unused,
+}
+
+/// An instruction's value after decoding: a strip in some place, or a constant (an
+/// instruction whose operands are all constants, for instance inputs broadcast from one
+/// value, is evaluated once at decode time with the same scalar formula).
+#[derive(Clone, Copy, Debug)]
+enum Val {
+    Strip(Loc),
     Const(f32),
 }
 
-/// One instruction decoded for one call: operands resolved, clamp bounds read.
-#[derive(Clone, Copy, Debug)]
+/// One instruction decoded for one call: its kernel, where its operands are, its constant
+/// parameters (see [`Kind`]); it writes register `out`, or the output strip if it is last.
+#[derive(Clone, Copy)]
 struct Step {
-    op: FusedOp,
-    a: Arg,
-    b: Arg,
-    lo: f32,
-    hi: f32,
+    kernel: Kernel,
+    a: Loc,
+    b: Loc,
+    params: [f32; 2],
+    out: u16,
 }
 
-/// Decodes `expr` against the inputs' access kinds (once per call, not per strip).
-fn decode(expr: &FusedExpr, access: &[Access<'_>]) -> SmallVec<[Step; 16]> {
-    let arg = |o: Option<&Operand>| match o {
-        Some(&Operand::Input(i)) => match access.get(i as usize) {
-            Some(Access::Splat(v)) => Arg::Const(*v),
-            Some(_) => Arg::Mem(i),
-            None => Arg::Const(0.0),
-        },
-        Some(&Operand::Tmp(t)) => Arg::Reg(t),
-        Some(&Operand::Const(c)) => Arg::Const(c),
-        None => Arg::Const(0.0),
-    };
-    let constant = |o: Option<&Operand>, default: f32| match o {
-        Some(&Operand::Const(c)) => c,
-        _ => default,
-    };
-    expr.instrs
-        .iter()
-        .map(|ins| Step {
-            op: ins.op,
-            a: arg(ins.args.first()),
-            b: arg(ins.args.get(1)),
-            lo: constant(ins.args.get(1), f32::NEG_INFINITY),
-            hi: constant(ins.args.get(2), f32::INFINITY),
-        })
-        .collect()
+/// The decoded expression: the steps to run per strip and the result (the last step's
+/// values, or a constant when the whole result is one).
+struct Program {
+    steps: SmallVec<[Step; 16]>,
+    constant: Option<f32>,
 }
 
-#[inline(always)]
-fn run_step<O: Sink>(st: &Step, out: &mut O, a: Src<'_>, b: Src<'_>) {
-    match st.op {
-        FusedOp::Clamp => {
-            let (lo, hi) = (st.lo, st.hi);
-            match a {
-                Src::Strip(a) => map1(out, a, |x| clamp_f(x, lo, hi)),
-                Src::Splat(x) => out.splat(clamp_f(x, lo, hi)),
-            }
-        }
-        op if op.arity() == 2 => run_binary(op, out, a, b),
-        op => run_unary(op, out, a),
-    }
-}
-
-/// Evaluates every step over one strip: `mem[i][off..off + STRIP]` is input `i`'s strip,
-/// `regs[k]` receives step `k`'s values, and the last step writes straight into `out`.
-#[inline(always)]
-fn eval_strip<O: Sink>(steps: &[Step], mem: &[&[f32]], off: usize, regs: &mut [Reg], out: &mut O) {
-    let last = steps.len().saturating_sub(1);
-    for (k, st) in steps.iter().enumerate() {
-        let (done, rest) = regs.split_at_mut(k);
-        let src = |a: Arg| -> Src<'_> {
-            match a {
-                Arg::Mem(i) => mem
-                    .get(i as usize)
-                    .and_then(|m| m.get(off..))
-                    .and_then(|m| m.first_chunk())
-                    .map_or(Src::Splat(0.0), Src::Strip),
-                Arg::Reg(t) => done.get(t as usize).map_or(Src::Splat(0.0), |r| Src::Strip(&r.0)),
-                Arg::Const(c) => Src::Splat(c),
-            }
+/// Decodes `expr` against the inputs' access kinds for `isa` (once per call, not per strip).
+fn decode(expr: &FusedExpr, access: &[Access<'_>], isa: Isa) -> Result<Program> {
+    let mut vals: SmallVec<[Val; 16]> = SmallVec::with_capacity(expr.instrs.len());
+    let mut steps: SmallVec<[Step; 16]> = SmallVec::new();
+    for (k, ins) in expr.instrs.iter().enumerate() {
+        let val = |o: Option<&Operand>| match o {
+            Some(&Operand::Input(i)) => match access.get(i as usize) {
+                Some(Access::Splat(v)) => Val::Const(*v),
+                Some(_) => Val::Strip(Loc::Mem(i)),
+                None => Val::Const(0.0),
+            },
+            Some(&Operand::Tmp(t)) => vals.get(t as usize).copied().unwrap_or(Val::Const(0.0)),
+            Some(&Operand::Const(c)) => Val::Const(c),
+            None => Val::Const(0.0),
         };
-        if k == last {
-            run_step(st, out, src(st.a), src(st.b));
-            return;
+        let constant = |j: usize, default: f32| match ins.args.get(j) {
+            Some(&Operand::Const(c)) => c,
+            _ => default,
+        };
+        let op = ins.op;
+        // the kernel, its operands and parameters; or the value when it is a constant
+        let (kind, a, b, params) = match (op, val(ins.args.first()), val(ins.args.get(1))) {
+            (FusedOp::Clamp, a, _) => {
+                let (lo, hi) = (constant(1, f32::NEG_INFINITY), constant(2, f32::INFINITY));
+                match a {
+                    Val::Const(x) => {
+                        vals.push(Val::Const(clamp_f(x, lo, hi)));
+                        continue;
+                    }
+                    Val::Strip(l) => (Kind::Unary, l, Loc::Unused, [lo, hi]),
+                }
+            }
+            (op, a, b) if op.arity() == 2 => match (a, b) {
+                (Val::Const(x), Val::Const(y)) => {
+                    vals.push(Val::Const(binary(op, x, y)));
+                    continue;
+                }
+                (Val::Strip(x), Val::Strip(y)) => (Kind::StripStrip, x, y, [0.0; 2]),
+                (Val::Strip(x), Val::Const(c)) => (Kind::StripConst, x, Loc::Unused, [c, 0.0]),
+                (Val::Const(c), Val::Strip(y)) => (Kind::ConstStrip, y, Loc::Unused, [c, 0.0]),
+            },
+            (op, a, _) => match a {
+                Val::Const(x) => {
+                    vals.push(Val::Const(unary(op, x)));
+                    continue;
+                }
+                Val::Strip(l) => (Kind::Unary, l, Loc::Unused, [0.0; 2]),
+            },
+        };
+        let kernel = kernels::kernel(op, kind, isa).ok_or_else(|| {
+            Error::argument(OP, format!("t{k} = {}: no kernel for operands of kind {kind:?}", op.name()))
+        })?;
+        let out = steps.len() as u16;
+        steps.push(Step { kernel, a, b, params, out });
+        vals.push(Val::Strip(Loc::Reg(out)));
+    }
+    let constant = match vals.last() {
+        Some(Val::Const(c)) => Some(*c),
+        _ => None,
+    };
+    Ok(Program { steps, constant })
+}
+
+/// Runs every step over one strip: `mem[i].add(off)` is input `i`'s strip, `regs` holds the
+/// steps' registers and the last step writes `dst`.
+///
+/// # Safety
+/// `mem[i].add(off)` is valid for `STRIP` reads for every input a step reads from memory;
+/// `regs` holds a register per step; `dst` is valid for `STRIP` writes and overlaps neither;
+/// the steps' kernels were chosen for an instruction set this CPU has.
+#[inline(always)]
+unsafe fn run_strip(steps: &[Step], mem: &[*const f32], off: usize, regs: *mut f32, dst: *mut f32) {
+    let last = steps.len().wrapping_sub(1);
+    for (i, st) in steps.iter().enumerate() {
+        // SAFETY: the caller's contract (Mem and Reg locations were checked by `decode`: a
+        // Mem index names an input, a Reg index an earlier step's register)
+        unsafe {
+            let at = |l: Loc| -> *const f32 {
+                match l {
+                    Loc::Mem(m) => mem[m as usize].add(off),
+                    Loc::Reg(r) => regs.add(r as usize * STRIP),
+                    Loc::Unused => std::ptr::null(),
+                }
+            };
+            let o = if i == last { dst } else { regs.add(st.out as usize * STRIP) };
+            (st.kernel)(o, at(st.a), at(st.b), st.params);
         }
-        let Some(r) = rest.first_mut() else { return };
-        run_step(st, &mut r.0, src(st.a), src(st.b));
     }
 }
 
@@ -813,67 +765,83 @@ fn stream_strip<const W: usize>(o: &mut [MaybeUninit<f32>; STRIP], r: &Reg) {
     }
 }
 
-/// Evaluates output elements `start..start + out.len()` into `out`, block by block: each
-/// input's slice of the block is resolved once (strided inputs gathered), then strip by strip
-/// every step runs over registers and the last writes the output strip (`stream`: through a
-/// register and non-temporal stores).
+/// How far ahead of the strip being computed the inputs read in place are prefetched
+/// (elements). Measured on seed 003's expressions in a standalone copy of this evaluator
+/// (session 22): two strips ahead made the two-input `relu(x + 2 * y)` as fast as a
+/// hand-written loop of the same expression (~10-15% faster than without), and one input
+/// ~10% faster; 4 KiB ahead was no better.
+const PREFETCH_AHEAD: usize = 2 * STRIP;
+
+/// Asks for the cache lines of the strip at `p` (a hint: an address past an input's end, or
+/// invalid, is harmless; nothing is read).
+#[inline(always)]
+fn prefetch_strip(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    for l in (0..STRIP).step_by(16) {
+        // SAFETY: a prefetch never faults and reads nothing the program sees
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(l).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Evaluates output elements `start..start + out.len()` into `out`: in one span when every
+/// input is read in place or is a constant, else block by block with the strided inputs
+/// gathered per block; within a span, strip by strip every step's kernel runs over registers
+/// and the last writes the output strip (`stream`: through a register and non-temporal
+/// stores).
 #[inline(always)]
 fn eval_range_body<const W: usize>(
-    steps: &[Step],
+    prog: &Program,
     access: &[Access<'_>],
     start: usize,
     out: &mut [MaybeUninit<f32>],
     stream: bool,
 ) {
+    if let Some(c) = prog.constant {
+        out.fill(MaybeUninit::new(c));
+        return;
+    }
     let n_in = access.len();
-    let mut regs = vec![Reg([0.0; STRIP]); steps.len()];
-    let strided = access.iter().any(|a| matches!(a, Access::Strided { .. }));
-    let mut gathered = vec![0f32; if strided { n_in * BLOCK } else { 0 }];
-    let mut tails = vec![Reg([0.0; STRIP]); n_in];
-    let mut spill = Reg([0.0; STRIP]);
-    for (b, out_b) in out.chunks_mut(BLOCK).enumerate() {
-        let (s, len) = (start + b * BLOCK, out_b.len());
-        for (i, a) in access.iter().enumerate() {
-            if let Access::Strided { data, layout } = a {
-                gather(data, layout, s, &mut gathered[i * BLOCK..i * BLOCK + len]);
-            }
-        }
-        // every input's values for this block, resolved once for its strips
+    let mut regs = vec![Reg([0.0; STRIP]); prog.steps.len()];
+    let mut scratch = Scratch {
+        regs: regs.as_mut_ptr().cast::<f32>(),
+        tails: vec![Reg([0.0; STRIP]); n_in],
+        spill: Reg([0.0; STRIP]),
+    };
+    // the inputs read in place (prefetched ahead of the strip that reads them)
+    let in_place: SmallVec<[bool; 8]> = access.iter().map(|a| matches!(a, Access::Contiguous(_))).collect();
+    if !access.iter().any(|a| matches!(a, Access::Strided { .. })) {
+        // every input is read in place or is a constant: one span over the whole range
+        let len = out.len();
         let mem: SmallVec<[&[f32]; 8]> = access
             .iter()
-            .enumerate()
-            .map(|(i, a)| match a {
-                Access::Contiguous(d) => &d[s..s + len],
-                Access::Strided { .. } => &gathered[i * BLOCK..i * BLOCK + len],
-                Access::Splat(_) => &[][..],
+            .map(|a| match a {
+                Access::Contiguous(d) => &d[start..start + len],
+                _ => &[][..],
             })
             .collect();
-        let full = len / STRIP * STRIP;
-        let (body, tail) = out_b.split_at_mut(full);
-        for (k, o) in body.chunks_exact_mut(STRIP).enumerate() {
-            let Some(o) = o.first_chunk_mut::<STRIP>() else { continue };
-            if stream {
-                eval_strip(steps, &mem, k * STRIP, &mut regs, &mut spill.0);
-                stream_strip::<W>(o, &spill);
-            } else {
-                eval_strip(steps, &mem, k * STRIP, &mut regs, o);
-            }
-        }
-        if !tail.is_empty() {
-            // the last partial strip: inputs copied into zero-padded registers (the padding
-            // lanes are computed and dropped)
-            let t = tail.len();
-            for (r, m) in tails.iter_mut().zip(&mem) {
-                if let Some(m) = m.get(full..) {
-                    r.0[..m.len()].copy_from_slice(m);
-                    r.0[m.len()..].fill(0.0);
+        eval_span::<W>(prog, &mem, &in_place, out, &mut scratch, stream);
+    } else {
+        // strided inputs are gathered one block at a time
+        let mut gathered = vec![0f32; n_in * BLOCK];
+        for (b, out_b) in out.chunks_mut(BLOCK).enumerate() {
+            let (s, len) = (start + b * BLOCK, out_b.len());
+            for (i, a) in access.iter().enumerate() {
+                if let Access::Strided { data, layout } = a {
+                    gather(data, layout, s, &mut gathered[i * BLOCK..i * BLOCK + len]);
                 }
             }
-            let tmem: SmallVec<[&[f32]; 8]> = tails.iter().map(|r| &r.0[..]).collect();
-            eval_strip(steps, &tmem, 0, &mut regs, &mut spill.0);
-            for (o, &v) in tail.iter_mut().zip(&spill.0[..t]) {
-                o.write(v);
-            }
+            let mem: SmallVec<[&[f32]; 8]> = access
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match a {
+                    Access::Contiguous(d) => &d[s..s + len],
+                    Access::Strided { .. } => &gathered[i * BLOCK..i * BLOCK + len],
+                    Access::Splat(_) => &[][..],
+                })
+                .collect();
+            eval_span::<W>(prog, &mem, &in_place, out_b, &mut scratch, stream);
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -884,29 +852,102 @@ fn eval_range_body<const W: usize>(
     }
 }
 
-/// [`eval_range_body`] compiled for AVX-512, AVX2 or the baseline, the best the CPU supports
-/// (the feature checks are cached; the dispatch is once per task, outside every loop).
-fn eval_range(steps: &[Step], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx2,fma")]
-        fn avx512(steps: &[Step], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
-            eval_range_body::<512>(steps, access, start, out, stream)
+/// The evaluator's working memory for one task: a register per step (`regs`, `STRIP` floats
+/// each), a zero-padded register per input for the last partial strip, and the register the
+/// last step writes when the output is streamed.
+struct Scratch {
+    regs: *mut f32,
+    tails: Vec<Reg>,
+    spill: Reg,
+}
+
+/// Runs `prog` over `out`, whose element `j` reads element `j` of each `mem[i]` (each at least
+/// `out.len()` long, or empty for an input decoded as a constant): strip by strip, the inputs
+/// marked `in_place` prefetched ahead, then the last partial strip through padded registers.
+#[inline(always)]
+fn eval_span<const W: usize>(
+    prog: &Program,
+    mem: &[&[f32]],
+    in_place: &[bool],
+    out: &mut [MaybeUninit<f32>],
+    scratch: &mut Scratch,
+    stream: bool,
+) {
+    let ptrs: SmallVec<[*const f32; 8]> = mem.iter().map(|m| m.as_ptr()).collect();
+    let ahead: SmallVec<[*const f32; 8]> =
+        ptrs.iter().zip(in_place).filter(|(_, &p)| p).map(|(m, _)| m.wrapping_add(PREFETCH_AHEAD)).collect();
+    let full = out.len() / STRIP * STRIP;
+    let (body, tail) = out.split_at_mut(full);
+    let (regs, spill) = (scratch.regs, &mut scratch.spill);
+    for (k, o) in body.chunks_exact_mut(STRIP).enumerate() {
+        for &p in &ahead {
+            prefetch_strip(p.wrapping_add(k * STRIP));
         }
-        #[target_feature(enable = "avx2,fma")]
-        fn avx2(steps: &[Step], access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
-            eval_range_body::<256>(steps, access, start, out, stream)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the features `avx512` is compiled for (checked above).
-            return unsafe { avx512(steps, access, start, out, stream) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: as above, for AVX2 and FMA.
-            return unsafe { avx2(steps, access, start, out, stream) };
+        // SAFETY: every input read from memory has at least `out.len()` >= (k + 1) * STRIP
+        // values from `ptrs[i]` (inputs decoded as constants are never read), `regs` holds a
+        // register per step, `o` and `spill` hold STRIP floats apart from them, and the
+        // kernels were chosen for this CPU (`eval`)
+        unsafe {
+            if stream {
+                run_strip(&prog.steps, &ptrs, k * STRIP, regs, spill.0.as_mut_ptr());
+                if let Some(o) = o.first_chunk_mut::<STRIP>() {
+                    stream_strip::<W>(o, spill);
+                }
+            } else {
+                run_strip(&prog.steps, &ptrs, k * STRIP, regs, o.as_mut_ptr().cast());
+            }
         }
     }
-    eval_range_body::<128>(steps, access, start, out, stream)
+    if !tail.is_empty() {
+        // the last partial strip: inputs copied into zero-padded registers (the padding
+        // lanes are computed and dropped)
+        let t = tail.len();
+        for (r, m) in scratch.tails.iter_mut().zip(mem) {
+            if let Some(m) = m.get(full..) {
+                r.0[..m.len()].copy_from_slice(m);
+                r.0[m.len()..].fill(0.0);
+            }
+        }
+        let tptrs: SmallVec<[*const f32; 8]> = scratch.tails.iter().map(|r| r.0.as_ptr()).collect();
+        // SAFETY: as above, with every input's strip in its padded tail register
+        unsafe { run_strip(&prog.steps, &tptrs, 0, regs, spill.0.as_mut_ptr()) };
+        for (o, &v) in tail.iter_mut().zip(&spill.0[..t]) {
+            o.write(v);
+        }
+    }
+}
+
+/// [`eval_range_body`] compiled for `isa` (the one `prog`'s kernels were chosen for; the
+/// dispatch is once per task, outside every loop).
+fn eval_range(
+    prog: &Program,
+    isa: Isa,
+    access: &[Access<'_>],
+    start: usize,
+    out: &mut [MaybeUninit<f32>],
+    stream: bool,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            fn avx512(prog: &Program, access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
+                eval_range_body::<512>(prog, access, start, out, stream)
+            }
+            // SAFETY: `isa` was detected on this CPU (`Isa::detect`).
+            unsafe { avx512(prog, access, start, out, stream) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2(prog: &Program, access: &[Access<'_>], start: usize, out: &mut [MaybeUninit<f32>], stream: bool) {
+                eval_range_body::<256>(prog, access, start, out, stream)
+            }
+            // SAFETY: as above, for AVX2 and FMA.
+            unsafe { avx2(prog, access, start, out, stream) }
+        }
+        Isa::Base => eval_range_body::<128>(prog, access, start, out, stream),
+    }
 }
 
 /// Output shape and checks shared by meta and kernel.
@@ -993,7 +1034,8 @@ fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> 
         };
         access.push(a);
     }
-    let steps = decode(expr, &access);
+    let isa = Isa::detect();
+    let prog = decode(expr, &access, isa)?;
     // not zero-filled: eval_range writes every element once
     let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, shape)?;
     let out = &mut buf.spare_capacity_mut()[..n];
@@ -1003,9 +1045,9 @@ fn eval(inputs: &[Tensor], expr: &FusedExpr, shape: &[usize]) -> Result<Tensor> 
         && n.saturating_mul(4) >= STREAM_MIN_BYTES
         && (out.as_ptr() as usize).is_multiple_of(64);
     if n <= TASK {
-        eval_range(&steps, &access, 0, out, stream);
+        eval_range(&prog, isa, &access, 0, out, stream);
     } else {
-        super::team::chunks_mut(out, TASK, |t, o| eval_range(&steps, &access, t * TASK, o, stream));
+        super::team::chunks_mut(out, TASK, |t, o| eval_range(&prog, isa, &access, t * TASK, o, stream));
     }
     // SAFETY: alloc_uninit reserved exactly n elements; eval_range writes every element of
     // every strip of `out`, and the strips cover all n elements.
@@ -1053,3 +1095,44 @@ pub fn fused_elementwise(inputs: &[Tensor], expr: &str) -> Result<Tensor> {
 }
 
 pub(crate) static OPS: &[&OpDef] = &[&FUSED_ELEMENTWISE];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        t.to_vec::<f32>().unwrap()
+    }
+
+    #[test]
+    fn inputs_broadcast_from_one_value_are_folded_at_decode_time() {
+        // x0 is one value broadcast over x1's 700 elements: decoded as a constant
+        let s = Tensor::from_vec(vec![0.5f32], &[1]).unwrap();
+        let x: Vec<f32> = (0..700).map(|i| i as f32 * 0.01 - 3.0).collect();
+        let xt = Tensor::from_vec(x.clone(), &[700]).unwrap();
+        // constant-and-strip operands both ways, a folded clamp, and a strip clamp
+        let expr = "t0 = mul(x0, 4.0); t1 = sub(t0, x1); t2 = div(x1, t0); t3 = add(t1, t2); \
+                    t4 = clamp(x0, 0.0, 0.25); t5 = mul(t3, t4); t6 = clamp(t5, -1.0, 1.0)";
+        let got = values(&fused_elementwise(&[s.clone(), xt.clone()], expr).unwrap());
+        let want: Vec<f32> = x.iter().map(|&v| (((2.0 - v) + v / 2.0) * 0.25).clamp(-1.0, 1.0)).collect();
+        assert_eq!(got, want);
+        // a result that is a constant (x1 only feeds a dead instruction): the output is filled
+        let expr = "t0 = mul(x1, 3.0); t1 = add(x0, 1.0); t2 = mul(t1, t1)";
+        let got = values(&fused_elementwise(&[s, xt], expr).unwrap());
+        assert_eq!(got, vec![2.25f32; 700]);
+    }
+
+    #[test]
+    fn every_length_around_the_strip_matches_the_ops_one_by_one() {
+        for n in [1, STRIP - 1, STRIP, STRIP + 1, 2 * STRIP + 7, BLOCK + 3] {
+            let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 4.0).collect();
+            let y: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() * 2.0).collect();
+            let (xt, yt) = (Tensor::from_vec(x.clone(), &[n]).unwrap(), Tensor::from_vec(y.clone(), &[n]).unwrap());
+            let got = values(
+                &fused_elementwise(&[xt, yt], "t0 = mul(x1, 2.0); t1 = add(x0, t0); t2 = maximum(t1, x1)").unwrap(),
+            );
+            let want: Vec<f32> = x.iter().zip(&y).map(|(&a, &b)| (a + b * 2.0).max(b)).collect();
+            assert_eq!(got, want, "n = {n}");
+        }
+    }
+}
