@@ -191,11 +191,10 @@ impl<const N: usize> Plan<N> {
             // every chunk of every row is one task of one team job
             let per_row = inner.div_ceil(PAR_CHUNK);
             let mut parts = Vec::with_capacity(rows * per_row);
-            for o in out.chunks_mut(inner) {
-                parts.extend(o.chunks_mut(PAR_CHUNK));
+            for (r, o) in out.chunks_mut(inner).enumerate() {
+                parts.extend(o.chunks_mut(PAR_CHUNK).enumerate().map(|(k, c)| ((r, k), c)));
             }
-            super::team::slices_mut(parts, |t, c| {
-                let (r, k) = (t / per_row, t % per_row);
+            super::team::slices_mut(parts, |&(r, k), c| {
                 self.for_each_row(r, 1, |_, off| {
                     let start = k * PAR_CHUNK;
                     row(c, std::array::from_fn(|q| off[q] + start * strides[q]));

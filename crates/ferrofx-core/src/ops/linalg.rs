@@ -36,7 +36,8 @@ pub(crate) enum Par {
 }
 
 impl Par {
-    /// The threads a GEMM may use here: the pool's size outside a rayon worker, else one.
+    /// The threads a GEMM may use here: the team's (`team::threads`: the pool's size, or one
+    /// inside a rayon worker or a team helper, where jobs run serially).
     fn threads(self) -> usize {
         if self == Par::Seq {
             1

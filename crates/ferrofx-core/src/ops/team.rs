@@ -206,20 +206,33 @@ pub(crate) fn chunks_mut<T: Send>(buf: &mut [T], chunk: usize, f: impl Fn(usize,
     });
 }
 
-/// Runs `f(i, slices[i])` for every slice, as [`for_each`] runs its tasks: for buffers cut into
-/// pieces of uneven sizes (the rows of several images' phases) in one job instead of one per
-/// piece group.
-pub(crate) fn slices_mut<T: Send>(slices: Vec<&mut [T]>, f: impl Fn(usize, &mut [T]) + Sync) {
+/// Runs `f(key, slice)` for every `(key, slice)` of `parts`, each pair one task of one job (as
+/// [`for_each`] runs its tasks): any set of disjoint slices, each with what its task needs to
+/// know about it (an image and row index, say).
+pub(crate) fn slices_mut<K: Sync, T: Send>(parts: Vec<(K, &mut [T])>, f: impl Fn(&K, &mut [T]) + Sync) {
     // the addresses as integers: the slices are distinct exclusive borrows (so disjoint), their
     // elements are `Send`, and each task gets its own slice
-    let parts: Vec<(usize, usize)> = slices.into_iter().map(|s| (s.as_mut_ptr() as usize, s.len())).collect();
+    let parts: Vec<(K, usize, usize)> = parts.into_iter().map(|(k, s)| (k, s.as_mut_ptr() as usize, s.len())).collect();
     for_each(parts.len(), |i| {
-        let (base, len) = parts[i];
+        let (key, base, len) = &parts[i];
         // SAFETY: slice i was borrowed exclusively for this call (the borrow lives as long as
-        // `slices`' lifetime, which covers the call) and no other task gets index i
-        let s = unsafe { std::slice::from_raw_parts_mut(base as *mut T, len) };
-        f(i, s)
+        // `parts`' lifetime, which covers the call) and no other task gets index i
+        let s = unsafe { std::slice::from_raw_parts_mut(*base as *mut T, *len) };
+        f(key, s)
     });
+}
+
+/// An empty list for [`slices_mut`] with room for `n` parts, reserved fallibly: an `Err`
+/// naming `op` when the allocator refuses, not an abort.
+pub(crate) fn reserve_parts<'a, K, T>(op: &str, n: usize) -> crate::error::Result<Vec<(K, &'a mut [T])>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        crate::error::Error::limit(
+            op,
+            format!("the allocator refused a list of {n} parallel tasks; use smaller inputs"),
+        )
+    })?;
+    Ok(v)
 }
 
 /// Runs `f(range)` over `0..n` cut into at most `tasks` contiguous ranges of (nearly) equal

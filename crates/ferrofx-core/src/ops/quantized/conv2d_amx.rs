@@ -203,57 +203,56 @@ impl Plan {
 /// Packs the images of `x` (`img_in` bytes apart, each `C x H x W` bytes, or `H x W x C` when
 /// `nhwc`) into their channels-last phases in `dst` (`plan.image_bytes` each), padding with
 /// `zp`: every row of every phase of every image is one task of one team job.
-fn pack_images(g: &Geom, plan: &Plan, x: &[u8], img_in: usize, nhwc: bool, zp: u8, dst: &mut [u8]) {
+fn pack_images(g: &Geom, plan: &Plan, x: &[u8], img_in: usize, nhwc: bool, zp: u8, dst: &mut [u8]) -> Result<()> {
     let c = g.c;
     let (sh, sw) = (g.stride[0], g.stride[1]);
     let (ph, pw) = (g.pad[0], g.pad[1]);
     let row_bytes = plan.wq * c;
     let image_bytes = plan.phases.len() * plan.lp * c;
     if image_bytes == 0 || row_bytes == 0 {
-        return;
+        return Ok(());
     }
-    // (image, phase, row) of each task's row
-    let mut rows = Vec::new();
-    let mut at = Vec::new();
+    // each task's row with its (image, phase, row) index
+    let per_phase = (plan.lp * c).div_ceil(row_bytes);
+    let count = (dst.len() / image_bytes)
+        .checked_mul(plan.phases.len())
+        .and_then(|v| v.checked_mul(per_phase))
+        .ok_or_else(overflow)?;
+    let mut rows = crate::ops::team::reserve_parts(OP, count)?;
     for (i, img) in dst.chunks_mut(image_bytes).enumerate() {
         for (p, phase) in img.chunks_mut(plan.lp * c).take(plan.phases.len()).enumerate() {
-            for (hs, row) in phase.chunks_mut(row_bytes).enumerate() {
-                rows.push(row);
-                at.push((i, p, hs));
-            }
+            rows.extend(phase.chunks_mut(row_bytes).enumerate().map(|(hs, row)| ((i, p, hs), row)));
         }
     }
-    crate::ops::team::slices_mut(rows, |t, out| {
-        let (i, p, hs) = at[t];
+    crate::ops::team::slices_mut(rows, |&(i, p, hs), out| {
         let (a, b) = plan.phases[p];
         let (ws_lo, ws_hi) = Phases::columns(g, plan.wq, b);
         let x = &x[i * img_in..(i + 1) * img_in];
-        {
-            let hpad = hs * sh + a;
-            if hs >= plan.hs || hpad < ph || hpad - ph >= g.h || ws_lo >= ws_hi {
-                out.fill(zp);
-                return;
-            }
-            let ih = hpad - ph;
-            out[..ws_lo * c].fill(zp);
-            out[ws_hi * c..].fill(zp);
-            let iw0 = ws_lo * sw + b - pw;
-            let n = ws_hi - ws_lo;
-            let run = &mut out[ws_lo * c..ws_hi * c];
-            if nhwc {
-                let src = &x[(ih * g.w + iw0) * c..];
-                if sw == 1 {
-                    run.copy_from_slice(&src[..n * c]);
-                } else {
-                    for (k, px) in run.chunks_exact_mut(c).enumerate() {
-                        px.copy_from_slice(&src[k * sw * c..k * sw * c + c]);
-                    }
-                }
+        let hpad = hs * sh + a;
+        if hs >= plan.hs || hpad < ph || hpad - ph >= g.h || ws_lo >= ws_hi {
+            out.fill(zp);
+            return;
+        }
+        let ih = hpad - ph;
+        out[..ws_lo * c].fill(zp);
+        out[ws_hi * c..].fill(zp);
+        let iw0 = ws_lo * sw + b - pw;
+        let n = ws_hi - ws_lo;
+        let run = &mut out[ws_lo * c..ws_hi * c];
+        if nhwc {
+            let src = &x[(ih * g.w + iw0) * c..];
+            if sw == 1 {
+                run.copy_from_slice(&src[..n * c]);
             } else {
-                transpose_row(x, g.h * g.w, ih * g.w + iw0, sw, n, c, run);
+                for (k, px) in run.chunks_exact_mut(c).enumerate() {
+                    px.copy_from_slice(&src[k * sw * c..k * sw * c + c]);
+                }
             }
+        } else {
+            transpose_row(x, g.h * g.w, ih * g.w + iw0, sw, n, c, run);
         }
     });
+    Ok(())
 }
 
 /// The row-major output-shaped `x` (`N x OC x OH x OW` bytes, `OC` a multiple of 16) as
@@ -265,16 +264,12 @@ pub(super) fn to_channels_last(x: &[u8], g: &Geom) -> Result<AlignedBytes> {
     let mut out = AlignedBytes::try_new(OP, g.n * image, 0)?;
     // pieces of 64 pixels of one image
     const PIECE: usize = 64;
-    let mut pieces = Vec::new();
-    let mut at = Vec::new();
+    let count = g.n.checked_mul(p.div_ceil(PIECE)).ok_or_else(overflow)?;
+    let mut pieces = crate::ops::team::reserve_parts(OP, count)?;
     for (i, img) in out.as_mut_slice().chunks_mut(image.max(1)).enumerate() {
-        for (k, run) in img.chunks_mut(PIECE * c).enumerate() {
-            pieces.push(run);
-            at.push((i, k));
-        }
+        pieces.extend(img.chunks_mut(PIECE * c).enumerate().map(|(k, run)| ((i, k), run)));
     }
-    crate::ops::team::slices_mut(pieces, |t, run| {
-        let (i, k) = at[t];
+    crate::ops::team::slices_mut(pieces, |&(i, k), run| {
         let n = run.len() / c;
         transpose_row(&x[i * image..(i + 1) * image], p, k * PIECE, 1, n, c, run);
     });
@@ -432,7 +427,7 @@ pub(super) fn conv(
     }
     {
         let xp = &mut scratch.as_mut_slice()[..total];
-        pack_images(g, &plan, x, img_in, nhwc_in, zp, xp);
+        pack_images(g, &plan, x, img_in, nhwc_in, zp, xp)?;
         run(g, &plan, xp, image_bytes, g.n, pw, &rq, residual, out, None);
     }
     if scratch.len() <= SCRATCH_KEEP {

@@ -107,28 +107,21 @@ pub(super) fn pack(g: &Geom, x: &[u8], nhwc: bool, zp: u8) -> Result<(AlignedByt
     let row_bytes = ws * cs;
     let geo = RowGeom { c, cs, sh, sw, ph, pw, h: g.h, w: g.w };
     // every row of every image is one task of one team job
-    let mut rows = Vec::new();
-    let mut at = Vec::new();
+    let mut rows = crate::ops::team::reserve_parts(OP, g.n.checked_mul(gs.h).ok_or_else(overflow)?)?;
     for (n, img) in buf.as_mut_slice()[..image * g.n].chunks_mut(image.max(1)).enumerate() {
-        for (r, dst) in img.chunks_mut(row_bytes.max(1)).take(gs.h).enumerate() {
-            rows.push(dst);
-            at.push((n, r));
-        }
+        rows.extend(img.chunks_mut(row_bytes.max(1)).take(gs.h).enumerate().map(|(r, dst)| ((n, r), dst)));
     }
-    crate::ops::team::slices_mut(rows, |t, dst| {
-        let (n, r) = at[t];
+    crate::ops::team::slices_mut(rows, |&(n, r), dst| {
         let src = &x[n * plane * c..(n + 1) * plane * c];
-        {
-            if nhwc {
-                geo.row_nhwc(src, r, dst);
-            } else {
-                match sw {
-                    1 => geo.row::<1>(src, r, dst),
-                    2 => geo.row::<2>(src, r, dst),
-                    3 => geo.row::<3>(src, r, dst),
-                    4 => geo.row::<4>(src, r, dst),
-                    _ => geo.row_nhwc_or_any(src, r, dst, false),
-                }
+        if nhwc {
+            geo.row_nhwc(src, r, dst);
+        } else {
+            match sw {
+                1 => geo.row::<1>(src, r, dst),
+                2 => geo.row::<2>(src, r, dst),
+                3 => geo.row::<3>(src, r, dst),
+                4 => geo.row::<4>(src, r, dst),
+                _ => geo.row_nhwc_or_any(src, r, dst, false),
             }
         }
     });
