@@ -639,6 +639,10 @@ fn decode(expr: &FusedExpr, access: &[Access<'_>], isa: Isa) -> Result<Program> 
         Some(Val::Const(c)) => Some(*c),
         _ => None,
     };
+    // the evaluator writes every output element through the last step, or fills the constant
+    if constant.is_none() && steps.is_empty() {
+        return Err(Error::argument(OP, format!("the expression '{expr}' decoded to no step and no constant")));
+    }
     Ok(Program { steps, constant })
 }
 
