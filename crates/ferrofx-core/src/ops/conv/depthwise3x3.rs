@@ -46,10 +46,23 @@ pub(super) fn applies(g: &Geom) -> bool {
 /// The epilogue part applied in registers; `Silu` and `Hardswish` run after the plane is stored
 /// (`Epilogue::apply` on the plane, still in L1).
 #[derive(Clone, Copy)]
-enum RegAct {
+pub(super) enum RegAct {
     None,
     Relu,
     Clamp(f32, f32),
+}
+
+impl RegAct {
+    /// The part of `act` applied in registers, and whether the rest (`Silu`, `Hardswish`) is
+    /// still to be applied to the stored output.
+    pub(super) fn split(act: Activation) -> (RegAct, bool) {
+        match act {
+            Activation::None => (RegAct::None, false),
+            Activation::Relu => (RegAct::Relu, false),
+            Activation::Clamp(lo, hi) => (RegAct::Clamp(lo, hi), false),
+            Activation::Silu | Activation::Hardswish => (RegAct::None, true),
+        }
+    }
 }
 
 /// One plane: `x` the input plane (`h x w`), `w` its nine weights, `b` the bias, `res` the
@@ -75,12 +88,7 @@ pub(super) fn plane(g: &Geom, p: Plane<'_>, ep: Option<&Epilogue<'_>>) -> bool {
     if let Some(r) = p.res {
         assert!(r.len() >= g.oh * g.ow, "depthwise3x3: residual plane size");
     }
-    let (act, later) = match ep.map_or(Activation::None, |e| e.act) {
-        Activation::None => (RegAct::None, false),
-        Activation::Relu => (RegAct::Relu, false),
-        Activation::Clamp(lo, hi) => (RegAct::Clamp(lo, hi), false),
-        Activation::Silu | Activation::Hardswish => (RegAct::None, true),
-    };
+    let (act, later) = RegAct::split(ep.map_or(Activation::None, |e| e.act));
     #[cfg(target_arch = "x86_64")]
     {
         assert!(super::avx512(), "depthwise3x3 needs AVX-512F (checked by `applies`)");
@@ -115,6 +123,28 @@ pub(super) mod avx512 {
         pub res: *const f32,
         pub zero: *const f32,
         pub out: *mut f32,
+    }
+
+    /// `act(y + res[at..])` (the residual's lanes under `m`; none when `res` is null): the
+    /// epilogue in registers, the scalar formulas' results (`x < lo ? lo : x`, then
+    /// `y > hi ? hi : y`; NaN stays NaN, `-0.0` stays `-0.0`). Also used by `direct.rs`.
+    ///
+    /// # Safety
+    /// AVX-512F; when `res` is not null, the lanes of `m` at `res + at` are readable.
+    #[inline(always)]
+    pub(in crate::ops::conv) unsafe fn finish(
+        y: __m512,
+        res: *const f32,
+        at: usize,
+        m: __mmask16,
+        act: RegAct,
+    ) -> __m512 {
+        let y = if res.is_null() { y } else { _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, res.add(at))) };
+        match act {
+            RegAct::None => y,
+            RegAct::Relu => _mm512_max_ps(_mm512_setzero_ps(), y),
+            RegAct::Clamp(lo, hi) => _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), y)),
+        }
     }
 
     /// The lanes `j` of a 16-lane load at column `t` with `0 <= t + j < w` (also used by
@@ -225,16 +255,7 @@ pub(super) mod avx512 {
             }
             for (rr, a) in acc.iter().enumerate() {
                 let at = (r0 + rr) * g.ow + c.c0;
-                let mut y = *a;
-                if !p.res.is_null() {
-                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(c.store, p.res.add(at)));
-                }
-                // the scalar clamp's formula: x < lo ? lo : x, then y > hi ? hi : y (NaN stays NaN)
-                y = match act {
-                    RegAct::None => y,
-                    RegAct::Relu => _mm512_max_ps(_mm512_setzero_ps(), y),
-                    RegAct::Clamp(lo, hi) => _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), y)),
-                };
+                let y = finish(*a, p.res, at, c.store, act);
                 if MASKED {
                     _mm512_mask_storeu_ps(out.add(at), c.store, y);
                 } else {

@@ -9,13 +9,14 @@
 //! multiplied by the 16 channels' weights (packed per call as `[c][kh][kw][16]`, broadcast
 //! from memory) and added with one fused multiply-add each. Input rows outside the plane are
 //! skipped, input columns outside a row are masked off (nothing is copied or padded). The
-//! epilogue (residual add, activation) is applied to each finished output row while it is in
-//! cache. Rows run in parallel.
+//! residual add and ReLU / clamp are applied in registers before the one store of each output
+//! (SiLU and hardswish to each finished output row while it is in cache). Rows run in parallel.
 //!
 //! The sum per output is `bias + Σ_{c, ki, kj} w x` in that order (fused multiply-adds), within
 //! float32 rounding of the GEMM paths (which sum in the GEMM's blocking order).
 
-use super::{Epilogue, Geom, SendPtr};
+use super::depthwise3x3::RegAct;
+use super::{Activation, Epilogue, Geom, SendPtr};
 use std::mem::MaybeUninit;
 
 /// Output channels per pass (one accumulator register each).
@@ -71,6 +72,14 @@ pub(super) fn conv(
         }
         *bo = bias.map_or(0.0, |b| b[o]);
     }
+    let (act, later) = RegAct::split(ep.map_or(Activation::None, |e| e.act));
+    // what is left for the stored rows: SiLU / hardswish (the residual is added in registers)
+    let later = later.then(|| Epilogue { residual: None, act: ep.map_or(Activation::None, |e| e.act) });
+    let res = ep.and_then(|e| e.residual);
+    if let Some(r) = res {
+        assert!(r.len() >= g.n * g.o * g.oh * g.ow, "direct conv: residual size");
+    }
+    let res = SendPtr(res.map_or(std::ptr::null_mut(), |r| r.as_ptr().cast_mut()));
     let rows = g.n * g.oh;
     let ptr = SendPtr(out.as_mut_ptr().cast::<f32>());
     let run = |r0: usize, r1: usize| {
@@ -81,7 +90,8 @@ pub(super) fn conv(
                 // SAFETY: AVX-512F (checked by `applies`, asserted above); x, the packed
                 // weights and out hold the geometry's elements (asserted above); this call
                 // writes output row r of image ni for channels bi*OB..bi*OB+nb, which no other
-                // task writes.
+                // task writes; res (if not null) holds the output's shape (asserted above) and
+                // is only read.
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
                     avx512::row(
@@ -90,6 +100,8 @@ pub(super) fn conv(
                         &wp[bi * taps * OB..(bi + 1) * taps * OB],
                         &bp[bi * OB..(bi + 1) * OB],
                         ptr.ptr(),
+                        res.ptr(),
+                        act,
                         ni,
                         r,
                         bi * OB,
@@ -97,7 +109,7 @@ pub(super) fn conv(
                     )
                 };
             }
-            if let Some(ep) = ep {
+            if let Some(ep) = &later {
                 for o in 0..g.o {
                     let off = ((ni * g.o + o) * g.oh + r) * g.ow;
                     // SAFETY: row r of (ni, o) lies inside out, is written above and belongs to
@@ -120,8 +132,8 @@ pub(super) fn conv(
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::super::depthwise3x3::avx512::mask;
-    use super::{Geom, OB};
+    use super::super::depthwise3x3::avx512::{finish, mask};
+    use super::{Geom, RegAct, OB};
     use std::arch::x86_64::*;
 
     /// `acc[o] += wt[o] * v` for the 16 channels of a block.
@@ -137,7 +149,7 @@ mod avx512 {
     /// # Safety
     /// AVX-512F; `x` holds `[n, c, h, w]`, `wp` the block's packed weights (`c * kh * kw * 16`),
     /// `bp` its 16 biases, `out` `[n, o, oh, ow]` with row `r` of channels `o0..o0 + nb`
-    /// exclusively this call's.
+    /// exclusively this call's; `res` null or a readable residual of `out`'s shape.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn row(
@@ -146,6 +158,8 @@ mod avx512 {
         wp: &[f32],
         bp: &[f32],
         out: *mut f32,
+        res: *const f32,
+        act: RegAct,
         ni: usize,
         r: usize,
         o0: usize,
@@ -199,7 +213,7 @@ mod avx512 {
             }
             for (o, a) in acc.iter().enumerate().take(nb) {
                 let at = ((ni * g.o + o0 + o) * g.oh + r) * g.ow + c0;
-                _mm512_mask_storeu_ps(out.add(at), store, *a);
+                _mm512_mask_storeu_ps(out.add(at), store, finish(*a, res, at, store, act));
             }
             c0 += 16;
         }
