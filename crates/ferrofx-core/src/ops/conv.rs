@@ -44,6 +44,7 @@ mod depthwise;
 mod depthwise3x3;
 mod direct;
 mod epilogue;
+mod every_other;
 mod pointwise;
 mod winograd;
 use super::team;
@@ -705,13 +706,14 @@ fn fill_shifted<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, xr: &mut [T]
 /// im2col for one unit: `col[(c*kh + ki)*kw + kj][oh*ow_n + ow] = xpad[c][oh*sh + ki*dh][ow*sw + kj*dw]`.
 fn fill_im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, col: &mut [T], par: Par) {
     let plane = g.oh * g.ow;
+    let every_other = g.sw == 2 && every_other::available::<T>();
     per_channel(col, g.kh * g.kw * plane, par, |ci, block| {
         if g.sw > 1 && g.kw >= 5 {
             im2col_channel_strided(&x[ci * g.h * g.w..(ci + 1) * g.h * g.w], g, block);
             return;
         }
         for (r, dst) in block.chunks_mut(plane).enumerate() {
-            im2col_row(x, g, ci * g.kh * g.kw + r, dst);
+            im2col_row(x, g, ci * g.kh * g.kw + r, dst, every_other);
         }
     });
 }
@@ -759,8 +761,9 @@ fn im2col_channel_strided<T: Copy + Default>(src: &[T], g: &Geom, block: &mut [T
     }
 }
 
-/// One row `(c, ki, kj)` of the im2col matrix.
-fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
+/// One row `(c, ki, kj)` of the im2col matrix; `every_other`: column stride 2 gathered by
+/// [`every_other::copy`] (which must be available for `T`).
+fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T], every_other: bool) {
     let zero = T::default();
     let (ohn, own) = (g.oh, g.ow);
     {
@@ -789,6 +792,10 @@ fn im2col_row<T: Copy + Default>(x: &[T], g: &Geom, r: usize, dst: &mut [T]) {
             } else if g.sw == 1 {
                 let s0 = (lo as isize + off) as usize;
                 drow[lo..hi].copy_from_slice(&srow[s0..s0 + (hi - lo)]);
+            } else if every_other {
+                // columns s0, s0 + 2, ..., s0 + 2 (hi - lo - 1) < w by the choice of lo and hi
+                let s0 = (2 * lo as isize + off) as usize;
+                every_other::copy(&srow[s0..], &mut drow[lo..hi]);
             } else {
                 // first source column: lo*sw + off >= 0 by the choice of lo
                 let s0 = ((lo * g.sw) as isize + off) as usize;
