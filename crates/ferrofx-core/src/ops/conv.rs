@@ -537,7 +537,8 @@ impl<T> SendPtr<T> {
 }
 
 /// A GEMM `dst (m x n, row stride dst_rs) = [dst +] a (m x k) @ b (k x n)` with unit column
-/// strides for `dst` and `b`. With `Par::Pool` (and outside rayon workers) it splits the larger
+/// strides for `dst` and `b`; with `bias`, `dst = bias[row] + a @ b` (each block writes its bias
+/// right before its GEMM, on the thread that runs it, and `dst` may be uninitialised). With `Par::Pool` (and outside rayon workers) it splits the larger
 /// of `m`/`n` into one block per thread and runs single-threaded GEMMs on the blocks: the `gemm`
 /// crate's own threading scales poorly for the short-and-wide shapes of convolutions.
 ///
@@ -552,6 +553,7 @@ unsafe fn gemm_split<T: MatElem>(
     dst: *mut T,
     dst_rs: usize,
     read_dst: bool,
+    bias: Option<&[T]>,
     a: *const T,
     a_rs: usize,
     a_cs: usize,
@@ -562,6 +564,18 @@ unsafe fn gemm_split<T: MatElem>(
     base: usize,
 ) {
     let one = T::from_i64(1);
+    let read_dst = read_dst || bias.is_some();
+    // the bias of a block: rows i0..i0+mm, columns j0..j0+nn of dst
+    let init = |d: *mut T, i0: usize, mm: usize, j0: usize, nn: usize| {
+        if let Some(bv) = bias {
+            for r in i0..i0 + mm {
+                // SAFETY: as `finish` below; written as MaybeUninit (dst may be uninitialised).
+                let seg =
+                    unsafe { std::slice::from_raw_parts_mut(d.add(r * dst_rs + j0).cast::<MaybeUninit<T>>(), nn) };
+                seg.fill(MaybeUninit::new(bv[r]));
+            }
+        }
+    };
     // the epilogue of a finished block: rows i0..i0+mm, columns j0..j0+nn of dst
     let finish = |d: *mut T, i0: usize, mm: usize, j0: usize, nn: usize| {
         if let Some(f) = post {
@@ -576,6 +590,7 @@ unsafe fn gemm_split<T: MatElem>(
     let threads = team::threads();
     let work = m * n * k;
     if par == Par::Seq || threads <= 1 || work < 1 << 18 {
+        init(dst, 0, m, 0, n);
         T::gemm(
             m,
             n,
@@ -605,6 +620,7 @@ unsafe fn gemm_split<T: MatElem>(
             let (d, a, b) = (d, a, b);
             let j0 = ci * step;
             let nn = step.min(n - j0);
+            init(d.ptr(), 0, m, j0, nn);
             // SAFETY: block ci covers columns j0..j0+nn of dst and b: inside the caller's
             // bounds, and disjoint from every other block's dst columns.
             unsafe {
@@ -636,6 +652,7 @@ unsafe fn gemm_split<T: MatElem>(
             let (d, a, b) = (d, a, b);
             let i0 = ci * step;
             let mm = step.min(m - i0);
+            init(d.ptr(), i0, mm, 0, n);
             // SAFETY: block ci covers rows i0..i0+mm of dst and a: inside the caller's bounds,
             // and disjoint from every other block's dst rows.
             unsafe {
@@ -827,21 +844,16 @@ fn conv_unit<T: MatElem>(
 ) {
     let (cg, og) = (g.cg(), g.og());
     let ohw = g.oh * g.ow;
-    let has_bias = bias.is_some();
-    if let Some(b) = bias {
-        for (o, row) in out.chunks_mut(ohw).enumerate() {
-            row.fill(MaybeUninit::new(b[o]));
-        }
-    }
-    // Every element of `out` is written below: by the GEMM (which reads it only after the bias
-    // wrote it, `read_dst = has_bias`) or by the copy out of the shifted scheme's wide rows.
+    // Every element of `out` is written below: by the GEMM (which, given the bias, writes each
+    // block's bias right before it reads it) or by the copy out of the shifted scheme's wide
+    // rows (which hold the bias).
     let out_ptr = out.as_mut_ptr().cast::<T>();
     match algo {
         Algo::Pointwise => {
             // SAFETY: w is [og, cg] contiguous, x is [cg, h*w] contiguous, out is [og, h*w]
             // contiguous; out is exclusively borrowed and disjoint from x and w.
             unsafe {
-                gemm_split(og, ohw, cg, out_ptr, ohw, has_bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par, post, base)
+                gemm_split(og, ohw, cg, out_ptr, ohw, false, bias, w.as_ptr(), cg, 1, x.as_ptr(), ohw, par, post, base)
             }
         }
         Algo::Im2col => {
@@ -852,7 +864,7 @@ fn conv_unit<T: MatElem>(
             // SAFETY: w is [og, kk], col is [kk, ohw], out is [og, ohw], all contiguous and in
             // bounds; out is disjoint from both.
             unsafe {
-                gemm_split(og, ohw, kk, out_ptr, ohw, has_bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par, post, base)
+                gemm_split(og, ohw, kk, out_ptr, ohw, false, bias, w.as_ptr(), kk, 1, s1.as_ptr(), ohw, par, post, base)
             }
         }
         Algo::Shifted => {
@@ -865,11 +877,7 @@ fn conv_unit<T: MatElem>(
             let nw = g.oh * wp; // wide output columns
             let kk = cg * g.kw;
             let wide = &mut s2[..];
-            if has_bias {
-                for (o, row) in wide.chunks_mut(nw).enumerate() {
-                    row.fill(bias.map(|b| b[o]).unwrap_or_default());
-                }
-            }
+            // the first GEMM writes the bias (or overwrites the wide rows), the others add
             for ki in 0..g.kh {
                 // SAFETY: lhs = w[ki] is [og, cg*kw] contiguous inside w ([kh, og, cg, kw]);
                 // rhs rows (c, kj) start at (c*kw + kj)*plane + ki*dh*wp and span nw columns:
@@ -882,7 +890,8 @@ fn conv_unit<T: MatElem>(
                         kk,
                         wide.as_mut_ptr(),
                         nw,
-                        has_bias || ki > 0,
+                        ki > 0,
+                        if ki == 0 { bias } else { None },
                         w.as_ptr().add(ki * og * kk),
                         kk,
                         1,
@@ -1135,7 +1144,23 @@ fn conv_grad_input<T: MatElem>(g: &Geom, gy: &[T], w: &[T]) -> Vec<T> {
         // SAFETY: wg is [og, kk] contiguous, read as its transpose [kk, og] (rs 1, cs kk); gyu
         // is [og, ohw] contiguous; col is [kk, ohw] and disjoint from both.
         unsafe {
-            gemm_split(kk, ohw, og, col.as_mut_ptr(), ohw, false, wg.as_ptr(), 1, kk, gyu.as_ptr(), ohw, par, None, 0)
+            gemm_split(
+                kk,
+                ohw,
+                og,
+                col.as_mut_ptr(),
+                ohw,
+                false,
+                None,
+                wg.as_ptr(),
+                1,
+                kk,
+                gyu.as_ptr(),
+                ohw,
+                par,
+                None,
+                0,
+            )
         }
         col2im_add(col, g, gxu, par);
     };
