@@ -578,11 +578,11 @@ unsafe fn gemm_split<T: MatElem>(
     // the bias of a block: rows i0..i0+mm, columns j0..j0+nn of dst
     let init = |d: *mut T, i0: usize, mm: usize, j0: usize, nn: usize| {
         if let Some(bv) = bias {
-            for r in i0..i0 + mm {
+            for (r, &v) in bv.iter().enumerate().skip(i0).take(mm) {
                 // SAFETY: as `finish` below; written as MaybeUninit (dst may be uninitialised).
                 let seg =
                     unsafe { std::slice::from_raw_parts_mut(d.add(r * dst_rs + j0).cast::<MaybeUninit<T>>(), nn) };
-                seg.fill(MaybeUninit::new(bv[r]));
+                seg.fill(MaybeUninit::new(v));
             }
         }
     };
