@@ -47,6 +47,9 @@ mod epilogue;
 mod every_other;
 mod pointwise;
 mod winograd;
+// whether the CPU has AVX-512F, which the direct float32 kernels (`depthwise3x3`, `direct`,
+// `pointwise`, `every_other`) are written for
+use super::simd::avx512f as avx512;
 use super::team;
 pub(crate) use epilogue::apply_block;
 use epilogue::Epilogue;
@@ -1412,19 +1415,6 @@ fn contiguous_vec<T: Element>(op: &str, t: &Tensor) -> Result<Vec<T>> {
 /// A direct float32 forward kernel: `(geometry, x, w, bias, out, epilogue)`, every element of
 /// `out` written.
 type DirectKernel = fn(&Geom, &[f32], &[f32], Option<&[f32]>, &mut [MaybeUninit<f32>], Option<&Epilogue<'_>>);
-
-/// Whether the CPU has AVX-512F, which the direct float32 kernels (`depthwise3x3`, `direct`,
-/// `pointwise`) are written for.
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-/// Whether the CPU has AVX-512F (never, off x86-64).
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
-}
 
 /// Runs a float32 kernel that writes **every** element of the `[n, o, oh, ow]` output: `f`
 /// gets the contiguous input, weights and bias and the uninitialised output buffer (allocated

@@ -5,6 +5,19 @@
 //! written once as plain Rust and compiled several times by [`simd_dispatch!`]; the best
 //! version the CPU supports is picked at run time (the feature checks are cached atomics).
 
+/// Whether the CPU has AVX-512F (a cached check; never, off x86-64): the condition of the
+/// hand-written AVX-512 kernels (the direct convolutions, the float32 max-pool).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512f() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// Whether the CPU has AVX-512F (a cached check; never, off x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn avx512f() -> bool {
+    false
+}
+
 /// Defines `fn $name` whose body is compiled three times: for AVX-512 (with AVX2 and FMA), for
 /// AVX2 with FMA, and for the baseline; each call runs the widest version the CPU supports.
 /// Supports one generic type parameter with one bound (`fn f<T: Element>(...)`). The body must

@@ -12,6 +12,7 @@
 
 use super::PoolGeom;
 use crate::error::Result;
+use crate::ops::simd::avx512f as avx512;
 use crate::ops::team;
 use std::mem::MaybeUninit;
 
@@ -31,16 +32,6 @@ pub(super) fn applies(g: &PoolGeom) -> bool {
         && (g.oh - 1) * g.sh < g.h + g.ph
         && (g.ow - 1) * g.sw < g.w + g.pw
         && avx512()
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
 }
 
 /// Max-pool of contiguous `x` (`planes x h x w`) into a new `planes x oh x ow` vector.
