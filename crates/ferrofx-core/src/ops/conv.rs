@@ -557,7 +557,8 @@ impl<T> SendPtr<T> {
 ///
 /// # Safety
 /// As [`MatElem::gemm`]: all strided indices of the three operands must be in bounds, `dst`
-/// exclusive and disjoint from `a` and `b`.
+/// exclusive and disjoint from `a` and `b`. `bias`, if given, holds at least `m` values
+/// (asserted).
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_split<T: MatElem>(
     m: usize,
@@ -577,6 +578,8 @@ unsafe fn gemm_split<T: MatElem>(
     base: usize,
 ) {
     let one = T::from_i64(1);
+    // every row's bias is written before the GEMM reads dst (which may be uninitialised)
+    assert!(bias.is_none_or(|bv| bv.len() >= m), "gemm_split: {m} rows need {m} biases");
     let read_dst = read_dst || bias.is_some();
     // the bias of a block: rows i0..i0+mm, columns j0..j0+nn of dst
     let init = |d: *mut T, i0: usize, mm: usize, j0: usize, nn: usize| {
