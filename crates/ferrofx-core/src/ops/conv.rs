@@ -551,9 +551,10 @@ impl<T> SendPtr<T> {
 
 /// A GEMM `dst (m x n, row stride dst_rs) = [dst +] a (m x k) @ b (k x n)` with unit column
 /// strides for `dst` and `b`; with `bias`, `dst = bias[row] + a @ b` (each block writes its bias
-/// right before its GEMM, on the thread that runs it, and `dst` may be uninitialised). With `Par::Pool` (and outside rayon workers) it splits the larger
-/// of `m`/`n` into one block per thread and runs single-threaded GEMMs on the blocks: the `gemm`
-/// crate's own threading scales poorly for the short-and-wide shapes of convolutions.
+/// right before its GEMM, on the thread that runs it, and `dst` may be uninitialised). With
+/// `Par::Pool` (and outside rayon workers) it splits the larger of `m`/`n` into one block per
+/// thread and runs single-threaded GEMMs on the blocks: the `gemm` crate's own threading scales
+/// poorly for the short-and-wide shapes of convolutions.
 ///
 /// # Safety
 /// As [`MatElem::gemm`]: all strided indices of the three operands must be in bounds, `dst`
