@@ -740,7 +740,7 @@ fn fill_shifted<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, xr: &mut [T]
 /// im2col for one unit: `col[(c*kh + ki)*kw + kj][oh*ow_n + ow] = xpad[c][oh*sh + ki*dh][ow*sw + kj*dw]`.
 fn fill_im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geom, col: &mut [T], par: Par) {
     let plane = g.oh * g.ow;
-    let every_other = g.sw == 2 && every_other::available::<T>();
+    let every_other = every_other::applies::<T>(g.sw);
     per_channel(col, g.kh * g.kw * plane, par, |ci, block| {
         if g.sw > 1 && g.kw >= 5 {
             im2col_channel_strided(&x[ci * g.h * g.w..(ci + 1) * g.h * g.w], g, block);
@@ -885,7 +885,7 @@ fn conv_unit<T: MatElem>(
             // column blocks: each task builds the im2col columns of its own output rows (in its
             // core's cache) and runs its GEMM on them
             let kk = cg * g.kh * g.kw;
-            let every_other = g.sw == 2 && every_other::available::<T>();
+            let every_other = every_other::applies::<T>(g.sw);
             let per = g.oh.div_ceil(team::threads());
             let optr = SendPtr(out_ptr);
             team::for_each(g.oh.div_ceil(per), |bi| {

@@ -8,6 +8,11 @@ pub(super) fn available<T>() -> bool {
     std::mem::size_of::<T>() == 4 && super::avx512()
 }
 
+/// Whether im2col rows at column stride `sw` are gathered by [`copy`] for elements of type `T`.
+pub(super) fn applies<T>(sw: usize) -> bool {
+    sw == 2 && available::<T>()
+}
+
 /// `dst[j] = src[2 j]` for every `j < dst.len()`.
 ///
 /// # Panics
