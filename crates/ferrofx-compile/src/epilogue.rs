@@ -205,7 +205,28 @@ fn only_user(g: &Graph, id: NodeId) -> Option<NodeId> {
     users.next().is_none().then_some(u)
 }
 
-fn find_chains(gm: &GraphModule) -> Vec<Chain> {
+/// Decides whether a convolution without an add or activation after it becomes a
+/// `conv2d_fused` node anyway: `(input shape, weight shape, [stride, padding, dilation,
+/// groups])`.
+type LonePredicate<'a> = &'a dyn Fn(&[usize], &[usize], &[Argument]) -> bool;
+
+/// The float32 shape of a convolution's weight operand.
+fn weight_shape(gm: &GraphModule, o: &Operand) -> Option<Vec<usize>> {
+    let t = match o {
+        Operand::Attr(_, t) => t.clone(),
+        Operand::Arg(a) => {
+            let id = a.as_node()?;
+            if let Some(s) = shape_f32(gm.graph(), id) {
+                return Some(s);
+            }
+            let n = gm.graph().node(id).ok()?;
+            (n.op() == Opcode::GetAttr).then(|| gm.get_attr(n.target().name()).ok())??
+        }
+    };
+    (t.dtype() == DType::F32).then(|| t.shape().to_vec())
+}
+
+fn find_chains(gm: &GraphModule, lone: Option<LonePredicate<'_>>) -> Vec<Chain> {
     let g = gm.graph();
     let pos: HashMap<NodeId, usize> = g.iter().enumerate().map(|(i, n)| (n.id(), i)).collect();
     let mutations: Vec<usize> = g
@@ -254,7 +275,19 @@ fn find_chains(gm: &GraphModule) -> Vec<Chain> {
             }
         }
         if chain.add.is_none() && chain.act.is_none() {
-            continue;
+            let keep = match (&chain.head, lone) {
+                (Head::Conv(p), Some(keep)) => {
+                    let xs = chain.x.as_node().and_then(|x| shape_f32(g, x));
+                    match (xs, weight_shape(gm, &p.weight)) {
+                        (Some(xs), Some(ws)) => keep(&xs, &ws, &p.rest),
+                        _ => false,
+                    }
+                }
+                _ => false,
+            };
+            if !keep {
+                continue;
+            }
         }
         let (p0, p1) = (pos[&chain.conv], pos[&chain.last()]);
         if mutations.iter().any(|&m| m > p0 && m < p1) {
@@ -298,7 +331,18 @@ fn gerr(e: ferrofx_fx::GraphError) -> Error {
 /// # Ok::<(), ferrofx_core::Error>(())
 /// ```
 pub fn fuse_conv_epilogue(gm: &mut GraphModule) -> Result<usize> {
-    let chains = find_chains(gm);
+    fuse_chains(gm, None)
+}
+
+/// Makes each float32 convolution that has no add or activation to absorb a `conv2d_fused`
+/// node (no residual, activation `none`) when `keep` says so: what the layout pass converts.
+pub(crate) fn wrap_lone_convs(gm: &mut GraphModule, keep: LonePredicate<'_>) -> Result<usize> {
+    fuse_chains(gm, Some(keep))
+}
+
+fn fuse_chains(gm: &mut GraphModule, lone: Option<LonePredicate<'_>>) -> Result<usize> {
+    let chains: Vec<Chain> =
+        find_chains(gm, lone).into_iter().filter(|c| lone.is_none() || (c.add.is_none() && c.act.is_none())).collect();
     let conv_target = Target::op(CONV2D_FUSED.name).map_err(gerr)?;
     let bn_target = Target::op(BATCH_NORM_FUSED.name).map_err(gerr)?;
     // a fused leaf's weight and bias become attributes of the GraphModule (sharing the

@@ -9,7 +9,9 @@
 //! 3. per input shape signature: shape propagation, then [`epilogue::fuse_conv_epilogue`]
 //!    (a convolution's or a batch norm's residual add and activation become one
 //!    `conv2d_fused` / `batch_norm_fused` node) and [`relu_backward::fuse_relu_backward`]
-//!    (relu's gradient mask applied inside the max-pool and batch-norm backward kernels), then
+//!    (relu's gradient mask applied inside the max-pool and batch-norm backward kernels) and,
+//!    for inference, [`layout::convert_to_nchwc`] (convolutions in the channel-blocked NCHW16c
+//!    layout where its direct kernel is faster, reorders where values cross layouts), then
 //!    [`fusion::fuse_elementwise`] (groups
 //!    of float32 elementwise ops become one `fused_elementwise` node carrying its expression
 //!    as data) and [`memory::plan_memory`] (arena offsets from liveness, peak memory).
@@ -23,6 +25,7 @@ pub mod compiled;
 pub mod epilogue;
 pub mod fusion;
 pub mod inline;
+pub mod layout;
 pub mod linear_weights;
 pub mod memory;
 pub mod relu_backward;

@@ -57,7 +57,7 @@ fn fused_nodes(gm: &GraphModule) -> Vec<(String, String)> {
 fn conv_epilogues(gm: &GraphModule) -> ConvEpilogues {
     gm.graph()
         .iter()
-        .filter(|n| n.op() == Opcode::CallFunction && n.target().name() == "conv2d_fused")
+        .filter(|n| n.op() == Opcode::CallFunction && matches!(n.target().name(), "conv2d_fused" | "nchwc_conv2d"))
         .map(|n| {
             let act = match &n.args()[8] {
                 Argument::Str(s) => s.to_string(),
@@ -670,6 +670,60 @@ fn fused_convolutions_save_load_and_run_in_the_interpreter() {
         let e = evil.forward(&x).unwrap_err().to_string();
         assert!(e.contains("unknown activation 'evil6'"), "{e}");
     }
+}
+
+/// The layout pass on ResNet-18: on AVX-512 the convolutions it prefers run in NCHW16c, values
+/// are reordered only where they cross layouts (each at most once), the downsampling 1x1s
+/// stay blocked, and the compiled module equals eager, saves, loads and runs in the
+/// Interpreter with the same outputs. Without AVX-512 nothing is converted.
+#[test]
+fn nchwc_layout_converts_resnet_chains_with_reorders_at_the_ends() {
+    let _s = serial();
+    let _g = ferrofx_core::autograd::no_grad();
+    manual_seed(5);
+    let m = ferrofx_nn::zoo::catalogue().unwrap().into_iter().find(|z| z.name == "resnet18").unwrap();
+    let x = randn(&[1, 3, 64, 64], None).unwrap();
+    let want = m.model.forward(&x).unwrap();
+    let gm = trace_with_inputs(m.model.as_ref(), &[(&x).into()]).unwrap();
+    let compiled = compile(&gm, &[(&x).into()], CompileOptions::default()).unwrap();
+    let spec = compiled.latest().unwrap();
+    let g = spec.module.graph();
+    let count = |t: &str| g.iter().filter(|n| n.op() == Opcode::CallFunction && n.target().name() == t).count();
+    let (blocked, to_blocked, to_nchw) =
+        (count("nchwc_conv2d"), count("nchwc_reorder_input"), count("nchwc_reorder_output"));
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    if avx512 {
+        assert!(blocked >= 8, "{blocked} blocked convolutions: {}", spec.module.code().unwrap());
+        // a reorder per value, and fewer reorders than blocked convolutions: chains, not
+        // single convolutions wrapped in reorders
+        assert!(to_blocked + to_nchw < blocked, "{to_blocked} + {to_nchw} reorders for {blocked} convolutions");
+        for n in g.iter().filter(|n| n.target().name() == "nchwc_reorder_input") {
+            let src = n.args()[0].as_node().unwrap();
+            let same =
+                g.iter().filter(|m| m.target().name() == "nchwc_reorder_input" && m.args()[0].as_node() == Some(src));
+            assert_eq!(same.count(), 1, "{} reordered twice", n.name());
+        }
+        // the downsampling 1x1 convolutions joined the chains
+        assert!(g.iter().all(|n| n.op() != Opcode::CallModule || !n.target().name().contains("downsample")));
+    } else {
+        assert_eq!(blocked + to_blocked + to_nchw, 0);
+    }
+    spec.module.graph().lint().unwrap();
+    spec.memory.validate().unwrap();
+    let got = compiled.forward(&x).unwrap();
+    assert!(max_rel_diff(&want, &got) <= 1e-4, "{}", max_rel_diff(&want, &got));
+    let back = GraphModule::from_bytes(&spec.module.to_bytes().unwrap()).unwrap();
+    assert_eq!(max_rel_diff(&got, &back.forward(&x).unwrap()), 0.0);
+    match &DefaultInterpreter(&back).run(&[(&x).into()]).unwrap()[..] {
+        [Value::Tensor(t)] => assert_eq!(max_rel_diff(&got, t), 0.0),
+        other => panic!("{other:?}"),
+    }
+    // turned off: the same graph without blocked nodes
+    let opts = CompileOptions { nchwc_layout: false, ..CompileOptions::default() };
+    let plain = compile(&gm, &[(&x).into()], opts).unwrap();
+    let pg = plain.latest().unwrap();
+    assert!(pg.module.graph().iter().all(|n| !n.target().name().starts_with("nchwc")));
+    assert!(max_rel_diff(&want, &plain.forward(&x).unwrap()) <= 1e-4);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ mod depthwise3x3;
 mod direct;
 mod epilogue;
 mod every_other;
+mod nchwc;
+mod nchwc_reorder;
 mod pointwise;
 mod winograd;
 // whether the CPU has AVX-512F, which the direct float32 kernels (`depthwise3x3`, `direct`,
@@ -54,6 +56,8 @@ use super::team;
 pub(crate) use epilogue::apply_block;
 use epilogue::Epilogue;
 pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
+pub use nchwc::{nchwc_conv2d, nchwc_preferred, NCHWC_BLOCK, NCHWC_CONV2D};
+pub use nchwc_reorder::{nchwc_reorder_input, nchwc_reorder_output, NCHWC_REORDER_INPUT, NCHWC_REORDER_OUTPUT};
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 
 /// The padding argument: explicit sizes or a mode string.
@@ -1670,7 +1674,8 @@ pub static CONV_TRANSPOSE2D: OpDef = OpDef {
 };
 
 /// The ops of this family.
-pub(crate) static OPS: &[&OpDef] = &[&CONV1D, &CONV2D, &CONV_TRANSPOSE2D, &CONV2D_FUSED];
+pub(crate) static OPS: &[&OpDef] =
+    &[&CONV1D, &CONV2D, &CONV_TRANSPOSE2D, &CONV2D_FUSED, &NCHWC_CONV2D, &NCHWC_REORDER_INPUT, &NCHWC_REORDER_OUTPUT];
 
 // ---------------------------------------------------------------------------------------------
 // Public API

@@ -182,7 +182,7 @@ impl Epilogue<'_> {
 }
 
 /// `conv2d_fused` schema: conv2d's, then the residual and the activation.
-const SCHEMA: &[ArgSpec] = &[
+pub(super) const EPILOGUE_SCHEMA: &[ArgSpec] = &[
     CONV_SCHEMA_2D[0],
     CONV_SCHEMA_2D[1],
     CONV_SCHEMA_2D[2],
@@ -194,6 +194,14 @@ const SCHEMA: &[ArgSpec] = &[
     ArgSpec::opt("activation", T::Str, D::Str("none")),
 ];
 
+/// The activation argument `args[i]` (`none` when absent).
+pub(super) fn activation_arg(op: &str, args: &[Value], i: usize) -> Result<Activation> {
+    match args.get(i) {
+        None => Ok(Activation::None),
+        Some(_) => Activation::parse(str_(op, args, i)?),
+    }
+}
+
 /// The activation and (checked) residual of a call.
 fn epilogue_args<'a>(args: &'a [Value], shape: &[usize], dt: DType) -> Result<(Option<&'a Tensor>, Activation)> {
     if dt != DType::F32 {
@@ -204,10 +212,7 @@ fn epilogue_args<'a>(args: &'a [Value], shape: &[usize], dt: DType) -> Result<(O
             ),
         ));
     }
-    let act = match args.get(8) {
-        None => Activation::None,
-        Some(_) => Activation::parse(str_(OP, args, 8)?)?,
-    };
+    let act = activation_arg(OP, args, 8)?;
     let res = opt_tensor(OP, args, 7)?;
     if let Some(r) = res {
         if r.shape() != shape || r.dtype() != DType::F32 {
@@ -228,7 +233,7 @@ fn epilogue_args<'a>(args: &'a [Value], shape: &[usize], dt: DType) -> Result<(O
 /// `act(conv2d(...) + residual)` in one kernel (see the module docs).
 pub static CONV2D_FUSED: OpDef = OpDef {
     name: OP,
-    schema: SCHEMA,
+    schema: EPILOGUE_SCHEMA,
     meta: |args| {
         let (_, shape, dt) = conv_geom(OP, 2, args)?;
         epilogue_args(args, &shape, dt)?;

@@ -1,0 +1,212 @@
+//! Layout: convolutions switch to the channel-blocked NCHW16c layout (ONNX Runtime's NCHWc
+//! transformer), with reorders only where a value crosses between the layouts.
+//!
+//! In NCHW16c (`[n, c/16, h, w, 16]`) the 16 channels of a block are one AVX-512 register per
+//! pixel, and a direct convolution kernel (`nchwc_conv2d`,
+//! [`ferrofx_core::ops::conv::NCHWC_CONV2D`]) accumulates a tile of 4 channel blocks x 6 pixels
+//! in registers with no im2col copy and no GEMM packing per call. A chain of such convolutions
+//! (a ResNet stage: the blocks' convolutions, their residuals, the downsampling 1x1s) passes
+//! blocked values from one to the next; `nchwc_reorder_input` is inserted where an NCHW value
+//! enters the chain and `nchwc_reorder_output` where a blocked value leaves it (to a pooling
+//! layer, a flatten, the graph's output), each once per value.
+//!
+//! Rules:
+//! - a node is converted when it is a float32 `conv2d_fused` (the epilogue pass runs first; its
+//!   residual and activation carry over) of known shapes and
+//!   [`ferrofx_core::ops::conv::nchwc_preferred`] says the blocked kernel is faster for its
+//!   geometry on this CPU (ungrouped, channels multiples of 16, AVX-512; not a 3x3 that
+//!   Winograd computes faster);
+//! - a value that an in-place op mutates is never reordered (the copy would miss the write),
+//!   and a convolution whose output an in-place op mutates is not converted;
+//! - the converted node keeps its name; its value's metadata becomes the blocked shape.
+//!
+//! Every output equals the NCHW graph's up to the convolution's summation order (float32
+//! rounding; the reorders copy exactly).
+
+use crate::fusion::registry_op;
+use ferrofx_core::op::Effect;
+use ferrofx_core::ops::conv::NCHWC_REORDER_OUTPUT;
+use ferrofx_core::ops::conv::{nchwc_preferred, CONV2D_FUSED, NCHWC_BLOCK, NCHWC_CONV2D, NCHWC_REORDER_INPUT};
+use ferrofx_core::{DType, Error, Result};
+use ferrofx_fx::{Argument, Graph, GraphModule, NodeId, Opcode, Target, TensorMetadata};
+use std::collections::{HashMap, HashSet};
+
+fn gerr(e: ferrofx_fx::GraphError) -> Error {
+    Error::argument("compile.nchwc_layout", e.to_string())
+}
+
+/// The float32 shape of a node argument's value.
+fn shape_of(g: &Graph, a: &Argument) -> Option<Vec<usize>> {
+    crate::epilogue::shape_f32(g, a.as_node()?)
+}
+
+fn int_list(a: &Argument) -> Option<Vec<i64>> {
+    match a {
+        Argument::List(v) | Argument::Tuple(v) => v
+            .iter()
+            .map(|x| match x {
+                Argument::Int(i) => Some(*i),
+                _ => None,
+            })
+            .collect(),
+        Argument::Int(i) => Some(vec![*i]),
+        _ => None,
+    }
+}
+
+/// Whether any user of `id` writes into its argument.
+fn mutated(g: &Graph, id: NodeId) -> bool {
+    let Ok(n) = g.node(id) else { return true };
+    n.users()
+        .any(|u| g.node(u).ok().and_then(|un| registry_op(&un)).is_some_and(|d| matches!(d.effect, Effect::Mutates(_))))
+}
+
+/// Whether `id` is a `conv2d_fused` node the layout pass converts (see the module docs).
+fn convertible(gm: &GraphModule, id: NodeId) -> bool {
+    let g = gm.graph();
+    let Ok(n) = g.node(id) else { return false };
+    if n.op() != Opcode::CallFunction || n.target().as_op().is_none_or(|d| d.name != CONV2D_FUSED.name) {
+        return false;
+    }
+    let a = n.args();
+    if a.len() != 9 || !n.kwargs().is_empty() || a[0].as_node().is_none() {
+        return false;
+    }
+    // the weight: a `get_attr` node (its metadata, or the attribute itself)
+    let w = shape_of(g, &a[1]).or_else(|| {
+        let wn = g.node(a[1].as_node()?).ok()?;
+        let t = (wn.op() == Opcode::GetAttr).then(|| gm.get_attr(wn.target().name()).ok())??;
+        (t.dtype() == DType::F32).then(|| t.shape().to_vec())
+    });
+    let (Some(x), Some(w), Some(out)) = (shape_of(g, &a[0]), w, crate::epilogue::shape_f32(g, id)) else {
+        return false;
+    };
+    let (Some(stride), Some(padding), Some(dilation), Argument::Int(groups)) =
+        (int_list(&a[3]), int_list(&a[4]), int_list(&a[5]), &a[6])
+    else {
+        return false;
+    };
+    let residual_ok = match &a[7] {
+        Argument::None => true,
+        r => r.as_node().is_some_and(|r| !mutated(g, r)) && shape_of(g, r).as_deref() == Some(out.as_slice()),
+    };
+    out.len() == 4
+        && residual_ok
+        && !mutated(g, id)
+        && !mutated(g, a[0].as_node().unwrap_or(id))
+        && nchwc_preferred(&x, &w, &stride, &padding, &dilation, *groups)
+}
+
+/// The blocked shape of an NCHW shape.
+fn blocked(shape: &[usize]) -> Vec<usize> {
+    vec![shape[0], shape[1].div_ceil(NCHWC_BLOCK), shape[2], shape[3], NCHWC_BLOCK]
+}
+
+/// Converts every convertible convolution of `gm` to `nchwc_conv2d` and inserts the reorders;
+/// returns how many convolutions were converted. `gm`'s graph must carry `tensor_meta`
+/// (from [`ferrofx_fx::ShapeProp`]) and have been through [`crate::fuse_conv_epilogue`].
+/// On a CPU without AVX-512 nothing is converted.
+///
+/// ```
+/// use ferrofx_compile::{fuse_conv_epilogue, layout::convert_to_nchwc};
+/// use ferrofx_core::{ops::random::randn, Module, Tensor, Value};
+/// use ferrofx_fx::{symbolic_trace, ShapeProp};
+/// use ferrofx_nn::Conv2d;
+///
+/// struct Net { a: Conv2d, b: Conv2d }
+/// impl Module for Net {
+///     fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
+///         let y = self.a.forward(x)?.relu()?;
+///         self.b.forward(&y)? + &y
+///     }
+/// #   fn named_children(&self) -> Vec<(String, &dyn Module)> { vec![("a".into(), &self.a), ("b".into(), &self.b)] }
+/// }
+/// let net = Net { a: Conv2d::new(16, 32, 3, 2, 1, true)?, b: Conv2d::new(32, 32, 1, 1, 0, true)? };
+/// let mut gm = symbolic_trace(&net)?;
+/// let x = randn(&[1, 16, 16, 16], None)?;
+/// ShapeProp::propagate(&mut gm, &[Value::Tensor(x.clone())])?;
+/// fuse_conv_epilogue(&mut gm)?;
+/// let converted = convert_to_nchwc(&mut gm)?;
+/// gm.recompile()?;
+/// // two convolutions on AVX-512 (the blocked kernel), none elsewhere: same result either way
+/// assert!(converted == 0 || converted == 2);
+/// let (a, b) = (gm.forward(&x)?.to_vec::<f32>()?, net.forward(&x)?.to_vec::<f32>()?);
+/// assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
+/// # Ok::<(), ferrofx_core::Error>(())
+/// ```
+pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
+    // convolutions with nothing to fuse after them (ResNet's downsampling 1x1s) first become
+    // `conv2d_fused` nodes, so that the chain's values stay blocked through them
+    crate::epilogue::wrap_lone_convs(gm, &|x, w, rest| match rest {
+        [stride, padding, dilation, Argument::Int(groups)] => {
+            match (int_list(stride), int_list(padding), int_list(dilation)) {
+                (Some(s), Some(p), Some(d)) => nchwc_preferred(x, w, &s, &p, &d, *groups),
+                _ => false,
+            }
+        }
+        _ => false,
+    })?;
+    let convs: Vec<NodeId> = gm.graph().node_ids().into_iter().filter(|&id| convertible(gm, id)).collect();
+    let g = gm.graph_mut();
+    if convs.is_empty() {
+        return Ok(0);
+    }
+    let conv_target = Target::op(NCHWC_CONV2D.name).map_err(gerr)?;
+    let to_blocked = Target::op(NCHWC_REORDER_INPUT.name).map_err(gerr)?;
+    let to_nchw = Target::op(NCHWC_REORDER_OUTPUT.name).map_err(gerr)?;
+    let converted: HashSet<NodeId> = convs.iter().copied().collect();
+    // the blocked copy of each NCHW value read by a converted convolution
+    let mut reordered: HashMap<NodeId, NodeId> = HashMap::new();
+    for &c in &convs {
+        let args = g.node(c).map_err(gerr)?.args().to_vec();
+        let mut new_args = args.clone();
+        for i in [0usize, 7] {
+            let Some(v) = args[i].as_node() else { continue };
+            if converted.contains(&v) {
+                continue; // already blocked
+            }
+            let b = match reordered.get(&v) {
+                Some(&b) => b,
+                None => {
+                    let shape = shape_of(g, &args[i]).ok_or_else(|| {
+                        Error::argument("compile.nchwc_layout", "a convolution input lost its shape metadata")
+                    })?;
+                    let b = {
+                        let mut gi = g.inserting_before(Some(c)).map_err(gerr)?;
+                        gi.call_function(to_blocked.clone(), vec![Argument::Node(v)]).map_err(gerr)?
+                    };
+                    g.meta_mut(b).map_err(gerr)?.tensor_meta =
+                        Some(TensorMetadata::contiguous(blocked(&shape), DType::F32));
+                    let name = format!("{}_nchwc", g.node(v).map_err(gerr)?.name());
+                    g.rename(b, &name).map_err(gerr)?;
+                    reordered.insert(v, b);
+                    b
+                }
+            };
+            new_args[i] = Argument::Node(b);
+        }
+        g.set_args(c, new_args).map_err(gerr)?;
+        g.set_target(c, conv_target.clone()).map_err(gerr)?;
+    }
+    // NCHW copies of blocked values for the users outside the chains
+    for &c in &convs {
+        let users: Vec<NodeId> = g.node(c).map_err(gerr)?.users().filter(|u| !converted.contains(u)).collect();
+        let shape = crate::epilogue::shape_f32(g, c)
+            .ok_or_else(|| Error::argument("compile.nchwc_layout", "a convolution lost its shape metadata"))?;
+        if !users.is_empty() {
+            let back = {
+                let mut gi = g.inserting_after(Some(c)).map_err(gerr)?;
+                gi.call_function(to_nchw.clone(), vec![Argument::Node(c), Argument::Int(shape[1] as i64)])
+                    .map_err(gerr)?
+            };
+            g.meta_mut(back).map_err(gerr)?.tensor_meta = Some(TensorMetadata::contiguous(shape.clone(), DType::F32));
+            let name = format!("{}_nchw", g.node(c).map_err(gerr)?.name());
+            g.rename(back, &name).map_err(gerr)?;
+            for u in users {
+                g.replace_input_with(u, c, back).map_err(gerr)?;
+            }
+        }
+        g.meta_mut(c).map_err(gerr)?.tensor_meta = Some(TensorMetadata::contiguous(blocked(&shape), DType::F32));
+    }
+    Ok(convs.len())
+}

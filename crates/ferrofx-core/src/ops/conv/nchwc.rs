@@ -1,0 +1,665 @@
+//! `nchwc_conv2d`: a float32 2-D convolution in the channel-blocked NCHW16c layout (ONNX
+//! Runtime's `nchwc.Conv`), computed directly (no im2col, no GEMM library) with its bias,
+//! residual add and activation applied in registers.
+//!
+//! In NCHW16c an activation `[n, c, h, w]` is stored as `[n, c / 16, h, w, 16]`: the 16
+//! channels of a block are contiguous per pixel, one AVX-512 register. The input of
+//! `nchwc_conv2d` and its residual are in that layout and so is its output; its weight is the
+//! ordinary `[o, c, kh, kw]` tensor (the saved file keeps the model's own weights), packed once
+//! into `[o / 16][c / 16][kh][kw][16 in][16 out]` and cached on the weight's storage.
+//! `ferrofx-compile`'s layout pass switches chains of convolutions to this op and puts
+//! `nchwc_reorder_input` / `nchwc_reorder_output` at the chain's ends.
+//!
+//! The kernel: a tile of [`TILE_PIXELS`] output pixels (consecutive in row-major order, so a
+//! tile may span rows — 7x7 planes waste no lanes) by up to [`TILE_BLOCKS`] blocks of 16 output
+//! channels is accumulated in 24 registers. For every input channel of every kernel tap, the
+//! tile's four weight vectors are loaded once and each pixel's input value is broadcast once
+//! and multiplied into the four accumulators (24 fused multiply-adds per 10 loads). A pixel
+//! whose tap falls in the padding reads a vector of zeros instead. Input channel blocks are
+//! split into chunks whose weights stay in the L2 cache; between chunks the partial sums wait
+//! in the output. Tiles run in parallel on the kernel team.
+//!
+//! Without AVX-512F, or for geometries the kernel does not cover (groups, channels not a
+//! multiple of 16), the op reorders to NCHW, runs `conv2d_fused` and reorders back: same
+//! result, slower; the compile pass only emits the op where the kernel applies.
+
+use super::depthwise3x3::RegAct;
+use super::epilogue::{activation_arg, Epilogue, EPILOGUE_SCHEMA};
+use super::{conv_cost_of, conv_geom, Activation, Geom, SendPtr, CONV2D_FUSED};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op::args::{opt_tensor, tensor};
+use crate::op::{dispatch, CallKind, Category, Cost, Effect, OpDef, Saves};
+use crate::tensor::{Tensor, TensorMeta};
+use crate::trace::Symbolic;
+use crate::value::Value;
+use smallvec::smallvec;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+const OP: &str = "nchwc_conv2d";
+
+/// Channels per block of the NCHWc layout (one AVX-512 register of float32).
+pub const NCHWC_BLOCK: usize = 16;
+const B: usize = NCHWC_BLOCK;
+/// Output pixels per register tile.
+pub(super) const TILE_PIXELS: usize = 6;
+/// Blocks of 16 output channels per register tile.
+pub(super) const TILE_BLOCKS: usize = 4;
+/// Bytes of packed weights one chunk of input channel blocks may take (per tile's output
+/// blocks): they are read once per tile, so they should stay in the L2 cache.
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// Whether the blocked kernel computes `g` on this CPU: ungrouped float32 with input and
+/// output channels multiples of 16, on AVX-512F.
+pub(super) fn kernel_applies(c: usize, o: usize, groups: usize) -> bool {
+    groups == 1 && c.is_multiple_of(B) && o.is_multiple_of(B) && c > 0 && o > 0 && super::avx512()
+}
+
+/// Whether a float32 convolution of an NCHW `input` with `weight` (`[o, c, kh, kw]`) runs
+/// faster as [`nchwc_conv2d`] than in NCHW on this CPU: the blocked kernel applies and the
+/// convolution is not one that Winograd F(4x4, 3x3) computes faster (3x3 stride 1 on at least
+/// 400 output pixels per call: ResNet's 56x56 and 28x28 stages, batch 8 at 14x14 — measured on
+/// the ResNet layers, where the blocked kernel led everywhere else by 1.1-2.3x). Used by
+/// `ferrofx-compile`'s layout pass; `false` for anything the geometry checks refuse.
+///
+/// ```
+/// use ferrofx_core::ops::conv::nchwc_preferred;
+/// // whatever the CPU: a grouped convolution stays in NCHW
+/// assert!(!nchwc_preferred(&[1, 32, 14, 14], &[32, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1], 32));
+/// ```
+pub fn nchwc_preferred(
+    input: &[usize],
+    weight: &[usize],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    groups: i64,
+) -> bool {
+    let meta = |s: &[usize]| {
+        Tensor::symbolic(Symbolic { meta: Some(TensorMeta::contiguous(s, DType::F32)), proxy: Arc::new(()) })
+    };
+    if input.len() != 4 || weight.len() != 4 {
+        return false;
+    }
+    let pad = Value::Ints(padding.to_vec());
+    let Ok((g, _, _)) = super::geometry(OP, 2, &meta(input), &meta(weight), None, stride, &pad, dilation, groups, None)
+    else {
+        return false;
+    };
+    kernel_applies(g.c, g.o, g.groups)
+        && g.n * g.oh * g.ow > 0
+        && (g.winograd().is_none() || !super::winograd_enabled() || g.n * g.oh * g.ow < 400)
+}
+
+/// The packed weights: `[o / 16][c / 16][kh][kw][16 in][16 out]`.
+fn pack(w: &[f32], o: usize, c: usize, taps: usize) -> Vec<f32> {
+    let (ob, cb) = (o / B, c / B);
+    let mut p = vec![0.0f32; o * c * taps];
+    for oc in 0..o {
+        for ic in 0..c {
+            for t in 0..taps {
+                let dst = ((((oc / B) * cb + ic / B) * taps + t) * B + ic % B) * B + oc % B;
+                p[dst] = w[(oc * c + ic) * taps + t];
+            }
+        }
+    }
+    debug_assert_eq!(p.len(), ob * cb * taps * B * B);
+    p
+}
+
+/// The packed weights of `w` (`[o, c, kh, kw]`, its contiguous values `ws`): cached on the
+/// weights' storage when autograd cannot change them, packed for this call otherwise.
+fn packed(w: &Tensor, ws: &[f32], o: usize, c: usize, taps: usize) -> Arc<Vec<f32>> {
+    const KEY: usize = 0x16c; // NCHW16c convolution weights
+    let fresh = || Arc::new(pack(ws, o, c, taps));
+    let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
+    let (Some(st), Some(lay)) = (w.storage(), w.layout()) else { return fresh() };
+    if !cacheable || !lay.is_contiguous() {
+        return fresh();
+    }
+    let (off, len) = (lay.offset(), o * c * taps);
+    // (an empty vector stands for "the storage does not hold these f32 weights")
+    let p = st.derived(&[KEY, off, o, c, taps], |buf| {
+        buf.as_slice::<f32>().and_then(|v| v.get(off..off + len)).map(|ws| pack(ws, o, c, taps)).unwrap_or_default()
+    });
+    if p.len() == len {
+        p
+    } else {
+        fresh()
+    }
+}
+
+/// The blocked convolution: `x` `[n, c/16, h, w, 16]`, packed weights `wp`, `out` `[n, o/16,
+/// oh, ow, 16]` (every element written), `res` (if any) in the output's layout; `act(conv +
+/// bias + res)`. `g` must satisfy [`kernel_applies`].
+fn conv(
+    g: &Geom,
+    x: &[f32],
+    wp: &[f32],
+    bias: Option<&[f32]>,
+    res: Option<&[f32]>,
+    act: Activation,
+    out: &mut [MaybeUninit<f32>],
+) {
+    let (cb, ob, taps) = (g.c / B, g.o / B, g.kh * g.kw);
+    let pixels = g.oh * g.ow;
+    let total = g.n * g.o * pixels;
+    assert!(
+        kernel_applies(g.c, g.o, g.groups)
+            && x.len() >= g.n * g.c * g.h * g.w
+            && wp.len() >= g.o * g.c * taps
+            && out.len() >= total
+            && bias.is_none_or(|b| b.len() >= g.o)
+            && res.is_none_or(|r| r.len() >= total),
+        "nchwc conv: geometry, CPU or buffer sizes (checked by the op)"
+    );
+    if total == 0 {
+        return;
+    }
+    let (ract, later) = RegAct::split(act);
+    // channel-block chunks whose weights (for one tile's output blocks) fit CHUNK_BYTES
+    let per_block = taps * B * B * TILE_BLOCKS * 4;
+    let kc = (CHUNK_BYTES / per_block).clamp(1, cb);
+    let chunks = cb.div_ceil(kc);
+    let groups = ob.div_ceil(TILE_BLOCKS);
+    let tiles = pixels.div_ceil(TILE_PIXELS);
+    // tasks: (image, group of output blocks, run of tiles); enough of them for the team
+    let threads = super::team::threads().max(1);
+    let per_image = groups * tiles;
+    let runs = if threads > 1 { (4 * threads).div_ceil(g.n * groups).clamp(1, tiles) } else { 1 };
+    let run_len = tiles.div_ceil(runs);
+    let runs = tiles.div_ceil(run_len);
+    let zero = [0.0f32; B];
+    let bias = bias.map(|b| SendPtr(b.as_ptr().cast_mut()));
+    let res = SendPtr(res.map_or(std::ptr::null_mut(), |r| r.as_ptr().cast_mut()));
+    let optr = SendPtr(out.as_mut_ptr().cast::<f32>());
+    let task = |t: usize| {
+        let (ni, rest) = (t / (groups * runs), t % (groups * runs));
+        let (gi, ri) = (rest / runs, rest % runs);
+        let b0 = gi * TILE_BLOCKS;
+        let nb = TILE_BLOCKS.min(ob - b0);
+        let (t0, t1) = (ri * run_len, ((ri + 1) * run_len).min(tiles));
+        // per tile: each pixel's offset (in floats, within one input channel block) for each
+        // tap, -1 where the tap reads padding
+        let mut offs = vec![-1isize; taps * TILE_PIXELS];
+        for k in 0..chunks {
+            let (c0, c1) = (k * kc, ((k + 1) * kc).min(cb));
+            for tile in t0..t1 {
+                let p0 = tile * TILE_PIXELS;
+                let np = TILE_PIXELS.min(pixels - p0);
+                tap_offsets(g, p0, np, &mut offs);
+                let first = k == 0;
+                let last = k + 1 == chunks;
+                let args = TileArgs {
+                    x: x[(ni * cb + c0) * g.h * g.w * B..].as_ptr(),
+                    plane: g.h * g.w * B,
+                    blocks_in: c1 - c0,
+                    offs: &offs,
+                    taps,
+                    zero: zero.as_ptr(),
+                    w: wp[(b0 * cb + c0) * taps * B * B..].as_ptr(),
+                    w_block: cb * taps * B * B,
+                    // SAFETY (for the three pointers below): in bounds of their buffers
+                    // (asserted sizes); this task alone writes tile `tile` of blocks b0..b0+nb
+                    out: unsafe { optr.ptr().add(((ni * ob + b0) * pixels + p0) * B) },
+                    res: if res.ptr().is_null() || !last {
+                        std::ptr::null()
+                    } else {
+                        unsafe { res.ptr().add(((ni * ob + b0) * pixels + p0) * B) }
+                    },
+                    bias: if first { bias.map(|b| unsafe { b.ptr().add(b0 * B) }) } else { None },
+                    out_plane: pixels * B,
+                    pixels: np,
+                    blocks_out: nb,
+                    accumulate: !first,
+                    act: if last { ract } else { RegAct::None },
+                };
+                // SAFETY: AVX-512F (kernel_applies, asserted); the pointers and sizes of
+                // `args` are as `tile` requires (see above)
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    avx512::tile(&args)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                unreachable!("nchwc conv kernel runs on x86-64 only (checked by kernel_applies)");
+            }
+        }
+        if later {
+            let ep = Epilogue { residual: None, act };
+            for j in 0..nb {
+                let p0 = t0 * TILE_PIXELS;
+                let p1 = (t1 * TILE_PIXELS).min(pixels);
+                let off = ((ni * ob + b0 + j) * pixels + p0) * B;
+                // SAFETY: these pixels of block b0 + j were written above by this task alone
+                let seg = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(off), (p1 - p0) * B) };
+                ep.apply(seg, off);
+            }
+        }
+    };
+    let tasks = g.n * groups * runs;
+    let work = g.n * per_image * taps * cb;
+    if threads > 1 && tasks > 1 && work >= 64 && super::team::parallel() {
+        super::team::for_each(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// Fills `offs[t * TILE_PIXELS + p]` with the input offset (floats within one channel block's
+/// plane) that pixel `p0 + p` reads at tap `t`, or -1 where that tap reads padding (and for
+/// pixels past `np`).
+fn tap_offsets(g: &Geom, p0: usize, np: usize, offs: &mut [isize]) {
+    for p in 0..TILE_PIXELS {
+        let (oy, ox) = ((p0 + p) / g.ow, (p0 + p) % g.ow);
+        let iy0 = (oy * g.sh) as isize - g.pt as isize;
+        let ix0 = (ox * g.sw) as isize - g.pl as isize;
+        for ki in 0..g.kh {
+            let iy = iy0 + (ki * g.dh) as isize;
+            for kj in 0..g.kw {
+                let ix = ix0 + (kj * g.dw) as isize;
+                let inside = p < np && iy >= 0 && (iy as usize) < g.h && ix >= 0 && (ix as usize) < g.w;
+                offs[(ki * g.kw + kj) * TILE_PIXELS + p] =
+                    if inside { (iy * g.w as isize + ix) * B as isize } else { -1 };
+            }
+        }
+    }
+}
+
+/// One tile's operands (see `avx512::tile`).
+struct TileArgs<'a> {
+    /// The image's first input channel block of this chunk.
+    x: *const f32,
+    /// Floats per input channel block (`h * w * 16`).
+    plane: usize,
+    /// Input channel blocks in this chunk.
+    blocks_in: usize,
+    offs: &'a [isize],
+    taps: usize,
+    /// 16 zeros: what a padding tap reads.
+    zero: *const f32,
+    /// The packed weights of the tile's first output block, this chunk's first input block.
+    w: *const f32,
+    /// Floats between consecutive output blocks' packed weights.
+    w_block: usize,
+    /// The tile's first pixel in its first output block.
+    out: *mut f32,
+    /// The residual at the same place (null: none, or not the last chunk).
+    res: *const f32,
+    /// The first chunk's bias for the tile's output blocks (16 per block).
+    bias: Option<*mut f32>,
+    /// Floats per output channel block (`oh * ow * 16`).
+    out_plane: usize,
+    /// Pixels of this tile that exist (the rest are computed on zeros and not stored).
+    pixels: usize,
+    /// Output blocks of this tile (1..=TILE_BLOCKS; the rest are not stored).
+    blocks_out: usize,
+    /// Add to the partial sums already in `out` (every chunk but the first).
+    accumulate: bool,
+    act: RegAct,
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::super::depthwise3x3::avx512::finish;
+    use super::{TileArgs, B, TILE_PIXELS as P};
+    use std::arch::x86_64::*;
+
+    /// One register tile: `N` output blocks x `P` pixels, over the chunk's input blocks and
+    /// every tap; written to `out` (with bias, residual and activation as `a` says).
+    ///
+    /// # Safety
+    /// AVX-512F; `a.x` readable for `a.blocks_in` planes, every non-negative offset of
+    /// `a.offs` inside a plane; `a.w` readable for `N` output blocks (`a.w_block` apart) of
+    /// `a.blocks_in * a.taps * 256` floats; `a.out` (and `a.res` if not null) holds `N` blocks
+    /// `a.out_plane` apart with `a.pixels` pixels each, the writes exclusive to this call.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile(a: &TileArgs<'_>) {
+        const N: usize = super::TILE_BLOCKS;
+        // one flat array indexed by constants only (after unrolling), so it lives in registers
+        let mut acc = [_mm512_setzero_ps(); N * P];
+        if a.accumulate {
+            for j in 0..N {
+                for p in 0..P {
+                    if j < a.blocks_out && p < a.pixels {
+                        acc[j * P + p] = _mm512_loadu_ps(a.out.add(j * a.out_plane + p * B));
+                    }
+                }
+            }
+        } else if let Some(b) = a.bias {
+            for j in 0..N {
+                let bv = _mm512_loadu_ps(b.add(j.min(a.blocks_out - 1) * B));
+                for p in 0..P {
+                    acc[j * P + p] = bv;
+                }
+            }
+        }
+        // output blocks past `blocks_out` (a tail group) compute on block 0's weights and are
+        // not stored
+        let wj: [usize; N] = std::array::from_fn(|j| if j < a.blocks_out { j * a.w_block } else { 0 });
+        for cb in 0..a.blocks_in {
+            let xb = a.x.add(cb * a.plane);
+            let wb = a.w.add(cb * a.taps * B * B);
+            for t in 0..a.taps {
+                let o = &a.offs[t * P..t * P + P];
+                if o.iter().all(|&v| v < 0) {
+                    continue;
+                }
+                let ptrs: [*const f32; P] = std::array::from_fn(|p| if o[p] < 0 { a.zero } else { xb.offset(o[p]) });
+                let wt = wb.add(t * B * B);
+                for ic in 0..B {
+                    let w0 = _mm512_loadu_ps(wt.add(wj[0] + ic * B));
+                    let w1 = _mm512_loadu_ps(wt.add(wj[1] + ic * B));
+                    let w2 = _mm512_loadu_ps(wt.add(wj[2] + ic * B));
+                    let w3 = _mm512_loadu_ps(wt.add(wj[3] + ic * B));
+                    for p in 0..P {
+                        let xv = _mm512_set1_ps(*ptrs[p].add(ic));
+                        acc[p] = _mm512_fmadd_ps(w0, xv, acc[p]);
+                        acc[P + p] = _mm512_fmadd_ps(w1, xv, acc[P + p]);
+                        acc[2 * P + p] = _mm512_fmadd_ps(w2, xv, acc[2 * P + p]);
+                        acc[3 * P + p] = _mm512_fmadd_ps(w3, xv, acc[3 * P + p]);
+                    }
+                }
+            }
+        }
+        for j in 0..N {
+            for p in 0..P {
+                if j < a.blocks_out && p < a.pixels {
+                    let at = j * a.out_plane + p * B;
+                    _mm512_storeu_ps(a.out.add(at), finish(acc[j * P + p], a.res, at, 0xffff, a.act));
+                }
+            }
+        }
+    }
+}
+
+/// The logical `[n, c, h, w]` meta tensor of a blocked `[n, c/16, h, w, 16]` one (for the
+/// shared geometry checks).
+fn logical(op: &str, what: &str, t: &Tensor) -> Result<Tensor> {
+    let s = t.shape();
+    if s.len() != 5 || s[4] != B {
+        return Err(Error::shape(
+            op,
+            format!(
+                "the {what} must be NCHW16c, [n, c/16, h, w, 16], got {s:?}; reorder an NCHW tensor with nchwc_reorder_input first"
+            ),
+        ));
+    }
+    let c = s[1].checked_mul(B).ok_or_else(|| Error::limit(op, format!("{what} {s:?} has too many channels")))?;
+    let meta = TensorMeta::contiguous(&[s[0], c, s[2], s[3]], t.dtype());
+    Ok(Tensor::symbolic(Symbolic { meta: Some(meta), proxy: Arc::new(()) }))
+}
+
+/// The geometry of a call and its blocked output shape.
+fn geom(args: &[Value]) -> Result<(Geom, Vec<usize>)> {
+    let x = tensor(OP, args, 0)?;
+    let mut logical_args = args.to_vec();
+    logical_args[0] = Value::Tensor(logical(OP, "input", x)?);
+    let (g, shape, dt) = conv_geom(OP, 2, &logical_args)?;
+    if dt != DType::F32 {
+        return Err(Error::dtype(OP, format!("nchwc_conv2d computes float32 only, got {dt:?}")));
+    }
+    if g.groups != 1 || !g.o.is_multiple_of(B) || shape.len() != 4 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "nchwc_conv2d needs an ungrouped convolution with a multiple of 16 output channels, got groups={} and {} output channels; keep this convolution in NCHW (conv2d)",
+                g.groups, g.o
+            ),
+        ));
+    }
+    let out = vec![g.n, g.o / B, g.oh, g.ow, B];
+    if let Some(r) = opt_tensor(OP, args, 7)? {
+        if r.shape() != out.as_slice() || r.dtype() != DType::F32 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "the residual must be float32 NCHW16c of the output's shape {out:?}, got {:?} {:?}",
+                    r.dtype(),
+                    r.shape()
+                ),
+            ));
+        }
+    }
+    Ok((g, out))
+}
+
+fn kernel(args: &[Value]) -> Result<Tensor> {
+    let (g, shape) = geom(args)?;
+    let act = activation_arg(OP, args, 8)?;
+    let (x, w, b) = (tensor(OP, args, 0)?, tensor(OP, args, 1)?, opt_tensor(OP, args, 2)?);
+    let res = opt_tensor(OP, args, 7)?;
+    if !kernel_applies(g.c, g.o, g.groups) {
+        // portable path: NCHW conv2d_fused between reorders
+        let mut nchw = args.to_vec();
+        nchw[0] = Value::Tensor(super::nchwc_reorder::reorder_output(x, g.c)?);
+        if let Some(r) = res {
+            nchw[7] = Value::Tensor(super::nchwc_reorder::reorder_output(r, g.o)?);
+        }
+        let y = (CONV2D_FUSED.kernel)(&nchw)?.into_iter().next().ok_or_else(|| Error::argument(OP, "no output"))?;
+        return super::nchwc_reorder::reorder_input(&y);
+    }
+    crate::memory::check_alloc(OP, &shape, DType::F32)?;
+    let xc = crate::ops::kernel::contiguous(x)?;
+    let wc = crate::ops::kernel::contiguous(w)?;
+    let bv = b.map(crate::ops::kernel::contiguous).transpose()?;
+    let rc = res.map(crate::ops::kernel::contiguous).transpose()?;
+    let taps = g.kh * g.kw;
+    let wp = wc.with_contiguous::<f32, _>(OP, |ws| packed(w, ws, g.o, g.c, taps))?;
+    let len = g.n * g.o * g.oh * g.ow;
+    let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, &shape)?;
+    let run = |xs: &[f32], bias: Option<&[f32]>, r: Option<&[f32]>, buf: &mut Vec<f32>| {
+        conv(&g, xs, &wp, bias, r, act, &mut buf.spare_capacity_mut()[..len])
+    };
+    xc.with_contiguous::<f32, _>(OP, |xs| -> Result<()> {
+        let with_res = |bias: Option<&[f32]>, buf: &mut Vec<f32>| -> Result<()> {
+            match &rc {
+                Some(r) => r.with_contiguous::<f32, _>(OP, |rs| run(xs, bias, Some(rs), buf)),
+                None => {
+                    run(xs, bias, None, buf);
+                    Ok(())
+                }
+            }
+        };
+        match &bv {
+            Some(b) => b.with_contiguous::<f32, _>(OP, |bs| with_res(Some(bs), &mut buf))?,
+            None => with_res(None, &mut buf),
+        }
+    })??;
+    // SAFETY: alloc_uninit reserved `len` elements and `conv` wrote every one of them
+    unsafe { buf.set_len(len) };
+    Tensor::from_vec(buf, &shape)
+}
+
+/// `nchwc_conv2d(input, weight, bias, stride, padding, dilation, groups, residual,
+/// activation)`: `conv2d_fused` on NCHW16c activations (see the module docs).
+pub static NCHWC_CONV2D: OpDef = OpDef {
+    name: OP,
+    schema: EPILOGUE_SCHEMA,
+    meta: |args| {
+        let (_, shape) = geom(args)?;
+        activation_arg(OP, args, 8)?;
+        Ok(smallvec![TensorMeta::contiguous(&shape, DType::F32)])
+    },
+    kernel: |args| Ok(smallvec![kernel(args)?]),
+    cost: |args, outs| {
+        let mut logical_args = args.to_vec();
+        match tensor(OP, args, 0).and_then(|x| logical(OP, "input", x)) {
+            Ok(l) => logical_args[0] = Value::Tensor(l),
+            Err(_) => return Cost::default(),
+        }
+        match conv_geom(OP, 2, &logical_args) {
+            Ok((g, _, _)) => {
+                let mut c: Cost = conv_cost_of(&g, &logical_args, outs);
+                c.flops = c.flops.saturating_add(2 * (g.n * g.o * g.oh * g.ow) as u64);
+                c
+            }
+            Err(_) => Cost::default(),
+        }
+    },
+    effect: Effect::Pure,
+    category: Category::Convolution,
+    backward: None,
+    saves: Saves::NOTHING,
+    doc: "2-D convolution with bias, residual add and activation on NCHW16c activations [n, c/16, h, w, 16] (made by ferrofx-compile's layout pass).",
+};
+
+/// `act(conv2d(input, weight, bias, ...) + residual)` with `input`, `residual` and the result
+/// in NCHW16c (`[n, c/16, h, w, 16]`); `weight` is the ordinary `[o, c, kh, kw]`.
+///
+/// ```
+/// use ferrofx_core::ops::conv::{conv2d_fused, nchwc_conv2d, nchwc_reorder_input, nchwc_reorder_output};
+/// use ferrofx_core::ops::random::randn;
+/// let (x, w) = (randn(&[1, 16, 9, 9], None)?, randn(&[32, 16, 3, 3], None)?);
+/// let blocked = nchwc_conv2d(&nchwc_reorder_input(&x)?, &w, None, &[2, 2], &[1, 1], &[1, 1], 1, None, "relu")?;
+/// assert_eq!(blocked.shape(), &[1, 2, 5, 5, 16]);
+/// let y = nchwc_reorder_output(&blocked, 32)?;
+/// let reference = conv2d_fused(&x, &w, None, &[2, 2], &[1, 1], &[1, 1], 1, None, "relu")?;
+/// let (a, b) = (y.to_vec::<f32>()?, reference.to_vec::<f32>()?);
+/// assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
+/// # Ok::<(), ferrofx_core::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn nchwc_conv2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    groups: i64,
+    residual: Option<&Tensor>,
+    activation: &str,
+) -> Result<Tensor> {
+    let out = dispatch(
+        &NCHWC_CONV2D,
+        CallKind::Function,
+        &[
+            input.into(),
+            weight.into(),
+            bias.into(),
+            stride.into(),
+            padding.into(),
+            dilation.into(),
+            Value::Int(groups),
+            residual.into(),
+            Value::Str(activation.to_string()),
+        ],
+    )?;
+    out.into_iter().next().ok_or_else(|| Error::argument(OP, "no output"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{conv2d_fused, nchwc_reorder_input, nchwc_reorder_output};
+    use super::nchwc_conv2d;
+    use crate::ops::random::randn;
+    use crate::Tensor;
+
+    /// Equal up to float32 summation order: the reference may be Winograd or a GEMM, the
+    /// blocked kernel sums per tap; `k` terms of unit-variance products each.
+    fn close(a: &Tensor, b: &Tensor, k: usize, what: &str) {
+        let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        assert_eq!(a.len(), b.len(), "{what}");
+        let tol = 2e-6 * k as f32;
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert!((p - q).abs() <= tol + 1e-5 * q.abs(), "{what}: element {i}: {p} vs {q}");
+        }
+    }
+
+    /// `nchwc_conv2d` between reorders equals `conv2d_fused` in NCHW on random geometries:
+    /// kernel sizes 1-7, strides 1-3, padding, dilation 2, batch 1-3, 16-80 channels, every
+    /// activation, with and without bias and residual; planes from 1x1 to wider than a tile
+    /// row, so tiles span rows and end in partial tiles; output-channel counts that leave a
+    /// partial group of blocks.
+    #[test]
+    fn equals_conv2d_fused_on_random_geometries() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: usize| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n as u64) as usize
+        };
+        let acts = ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.5, 0.25)"];
+        for case in 0..60 {
+            let k = [1, 3, 5, 7][next(4)];
+            let (stride, dil) = (1 + next(3), if next(5) == 0 { 2 } else { 1 });
+            let pad = next(k / 2 + 1) * dil;
+            let (n, c, o) = (1 + next(3), 16 * (1 + next(5)), 16 * (1 + next(6)));
+            let (h, w) = (1 + next(17), 1 + next(17));
+            let eff = dil * (k - 1) + 1;
+            if h + 2 * pad < eff || w + 2 * pad < eff {
+                continue;
+            }
+            let (oh, ow) = ((h + 2 * pad - eff) / stride + 1, (w + 2 * pad - eff) / stride + 1);
+            let x = randn(&[n as i64, c as i64, h as i64, w as i64], None).unwrap();
+            let wt = randn(&[o as i64, c as i64, k as i64, k as i64], None).unwrap();
+            let b = (next(4) != 0).then(|| randn(&[o as i64], None).unwrap());
+            let r = (next(2) == 0).then(|| randn(&[n as i64, o as i64, oh as i64, ow as i64], None).unwrap());
+            let act = acts[next(acts.len())];
+            let (st, pd, dl) = ([stride as i64; 2], [pad as i64; 2], [dil as i64; 2]);
+            let want = conv2d_fused(&x, &wt, b.as_ref(), &st, &pd, &dl, 1, r.as_ref(), act).unwrap();
+            let rb = r.as_ref().map(|r| nchwc_reorder_input(r).unwrap());
+            let got =
+                nchwc_conv2d(&nchwc_reorder_input(&x).unwrap(), &wt, b.as_ref(), &st, &pd, &dl, 1, rb.as_ref(), act)
+                    .unwrap();
+            assert_eq!(got.shape(), &[n, o / 16, oh, ow, 16]);
+            let what =
+                format!("case {case}: x {:?} w {:?} stride {stride} pad {pad} dil {dil} {act}", x.shape(), wt.shape());
+            close(&nchwc_reorder_output(&got, o as i64).unwrap(), &want, c * k * k, &what);
+        }
+    }
+
+    /// Large enough for several input-channel chunks (partial sums kept in the output) and
+    /// for the team: 512 input channels, 3x3.
+    #[test]
+    fn chunked_input_channels_match() {
+        let x = randn(&[2, 512, 9, 9], None).unwrap();
+        let wt = randn(&[48, 512, 3, 3], None).unwrap();
+        let b = randn(&[48], None).unwrap();
+        let r = randn(&[2, 48, 9, 9], None).unwrap();
+        let want = conv2d_fused(&x, &wt, Some(&b), &[1, 1], &[1, 1], &[1, 1], 1, Some(&r), "relu").unwrap();
+        let got = nchwc_conv2d(
+            &nchwc_reorder_input(&x).unwrap(),
+            &wt,
+            Some(&b),
+            &[1, 1],
+            &[1, 1],
+            &[1, 1],
+            1,
+            Some(&nchwc_reorder_input(&r).unwrap()),
+            "relu",
+        )
+        .unwrap();
+        close(&nchwc_reorder_output(&got, 48).unwrap(), &want, 512 * 9, "512 channels");
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_naming_the_op_and_the_fix() {
+        let x = randn(&[1, 16, 5, 5], None).unwrap();
+        let w = randn(&[16, 16, 3, 3], None).unwrap();
+        // an NCHW input
+        let e = nchwc_conv2d(&x, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
+        assert!(e.contains("nchwc_conv2d") && e.contains("NCHW16c") && e.contains("nchwc_reorder_input"), "{e}");
+        let xb = nchwc_reorder_input(&x).unwrap();
+        // output channels not a multiple of 16
+        let w20 = randn(&[20, 16, 3, 3], None).unwrap();
+        let e = nchwc_conv2d(&xb, &w20, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
+        assert!(e.contains("multiple of 16") && e.contains("20"), "{e}");
+        // a residual of the wrong shape
+        let bad_res = randn(&[1, 1, 4, 4, 16], None).unwrap();
+        let e =
+            nchwc_conv2d(&xb, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, Some(&bad_res), "none").unwrap_err().to_string();
+        assert!(e.contains("residual") && e.contains("[1, 1, 5, 5, 16]") && e.contains("[1, 1, 4, 4, 16]"), "{e}");
+        // input channels that do not match the weight
+        let w32 = randn(&[16, 32, 3, 3], None).unwrap();
+        let e = nchwc_conv2d(&xb, &w32, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
+        assert!(e.contains("channels"), "{e}");
+        // reorders
+        let e = nchwc_reorder_output(&xb, 40).unwrap_err().to_string();
+        assert!(e.contains("channels=40") && e.contains("1..=16"), "{e}");
+        let e = nchwc_reorder_input(&xb).unwrap_err().to_string();
+        assert!(e.contains("nchwc_reorder_input") && e.contains("[1, 1, 5, 5, 16]"), "{e}");
+    }
+}
