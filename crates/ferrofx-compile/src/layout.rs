@@ -11,11 +11,16 @@
 //! layer, a flatten, the graph's output), each once per value.
 //!
 //! Rules:
-//! - a node is converted when it is a float32 `conv2d_fused` (the epilogue pass runs first; its
-//!   residual and activation carry over) of known shapes and
-//!   [`ferrofx_core::ops::conv::nchwc_preferred`] says the blocked kernel is faster for its
-//!   geometry on this CPU (ungrouped, channels multiples of 16, AVX-512; not a 3x3 that
-//!   Winograd computes faster);
+//! - a candidate is a float32 `conv2d_fused` (the epilogue pass runs first; its residual and
+//!   activation carry over) of known shapes for which
+//!   [`ferrofx_core::ops::conv::nchwc_saving`] expects the blocked kernel to be faster on this
+//!   CPU (ungrouped, channels multiples of 16, AVX-512; not a 3x3 that Winograd computes
+//!   faster); convolutions with nothing fused after them become `conv2d_fused` first;
+//! - candidates connected by a blocked value or reading the same NCHW value form a chain; a
+//!   chain is converted only when the time its convolutions save exceeds the time of the
+//!   reorders it needs ([`ferrofx_core::ops::conv::nchwc_reorder_seconds`]): MobileNetV2's
+//!   1x1 pairs between depthwise convolutions (two reorders of the expanded activation for
+//!   15% of two small convolutions) stay in NCHW, ResNet's stages switch;
 //! - a value that an in-place op mutates is never reordered (the copy would miss the write),
 //!   and a convolution whose output an in-place op mutates is not converted;
 //! - the converted node keeps its name; its value's metadata becomes the blocked shape.
@@ -25,8 +30,10 @@
 
 use crate::fusion::registry_op;
 use ferrofx_core::op::Effect;
-use ferrofx_core::ops::conv::NCHWC_REORDER_OUTPUT;
-use ferrofx_core::ops::conv::{nchwc_preferred, CONV2D_FUSED, NCHWC_BLOCK, NCHWC_CONV2D, NCHWC_REORDER_INPUT};
+use ferrofx_core::ops::conv::{
+    nchwc_reorder_seconds, nchwc_saving, CONV2D_FUSED, NCHWC_BLOCK, NCHWC_CONV2D, NCHWC_REORDER_INPUT,
+    NCHWC_REORDER_OUTPUT,
+};
 use ferrofx_core::{DType, Error, Result};
 use ferrofx_fx::{Argument, Graph, GraphModule, NodeId, Opcode, Target, TensorMetadata};
 use std::collections::{HashMap, HashSet};
@@ -61,16 +68,17 @@ fn mutated(g: &Graph, id: NodeId) -> bool {
         .any(|u| g.node(u).ok().and_then(|un| registry_op(&un)).is_some_and(|d| matches!(d.effect, Effect::Mutates(_))))
 }
 
-/// Whether `id` is a `conv2d_fused` node the layout pass converts (see the module docs).
-fn convertible(gm: &GraphModule, id: NodeId) -> bool {
+/// The time converting `id` saves, when it is a `conv2d_fused` node the blocked kernel runs
+/// faster (see the module docs).
+fn saving(gm: &GraphModule, id: NodeId) -> Option<f64> {
     let g = gm.graph();
-    let Ok(n) = g.node(id) else { return false };
+    let n = g.node(id).ok()?;
     if n.op() != Opcode::CallFunction || n.target().as_op().is_none_or(|d| d.name != CONV2D_FUSED.name) {
-        return false;
+        return None;
     }
     let a = n.args();
     if a.len() != 9 || !n.kwargs().is_empty() || a[0].as_node().is_none() {
-        return false;
+        return None;
     }
     // the weight: a `get_attr` node (its metadata, or the attribute itself)
     let w = shape_of(g, &a[1]).or_else(|| {
@@ -78,23 +86,76 @@ fn convertible(gm: &GraphModule, id: NodeId) -> bool {
         let t = (wn.op() == Opcode::GetAttr).then(|| gm.get_attr(wn.target().name()).ok())??;
         (t.dtype() == DType::F32).then(|| t.shape().to_vec())
     });
-    let (Some(x), Some(w), Some(out)) = (shape_of(g, &a[0]), w, crate::epilogue::shape_f32(g, id)) else {
-        return false;
-    };
+    let (x, w, out) = (shape_of(g, &a[0])?, w?, crate::epilogue::shape_f32(g, id)?);
     let (Some(stride), Some(padding), Some(dilation), Argument::Int(groups)) =
         (int_list(&a[3]), int_list(&a[4]), int_list(&a[5]), &a[6])
     else {
-        return false;
+        return None;
     };
     let residual_ok = match &a[7] {
         Argument::None => true,
         r => r.as_node().is_some_and(|r| !mutated(g, r)) && shape_of(g, r).as_deref() == Some(out.as_slice()),
     };
-    out.len() == 4
-        && residual_ok
-        && !mutated(g, id)
-        && !mutated(g, a[0].as_node().unwrap_or(id))
-        && nchwc_preferred(&x, &w, &stride, &padding, &dilation, *groups)
+    let ok = out.len() == 4 && residual_ok && !mutated(g, id) && !mutated(g, a[0].as_node().unwrap_or(id));
+    ok.then(|| nchwc_saving(&x, &w, &stride, &padding, &dilation, *groups))?
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// The candidates worth converting: candidates connected through blocked values or a shared
+/// NCHW source form a chain, converted only when the time its convolutions save exceeds the
+/// time of the reorders it needs (its NCHW sources in, its values with NCHW users out).
+fn worth_converting(g: &Graph, candidates: &HashMap<NodeId, f64>) -> HashSet<NodeId> {
+    fn root(parent: &mut HashMap<NodeId, NodeId>, mut x: NodeId) -> NodeId {
+        while let Some(&p) = parent.get(&x) {
+            if p == x {
+                break;
+            }
+            let gp = parent.get(&p).copied().unwrap_or(p);
+            parent.insert(x, gp);
+            x = gp;
+        }
+        x
+    }
+    let mut parent: HashMap<NodeId, NodeId> = HashMap::new();
+    let inputs = |c: NodeId| -> Vec<NodeId> {
+        g.node(c).map(|n| [0usize, 7].iter().filter_map(|&i| n.args()[i].as_node()).collect()).unwrap_or_default()
+    };
+    for &c in candidates.keys() {
+        parent.entry(c).or_insert(c);
+        for v in inputs(c) {
+            parent.entry(v).or_insert(v);
+            let (a, b) = (root(&mut parent, c), root(&mut parent, v));
+            parent.insert(a, b);
+        }
+    }
+    let mut gain: HashMap<NodeId, f64> = HashMap::new();
+    let mut cost: HashMap<NodeId, f64> = HashMap::new();
+    let mut sources: HashSet<NodeId> = HashSet::new();
+    for (&c, &s) in candidates {
+        let r = root(&mut parent, c);
+        *gain.entry(r).or_default() += s;
+        for v in inputs(c) {
+            if !candidates.contains_key(&v) && sources.insert(v) {
+                let elems = crate::epilogue::shape_f32(g, v).map_or(usize::MAX, |s| numel(&s));
+                *cost.entry(r).or_default() += nchwc_reorder_seconds(elems);
+            }
+        }
+        let leaves = g.node(c).is_ok_and(|n| n.users().any(|u| !candidates.contains_key(&u)));
+        if leaves {
+            let elems = crate::epilogue::shape_f32(g, c).map_or(usize::MAX, |s| numel(&s));
+            *cost.entry(r).or_default() += nchwc_reorder_seconds(elems);
+        }
+    }
+    let keys: Vec<NodeId> = candidates.keys().copied().collect();
+    keys.into_iter()
+        .filter(|&c| {
+            let r = root(&mut parent, c);
+            gain.get(&r).copied().unwrap_or(0.0) > cost.get(&r).copied().unwrap_or(0.0)
+        })
+        .collect()
 }
 
 /// The blocked shape of an NCHW shape.
@@ -109,29 +170,31 @@ fn blocked(shape: &[usize]) -> Vec<usize> {
 ///
 /// ```
 /// use ferrofx_compile::{fuse_conv_epilogue, layout::convert_to_nchwc};
-/// use ferrofx_core::{ops::random::randn, Module, Tensor, Value};
-/// use ferrofx_fx::{symbolic_trace, ShapeProp};
-/// use ferrofx_nn::Conv2d;
+/// use ferrofx_core::Tensor;
+/// use ferrofx_fx::{trace_with_inputs, ShapeProp};
+/// use ferrofx_nn::{Conv2d, Conv2dOpts, Module};
 ///
+/// #[derive(ferrofx_nn::Module)]
 /// struct Net { a: Conv2d, b: Conv2d }
 /// impl Module for Net {
 ///     fn forward(&self, x: &Tensor) -> ferrofx_core::Result<Tensor> {
 ///         let y = self.a.forward(x)?.relu()?;
-///         self.b.forward(&y)? + &y
+///         (self.b.forward(&y)? + &y)?.relu()
 ///     }
-/// #   fn named_children(&self) -> Vec<(String, &dyn Module)> { vec![("a".into(), &self.a), ("b".into(), &self.b)] }
 /// }
-/// let net = Net { a: Conv2d::new(16, 32, 3, 2, 1, true)?, b: Conv2d::new(32, 32, 1, 1, 0, true)? };
-/// let mut gm = symbolic_trace(&net)?;
-/// let x = randn(&[1, 16, 16, 16], None)?;
-/// ShapeProp::propagate(&mut gm, &[Value::Tensor(x.clone())])?;
+/// let a = Conv2d::with(64, 128, 3, Conv2dOpts { stride: 2, padding: 1, ..Default::default() })?;
+/// let net = Net { a, b: Conv2d::new(128, 128, 1)? };
+/// let x = ferrofx_core::ops::random::randn(&[1, 64, 56, 56], None)?;
+/// let mut gm = trace_with_inputs(&net, &[(&x).into()])?;
+/// ShapeProp::propagate(&mut gm, &[(&x).into()])?;
 /// fuse_conv_epilogue(&mut gm)?;
 /// let converted = convert_to_nchwc(&mut gm)?;
 /// gm.recompile()?;
-/// // two convolutions on AVX-512 (the blocked kernel), none elsewhere: same result either way
+/// // both convolutions on AVX-512 (one chain: a reorder in, one out), none elsewhere
 /// assert!(converted == 0 || converted == 2);
-/// let (a, b) = (gm.forward(&x)?.to_vec::<f32>()?, net.forward(&x)?.to_vec::<f32>()?);
-/// assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
+/// let _g = ferrofx_core::autograd::no_grad();
+/// let (p, q) = (gm.forward(&x)?.to_vec::<f32>()?, net.forward(&x)?.to_vec::<f32>()?);
+/// assert!(p.iter().zip(&q).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
 /// # Ok::<(), ferrofx_core::Error>(())
 /// ```
 pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
@@ -140,13 +203,16 @@ pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
     crate::epilogue::wrap_lone_convs(gm, &|x, w, rest| match rest {
         [stride, padding, dilation, Argument::Int(groups)] => {
             match (int_list(stride), int_list(padding), int_list(dilation)) {
-                (Some(s), Some(p), Some(d)) => nchwc_preferred(x, w, &s, &p, &d, *groups),
+                (Some(s), Some(p), Some(d)) => nchwc_saving(x, w, &s, &p, &d, *groups).is_some(),
                 _ => false,
             }
         }
         _ => false,
     })?;
-    let convs: Vec<NodeId> = gm.graph().node_ids().into_iter().filter(|&id| convertible(gm, id)).collect();
+    let candidates: HashMap<NodeId, f64> =
+        gm.graph().node_ids().into_iter().filter_map(|id| saving(gm, id).map(|s| (id, s))).collect();
+    let keep = worth_converting(gm.graph(), &candidates);
+    let convs: Vec<NodeId> = gm.graph().node_ids().into_iter().filter(|id| keep.contains(id)).collect();
     let g = gm.graph_mut();
     if convs.is_empty() {
         return Ok(0);

@@ -56,7 +56,7 @@ use super::team;
 pub(crate) use epilogue::apply_block;
 use epilogue::Epilogue;
 pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
-pub use nchwc::{nchwc_conv2d, nchwc_preferred, NCHWC_BLOCK, NCHWC_CONV2D};
+pub use nchwc::{nchwc_conv2d, nchwc_reorder_seconds, nchwc_saving, NCHWC_BLOCK, NCHWC_CONV2D};
 pub use nchwc_reorder::{nchwc_reorder_input, nchwc_reorder_output, NCHWC_REORDER_INPUT, NCHWC_REORDER_OUTPUT};
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 

@@ -56,40 +56,60 @@ pub(super) fn kernel_applies(c: usize, o: usize, groups: usize) -> bool {
     groups == 1 && c.is_multiple_of(B) && o.is_multiple_of(B) && c > 0 && o > 0 && super::avx512()
 }
 
-/// Whether a float32 convolution of an NCHW `input` with `weight` (`[o, c, kh, kw]`) runs
-/// faster as [`nchwc_conv2d`] than in NCHW on this CPU: the blocked kernel applies and the
-/// convolution is not one that Winograd F(4x4, 3x3) computes faster (3x3 stride 1 on at least
-/// 400 output pixels per call: ResNet's 56x56 and 28x28 stages, batch 8 at 14x14 — measured on
-/// the ResNet layers, where the blocked kernel led everywhere else by 1.1-2.3x). Used by
-/// `ferrofx-compile`'s layout pass; `false` for anything the geometry checks refuse.
+/// The time [`nchwc_conv2d`] is expected to save over the NCHW kernels for a float32
+/// convolution of an NCHW `input` with `weight` (`[o, c, kh, kw]`), in seconds at two threads;
+/// `None` when the blocked kernel does not apply on this CPU or is not faster.
+///
+/// The estimate is the convolution's NCHW time (its multiply-adds at 150 GFLOP/s) times the
+/// share the blocked kernel saved on ResNet's layers (two threads, one Xeon): 40% for strided
+/// convolutions larger than 1x1 (the NCHW kernels gather the strided columns first), 15% for
+/// 1x1s, 20% for the rest. A 3x3 stride-1 convolution that Winograd F(4x4, 3x3) computes on at
+/// least 256 output pixels stays in NCHW (Winograd took 0.55-0.9x the blocked kernel's time on
+/// 56x56 and 28x28 planes and at batch 8). `ferrofx-compile`'s layout pass weighs the sum over
+/// a chain against [`nchwc_reorder_seconds`] of the reorders the chain needs.
 ///
 /// ```
-/// use ferrofx_core::ops::conv::nchwc_preferred;
+/// use ferrofx_core::ops::conv::nchwc_saving;
 /// // whatever the CPU: a grouped convolution stays in NCHW
-/// assert!(!nchwc_preferred(&[1, 32, 14, 14], &[32, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1], 32));
+/// assert!(nchwc_saving(&[1, 32, 14, 14], &[32, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1], 32).is_none());
 /// ```
-pub fn nchwc_preferred(
+pub fn nchwc_saving(
     input: &[usize],
     weight: &[usize],
     stride: &[i64],
     padding: &[i64],
     dilation: &[i64],
     groups: i64,
-) -> bool {
+) -> Option<f64> {
     let meta = |s: &[usize]| {
         Tensor::symbolic(Symbolic { meta: Some(TensorMeta::contiguous(s, DType::F32)), proxy: Arc::new(()) })
     };
     if input.len() != 4 || weight.len() != 4 {
-        return false;
+        return None;
     }
     let pad = Value::Ints(padding.to_vec());
-    let Ok((g, _, _)) = super::geometry(OP, 2, &meta(input), &meta(weight), None, stride, &pad, dilation, groups, None)
-    else {
-        return false;
+    let (g, _, _) =
+        super::geometry(OP, 2, &meta(input), &meta(weight), None, stride, &pad, dilation, groups, None).ok()?;
+    let pixels = g.n * g.oh * g.ow;
+    let winograd = g.winograd().is_some() && super::winograd_enabled() && pixels >= 256;
+    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || winograd {
+        return None;
+    }
+    let flops = 2.0 * (pixels * g.o) as f64 * (g.c * g.kh * g.kw) as f64;
+    let share = if g.kh * g.kw == 1 {
+        0.15
+    } else if g.sh > 1 || g.sw > 1 {
+        0.4
+    } else {
+        0.2
     };
-    kernel_applies(g.c, g.o, g.groups)
-        && g.n * g.oh * g.ow > 0
-        && (g.winograd().is_none() || !super::winograd_enabled() || g.n * g.oh * g.ow < 400)
+    Some(share * flops / 150e9)
+}
+
+/// The expected time of one `nchwc_reorder_input` / `nchwc_reorder_output` of `elements`
+/// float32 values, in seconds at two threads (measured: 43 µs for ResNet's 128x28x28).
+pub fn nchwc_reorder_seconds(elements: usize) -> f64 {
+    elements as f64 * 4.3e-10
 }
 
 /// The packed weights: `[o / 16][c / 16][kh][kw][16 in][16 out]`.
