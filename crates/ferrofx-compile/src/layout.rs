@@ -17,8 +17,8 @@
 //!   CPU (ungrouped, channels multiples of 16, AVX-512; not a 3x3 that Winograd computes
 //!   faster); convolutions with nothing fused after them become `conv2d_fused` first;
 //! - candidates connected by a blocked value or reading the same NCHW value form a chain; a
-//!   chain is converted only when the time its convolutions save exceeds the time of the
-//!   reorders it needs ([`ferrofx_core::ops::conv::nchwc_reorder_seconds`]): MobileNetV2's
+//!   chain is converted only when the time its convolutions save is at least twice the time of
+//!   the reorders it needs ([`ferrofx_core::ops::conv::nchwc_reorder_seconds`]): MobileNetV2's
 //!   1x1 pairs between depthwise convolutions (two reorders of the expanded activation for
 //!   15% of two small convolutions) stay in NCHW, ResNet's stages switch;
 //! - a value that an in-place op mutates is never reordered (the copy would miss the write),
@@ -104,6 +104,10 @@ fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// How many times its reorders' time a chain must save: the estimates are coarse (one machine's
+/// measurements), and a wrong switch costs a whole activation copied twice.
+const MARGIN: f64 = 2.0;
+
 /// The candidates worth converting: candidates connected through blocked values or a shared
 /// NCHW source form a chain, converted only when the time its convolutions save exceeds the
 /// time of the reorders it needs (its NCHW sources in, its values with NCHW users out).
@@ -153,7 +157,7 @@ fn worth_converting(g: &Graph, candidates: &HashMap<NodeId, f64>) -> HashSet<Nod
     keys.into_iter()
         .filter(|&c| {
             let r = root(&mut parent, c);
-            gain.get(&r).copied().unwrap_or(0.0) > cost.get(&r).copied().unwrap_or(0.0)
+            gain.get(&r).copied().unwrap_or(0.0) > MARGIN * cost.get(&r).copied().unwrap_or(0.0)
         })
         .collect()
 }
