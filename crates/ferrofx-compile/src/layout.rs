@@ -47,20 +47,6 @@ fn shape_of(g: &Graph, a: &Argument) -> Option<Vec<usize>> {
     crate::epilogue::shape_f32(g, a.as_node()?)
 }
 
-fn int_list(a: &Argument) -> Option<Vec<i64>> {
-    match a {
-        Argument::List(v) | Argument::Tuple(v) => v
-            .iter()
-            .map(|x| match x {
-                Argument::Int(i) => Some(*i),
-                _ => None,
-            })
-            .collect(),
-        Argument::Int(i) => Some(vec![*i]),
-        _ => None,
-    }
-}
-
 /// Whether any user of `id` writes into its argument.
 fn mutated(g: &Graph, id: NodeId) -> bool {
     let Ok(n) = g.node(id) else { return true };
@@ -88,7 +74,7 @@ fn saving(gm: &GraphModule, id: NodeId) -> Option<f64> {
     });
     let (x, w, out) = (shape_of(g, &a[0])?, w?, crate::epilogue::shape_f32(g, id)?);
     let (Some(stride), Some(padding), Some(dilation), Argument::Int(groups)) =
-        (int_list(&a[3]), int_list(&a[4]), int_list(&a[5]), &a[6])
+        (a[3].as_int_list(), a[4].as_int_list(), a[5].as_int_list(), &a[6])
     else {
         return None;
     };
@@ -206,7 +192,7 @@ pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
     // `conv2d_fused` nodes, so that the chain's values stay blocked through them
     crate::epilogue::wrap_lone_convs(gm, &|x, w, rest| match rest {
         [stride, padding, dilation, Argument::Int(groups)] => {
-            match (int_list(stride), int_list(padding), int_list(dilation)) {
+            match (stride.as_int_list(), padding.as_int_list(), dilation.as_int_list()) {
                 (Some(s), Some(p), Some(d)) => nchwc_saving(x, w, &s, &p, &d, *groups).is_some(),
                 _ => false,
             }

@@ -117,6 +117,29 @@ impl Argument {
         Argument::Slice(Box::new(Slice { start, stop, step }))
     }
 
+    /// The integers of an `Int` (one) or of a list / tuple of `Int`s (a stride, a padding, a
+    /// shape); `None` for anything else.
+    ///
+    /// ```
+    /// use ferrofx_fx::Argument;
+    /// assert_eq!(Argument::list([1.into(), 2.into()]).as_int_list(), Some(vec![1, 2]));
+    /// assert_eq!(Argument::Int(3).as_int_list(), Some(vec![3]));
+    /// assert_eq!(Argument::list([1.into(), 2.5.into()]).as_int_list(), None);
+    /// ```
+    pub fn as_int_list(&self) -> Option<Vec<i64>> {
+        match self {
+            Argument::Int(i) => Some(vec![*i]),
+            Argument::List(v) | Argument::Tuple(v) => v
+                .iter()
+                .map(|x| match x {
+                    Argument::Int(i) => Some(*i),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+
     /// The node, if this argument is exactly a node reference.
     pub fn as_node(&self) -> Option<NodeId> {
         match self {

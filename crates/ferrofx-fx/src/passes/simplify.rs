@@ -64,17 +64,7 @@ fn input(n: &Node<'_>) -> Option<NodeId> {
 }
 
 fn ints(a: Option<&Argument>) -> Option<Vec<i64>> {
-    match a? {
-        Argument::Int(i) => Some(vec![*i]),
-        Argument::List(v) | Argument::Tuple(v) => v
-            .iter()
-            .map(|x| match x {
-                Argument::Int(i) => Some(*i),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    }
+    a?.as_int_list()
 }
 
 /// What a node simplifies to.

@@ -297,8 +297,25 @@ pub fn conv2d_fused(
     residual: Option<&Tensor>,
     activation: &str,
 ) -> Result<Tensor> {
+    dispatch_fused(&CONV2D_FUSED, input, weight, bias, stride, padding, dilation, groups, residual, activation)
+}
+
+/// Dispatches an op with `conv2d_fused`'s schema (also `nchwc_conv2d`) on these arguments.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dispatch_fused(
+    def: &'static OpDef,
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    groups: i64,
+    residual: Option<&Tensor>,
+    activation: &str,
+) -> Result<Tensor> {
     let out = dispatch(
-        &CONV2D_FUSED,
+        def,
         CallKind::Function,
         &[
             input.into(),
@@ -312,5 +329,5 @@ pub fn conv2d_fused(
             Value::Str(activation.to_string()),
         ],
     )?;
-    out.into_iter().next().ok_or_else(|| Error::argument(OP, "no output"))
+    out.into_iter().next().ok_or_else(|| Error::argument(def.name, "no output"))
 }

@@ -29,7 +29,7 @@ use super::{conv_cost_of, conv_geom, Activation, Geom, SendPtr, CONV2D_FUSED};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::args::{opt_tensor, tensor};
-use crate::op::{dispatch, CallKind, Category, Cost, Effect, OpDef, Saves};
+use crate::op::{Category, Cost, Effect, OpDef, Saves};
 use crate::tensor::{Tensor, TensorMeta};
 use crate::trace::Symbolic;
 use crate::value::Value;
@@ -552,22 +552,18 @@ pub fn nchwc_conv2d(
     residual: Option<&Tensor>,
     activation: &str,
 ) -> Result<Tensor> {
-    let out = dispatch(
+    super::epilogue::dispatch_fused(
         &NCHWC_CONV2D,
-        CallKind::Function,
-        &[
-            input.into(),
-            weight.into(),
-            bias.into(),
-            stride.into(),
-            padding.into(),
-            dilation.into(),
-            Value::Int(groups),
-            residual.into(),
-            Value::Str(activation.to_string()),
-        ],
-    )?;
-    out.into_iter().next().ok_or_else(|| Error::argument(OP, "no output"))
+        input,
+        weight,
+        bias,
+        stride,
+        padding,
+        dilation,
+        groups,
+        residual,
+        activation,
+    )
 }
 
 #[cfg(test)]
