@@ -52,8 +52,15 @@ fn naive_mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
 
 #[test]
 fn matmul_large_and_batched_paths_match_naive() {
-    // one big GEMM (parallel), a folded batch (linear on 3-D input) and a batch-parallel path
-    for &(batch, m, k, n, share_b) in &[(1, 150, 170, 130, true), (6, 20, 33, 17, true), (64, 12, 9, 10, false)] {
+    // one big GEMM (parallel), a folded batch (linear on 3-D input), a batch-parallel path and
+    // matrix-vector products split over threads by columns and by rows
+    for &(batch, m, k, n, share_b) in &[
+        (1, 150, 170, 130, true),
+        (6, 20, 33, 17, true),
+        (64, 12, 9, 10, false),
+        (1, 1, 700, 500, true),
+        (1, 500, 700, 1, true),
+    ] {
         let a = rnd(batch * m * k, 1);
         let b = rnd(if share_b { k * n } else { batch * k * n }, 2);
         let ta = Tensor::from_vec(a.clone(), &[batch, m, k]).unwrap();

@@ -196,7 +196,11 @@ macro_rules! float_mat {
                     }
                 };
                 let threads = par.threads();
-                if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS {
+                let macs = m.saturating_mul(n).saturating_mul(k);
+                // a matrix-vector product (m or n at most 4) is bound by reading the matrix,
+                // which both cores read at twice one core's speed: split from 1 MiB of it on
+                let gemv = m.min(n) <= 4 && macs >= SPLIT_MIN_MACS / 8;
+                if threads > 1 && (macs >= SPLIT_MIN_MACS || gemv) {
                     // One block of output columns (or rows, when the output is tall) per
                     // thread, each a single-threaded GEMM: both cores stay busy on the
                     // 128-row products of a transformer, which the crate's own split leaves
