@@ -14,8 +14,9 @@
 //! [`SPIN`] after its last task, so the next node's job starts on both cores at once.
 //!
 //! One job runs at a time; a second thread that starts a job while one runs (two models run
-//! from two threads, the parallel test harness) falls back to rayon. Called from a rayon worker
-//! or from a helper, a job runs serially on the calling thread (no nested parallelism).
+//! from two threads, the parallel test harness) falls back to rayon. Called from a rayon worker,
+//! from a helper or from a task of the caller's own job, a job runs serially on the calling
+//! thread (no nested parallelism).
 
 use rayon::prelude::*;
 use std::cell::Cell;
@@ -178,7 +179,11 @@ pub(crate) fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
     if *team.parked.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
         team.wake.notify_all();
     }
+    // a task that starts a loop of its own runs it serially here, as on a helper (the team is
+    // busy with this job: it would otherwise go to rayon's pool, two more threads on the cores)
+    let nested = IN_HELPER.with(|h| h.replace(true));
     job.work();
+    IN_HELPER.with(|h| h.set(nested));
     // the helpers' last tasks (a helper descheduled by a busy machine: yield to it)
     wait_until(|| job.done.load(SeqCst) >= tasks);
     team.job.store(std::ptr::null_mut(), SeqCst);

@@ -33,7 +33,6 @@
 use super::conv2d::Geom;
 use super::conv2d_packed::{PackedWeight, Plan};
 use super::gemm::RequantParams;
-use rayon::prelude::*;
 
 /// Output pixels per register tile.
 pub(super) const MP: usize = 6;
@@ -139,7 +138,8 @@ pub(super) fn run(g: &Geom, x: &Operand, pw: &PackedWeight, rq: &RequantParams, 
     let chunks = p.div_ceil(chunk_px);
     let dst = OutPtr(out.as_mut_ptr());
     // panel-major: the consecutive items a thread takes share their weight panel (in L2)
-    (0..g.n * panels * chunks).into_par_iter().for_each(|it| {
+    // (on the kernels' team, `ops::team`, as the float convolutions and the AMX path)
+    crate::ops::team::for_each(g.n * panels * chunks, |it| {
         let (jb, rest) = (it / (g.n * chunks), it % (g.n * chunks));
         let (i, ch) = (rest / chunks, rest % chunks);
         let (o0, o1) = (ch * chunk_px, ((ch + 1) * chunk_px).min(p));

@@ -31,7 +31,6 @@
 use super::conv2d::Geom;
 use super::gemm::{Path, RequantParams};
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 const OP: &str = "quantized_conv2d";
 
@@ -177,7 +176,7 @@ impl Plan {
 fn pack_image(g: &Geom, plan: &Plan, x: &[u8], nhwc: bool, zp: u8, dst: &mut [u8]) {
     let plane_bytes = plan.lp * 4;
     let planes_per_phase = g.groups * plan.quads;
-    dst.par_chunks_mut(plane_bytes).enumerate().for_each(|(i, plane)| {
+    crate::ops::team::chunks_mut(dst, plane_bytes, |i, plane| {
         let (phase, rest) = (i / planes_per_phase, i % planes_per_phase);
         let (gi, q) = (rest / plan.quads, rest % plan.quads);
         if nhwc {
@@ -540,9 +539,9 @@ fn conv_packed(
 ) -> Result<()> {
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     if plan.image_bytes > 0 {
-        xp.par_chunks_mut(plan.image_bytes)
-            .enumerate()
-            .for_each(|(i, d)| pack_image(g, plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d));
+        crate::ops::team::chunks_mut(xp, plan.image_bytes, |i, d| {
+            pack_image(g, plan, &x[i * img_in..(i + 1) * img_in], nhwc_in, zp, d)
+        });
     }
     #[cfg(target_arch = "x86_64")]
     if pw.lanes && path == Path::Vnni {
@@ -555,21 +554,23 @@ fn conv_packed(
     let per_image = (4 * threads).div_ceil(g.n).max(1);
     let ocg = g.ocg();
     let cs = ocg.div_ceil(per_image.div_ceil(g.groups).max(1)).next_multiple_of(8).min(ocg).max(1);
-    let mut items: Vec<(usize, usize, usize, &mut [u8])> = Vec::new();
+    let mut items: Vec<((usize, usize, usize), &mut [u8])> = Vec::new();
     for (i, mut rest) in out.chunks_mut(img_out).enumerate() {
         for gi in 0..g.groups {
             let mut j = gi * ocg;
             while j < (gi + 1) * ocg {
                 let j1 = (j + cs).min((gi + 1) * ocg);
                 let (head, tail) = std::mem::take(&mut rest).split_at_mut((j1 - j) * g.p());
-                items.push((i, j, j1, head));
+                items.push(((i, j, j1), head));
                 rest = tail;
                 j = j1;
             }
         }
     }
     let xp = &*xp;
-    items.into_par_iter().for_each(|(i, j0, j1, o)| {
+    // on the kernels' team (`ops::team`), as the float convolutions and the AMX path: rayon's
+    // pool puts the caller to sleep and parks its workers between a model's nodes
+    crate::ops::team::slices_mut(items, |&(i, j0, j1), o| {
         conv_block(path, g, plan, &xp[i * plan.image_bytes..(i + 1) * plan.image_bytes], pw, rq, j0, j1, o)
     });
     Ok(())

@@ -33,7 +33,6 @@
 use super::gemm::{Epilogue, Path};
 use crate::error::Result;
 use crate::tensor::Tensor;
-use rayon::prelude::*;
 use std::sync::Arc;
 
 /// Output channels per panel (the VNNI tile's width: three 16-lane vectors).
@@ -212,14 +211,18 @@ pub(super) fn linear_packed<E: TileEpilogue>(
         task(0, m, 0, panels);
         return;
     }
-    // about 4 tasks per thread (work stealing evens out a busy core), columns first
+    // about 4 tasks per thread (taken from a shared counter, they even out a busy core), columns first
     let target = 4 * threads;
     let cols = panels.min(target);
     let rows = (target / cols).clamp(1, m.div_ceil(8)).max(m / 1024);
     let (rb, cb) = (bounds(m, rows, 8), bounds(panels, cols, 1));
     let tasks: Vec<(usize, usize, usize, usize)> =
         rb.windows(2).flat_map(|r| cb.windows(2).map(move |c| (r[0], r[1], c[0], c[1]))).collect();
-    tasks.into_par_iter().for_each(|(i0, i1, p0, p1)| task(i0, i1, p0, p1));
+    // on the kernels' team (`ops::team`), as the convolutions
+    crate::ops::team::for_each(tasks.len(), |t| {
+        let (i0, i1, p0, p1) = tasks[t];
+        task(i0, i1, p0, p1)
+    });
 }
 
 /// Rows `i0..i1` x panels `p0..p1` on one thread.
