@@ -554,7 +554,9 @@ fn conv_packed(
     let per_image = (4 * threads).div_ceil(g.n).max(1);
     let ocg = g.ocg();
     let cs = ocg.div_ceil(per_image.div_ceil(g.groups).max(1)).next_multiple_of(8).min(ocg).max(1);
-    let mut items: Vec<((usize, usize, usize), &mut [u8])> = Vec::new();
+    // (image, first and end output channel) and the output rows they write
+    type Item<'a> = ((usize, usize, usize), &'a mut [u8]);
+    let mut items: Vec<Item<'_>> = Vec::new();
     for (i, mut rest) in out.chunks_mut(img_out).enumerate() {
         for gi in 0..g.groups {
             let mut j = gi * ocg;
