@@ -135,7 +135,7 @@ fn op_kind(target: &str) -> &str {
 }
 
 /// `FERROFX_QUANT_PROFILE=1`: the int8 model's time per op kind (the Interpreter's per-node
-/// profile, best of 5 runs per node, summed by kind), for the table beside PyTorch's
+/// profile, best of 5 runs per node, summed by kind; with `N > 1`, also the `N` slowest nodes), for the table beside PyTorch's
 /// (`scripts/quant/profile_quant.py`) in docs/benchmarks.md.
 fn profile_by_kind(q: &GraphModule, x: &Tensor, what: &str) -> Result<String> {
     let p = ferrofx_fx::passes::analysis::profile(q, &[x.into()], 5)?;
@@ -162,6 +162,12 @@ fn profile_by_kind(q: &GraphModule, x: &Tensor, what: &str) -> Result<String> {
         s.push_str(&format!("| {k} | {n} | {t:.3} | {:.1}% |\n", 100.0 * t / total.max(1e-12)));
     }
     s.push_str(&format!("| total | | {total:.3} | |\n"));
+    // FERROFX_QUANT_PROFILE=N (N > 1): also the N slowest nodes
+    if let Some(top) =
+        std::env::var("FERROFX_QUANT_PROFILE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 1)
+    {
+        s.push_str(&format!("\n{}", p.table(top)));
+    }
     Ok(s)
 }
 

@@ -7,9 +7,10 @@
 //! The f32 kernel is fused: per matrix of the batch (split across the rayon pool), blocks of
 //! query rows get their scores from one GEMM that starts from the additive mask, the softmax
 //! runs on them while they are in cache (vectorised `exp`), and a second GEMM multiplies them by
-//! the values; the `[.., L, S]` score tensor is never materialised. Operands are read through
-//! their strides, so heads split with `unflatten` + `permute` need no copy. Other float dtypes
-//! run the same formula with tensor ops. The backward is written with tensor ops (it recomputes
+//! the values; the `[.., L, S]` score tensor is never materialised. On AVX-512 both products
+//! and the row softmax run on the register tiles of `attention_tiles.rs` (the `gemm` crate
+//! otherwise). Operands are read through their strides, so heads split with `unflatten` +
+//! `permute` need no copy. Other float dtypes run the same formula with tensor ops. The backward is written with tensor ops (it recomputes
 //! the probabilities), so it is itself differentiable.
 //!
 //! ```
@@ -30,6 +31,7 @@ use crate::op::args::{bool_, float, opt_float, opt_tensor, tensor};
 use crate::op::{
     dispatch, ArgSpec, ArgType as T, CallKind, Category, Cost, Default as D, Effect, MetaOutputs, OpDef, Outputs, Saves,
 };
+use crate::ops::attention_tiles as tiles;
 use crate::ops::linalg::{MatElem, Par};
 use crate::ops::{binary, kernel, vmath};
 use crate::storage::Storage;
@@ -42,6 +44,13 @@ const OP: &str = "scaled_dot_product_attention";
 
 /// Query rows whose scores are computed at once (bounds the per-thread buffer to `ROWS × S`).
 const ROWS: usize = 128;
+
+thread_local! {
+    /// `Kᵀ` of the matrix whose scores this thread computes, packed for the AVX-512 tiles.
+    static KT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The forward's `ROWS × S` probabilities of this thread.
+    static PROBS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// The checked shapes of a call.
 struct Sig {
@@ -298,25 +307,46 @@ impl Scores<'_> {
         // SAFETY: the offsets come from bounds-checked layouts broadcast to [batch.., L, E] and
         // [batch.., S, E], so rows r0..r0+rows of q's matrix and every element of k's matrix
         // (read transposed) are inside their data; `p` is an exclusive rows x S buffer.
-        unsafe {
-            f32::gemm(
-                rows,
-                s,
-                self.e,
-                p.as_mut_ptr(),
-                s as isize,
-                1,
-                read_dst,
-                self.q.row(bi, r0),
-                self.q.rs,
-                self.q.cs,
-                self.k.row(bi, 0),
-                self.k.cs,
-                self.k.rs,
-                1.0,
-                self.scale,
-                par,
-            );
+        if tiles::available() {
+            KT.with_borrow_mut(|kt| unsafe {
+                // Kᵀ: element (t, j) = k[j][t]
+                let np = tiles::pack_b(self.k.row(bi, 0), self.k.cs, self.k.rs, self.e, s, kt);
+                tiles::gemm_packed_b(
+                    rows,
+                    s,
+                    self.e,
+                    self.q.row(bi, r0),
+                    self.q.rs,
+                    self.q.cs,
+                    kt,
+                    np,
+                    p.as_mut_ptr(),
+                    s,
+                    read_dst,
+                    self.scale,
+                );
+            });
+        } else {
+            unsafe {
+                f32::gemm(
+                    rows,
+                    s,
+                    self.e,
+                    p.as_mut_ptr(),
+                    s as isize,
+                    1,
+                    read_dst,
+                    self.q.row(bi, r0),
+                    self.q.rs,
+                    self.q.cs,
+                    self.k.row(bi, 0),
+                    self.k.cs,
+                    self.k.rs,
+                    1.0,
+                    self.scale,
+                    par,
+                );
+            }
         }
         for (i, row) in p.chunks_exact_mut(s).enumerate() {
             let qi = r0 + i;
@@ -331,10 +361,16 @@ impl Scores<'_> {
             if self.causal && qi + 1 < s {
                 row[qi + 1..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
             }
-            let mx = vmath::max(row);
+            let fast = tiles::available();
+            // SAFETY (both calls): AVX-512F, as `available` checked
+            let mx = if fast { unsafe { tiles::row_max(row) } } else { vmath::max(row) };
             if mx == f32::NEG_INFINITY {
                 // nothing may be attended: zeros, as PyTorch's safe softmax
                 row.iter_mut().for_each(|x| *x = 0.0);
+                continue;
+            }
+            if fast && !mx.is_nan() {
+                unsafe { tiles::exp_normalize(row, mx) };
                 continue;
             }
             let sum = vmath::exp_shifted_sum_inplace(row, mx);
@@ -398,12 +434,39 @@ fn fused_f32(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, sig: &Si
     let rows_max = ROWS.min(l);
     let one = |bi: usize, o: &mut [f32], buf: &mut Vec<f32>, par: Par| {
         buf.resize(rows_max * s, 0.0);
+        // the values of matrix `bi`, packed for the tiles once for all blocks of query rows
+        let (mut vb, mut vp) = (Vec::new(), 0);
+        let vb = &mut vb;
         for r0 in (0..l).step_by(ROWS) {
             let rows = ROWS.min(l - r0);
             sc.block(bi, r0, rows, buf, par);
             // SAFETY: `buf` holds rows x S probabilities; v's matrix bi is S x Ev inside its
             // bounds-checked layout; rows r0.. of `o` (an exclusive L x Ev chunk of the output)
             // are written.
+            if tiles::available() {
+                if r0 == 0 {
+                    // SAFETY: as above (all of v's matrix bi is read)
+                    vp = unsafe { tiles::pack_b(vm.row(bi, 0), vm.rs, vm.cs, s, ev, vb) };
+                }
+                // SAFETY: as above; `vb` holds V packed with `vp` floats per row
+                unsafe {
+                    tiles::gemm_packed_b(
+                        rows,
+                        ev,
+                        s,
+                        buf.as_ptr(),
+                        s as isize,
+                        1,
+                        vb,
+                        vp,
+                        o.as_mut_ptr().add(r0 * ev),
+                        ev,
+                        false,
+                        1.0,
+                    )
+                };
+                continue;
+            }
             unsafe {
                 f32::gemm(
                     rows,
@@ -427,9 +490,10 @@ fn fused_f32(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, sig: &Si
         }
     };
     if out.len() / (l * ev) > 1 {
-        super::team::chunks_mut(&mut out, l * ev, |bi, o| one(bi, o, &mut Vec::new(), Par::Seq));
+        // each thread's probability buffer is kept between calls (it is written before read)
+        super::team::chunks_mut(&mut out, l * ev, |bi, o| PROBS.with_borrow_mut(|buf| one(bi, o, buf, Par::Seq)));
     } else {
-        one(0, &mut out, &mut Vec::new(), Par::Pool);
+        PROBS.with_borrow_mut(|buf| one(0, &mut out, buf, Par::Pool));
     }
     drop(guards);
     Tensor::from_vec(out, &out_shape)

@@ -2,6 +2,7 @@
 //! functions/methods that dispatch them, and an `OPS` list the registry collects.
 
 pub mod attention;
+mod attention_tiles;
 pub mod binary;
 pub mod clamp_bound;
 pub mod compare;
