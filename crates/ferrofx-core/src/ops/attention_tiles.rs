@@ -289,16 +289,16 @@ mod avx512 {
         }
     }
 
-    /// `e^x` of 16 lanes for `x <= 0` or NaN (the shifted scores): `vmath::exp`'s range
+    /// `e^x` of 16 lanes for `x <= 0` (the shifted scores, no NaN): `vmath::exp`'s range
     /// reduction and polynomial, with FMAs and `2^n` by `vscalefps` (one rounding, subnormal
-    /// results included); below -104 the result is 0, NaN stays NaN.
+    /// results included); below -104 (and at `-inf`) the result is 0.
     #[inline(always)]
     unsafe fn exp(x: __m512) -> __m512 {
-        let xc = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
-            xc,
-            _mm512_set1_ps(std::f32::consts::LOG2_E),
-        ));
+        let lo = _mm512_set1_ps(-104.0);
+        let xc = _mm512_max_ps(x, lo);
+        // n = round(x / ln 2): adding and subtracting 1.5 * 2^23 rounds to the nearest integer
+        let magic = _mm512_set1_ps(12_582_912.0);
+        let n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E), magic), magic);
         let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), xc);
         let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
         let z = _mm512_mul_ps(r, r);
@@ -307,10 +307,7 @@ mod avx512 {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
         let y = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0));
-        let v = _mm512_scalef_ps(y, n);
-        // x below -104 (also -inf): 0; NaN: x itself
-        let v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-104.0)), v);
-        _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, lo), _mm512_scalef_ps(y, n))
     }
 
     /// See [`super::exp_normalize`].
