@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 
 mod max_f32;
+mod max_u8;
 
 /// Pooling geometry in 2-D form (1-D pools have `h = kh = 1`): input planes and size, kernel,
 /// stride, padding, dilation and output size.
@@ -804,6 +805,10 @@ fn run_max(op: &str, x: &Tensor, a: &MaxArgs, want_idx: bool) -> Result<Outputs>
     crate::memory::check_alloc(op, &a.shape, if want_idx { DType::I64 } else { dt })?;
     if !want_idx && dt == DType::F32 && max_f32::applies(&a.g) {
         let v = x.with_contiguous::<f32, _>(op, |xs| max_f32::max_pool(op, &a.g, xs))??;
+        return Ok(smallvec![Tensor::from_vec(v, &a.shape)?]);
+    }
+    if !want_idx && dt == DType::U8 && max_u8::applies(&a.g) {
+        let v = x.with_contiguous::<u8, _>(op, |xs| max_u8::max_pool(op, &a.g, xs))??;
         return Ok(smallvec![Tensor::from_vec(v, &a.shape)?]);
     }
     crate::match_dtype!(dt, E => {
