@@ -20,18 +20,7 @@ use std::mem::MaybeUninit;
 /// window overlapping the input (padding smaller than the kernel, the last window starting
 /// before the input's end: always so for PyTorch's own geometries), on a CPU with AVX-512F.
 pub(super) fn applies(g: &PoolGeom) -> bool {
-    g.dh == 1
-        && g.dw == 1
-        && matches!(g.sw, 1 | 2)
-        && g.h > 0
-        && g.w > 0
-        && g.oh > 0
-        && g.ow > 0
-        && g.ph < g.kh
-        && g.pw < g.kw
-        && (g.oh - 1) * g.sh < g.h + g.ph
-        && (g.ow - 1) * g.sw < g.w + g.pw
-        && avx512()
+    super::max_u8::applies(g) && avx512()
 }
 
 /// Max-pool of contiguous `x` (`planes x h x w`) into a new `planes x oh x ow` vector.
