@@ -883,8 +883,9 @@ fn channels_last_inputs_and_outputs_on_every_kernel_equal_the_reference() {
         // 1x1 with channels not a multiple of 4, or padding: packed from the channels-last bytes
         ([2, 13, 7, 6], [30, 13, 1, 1], [1, 1], [0, 0], 1),
         ([1, 16, 6, 6], [17, 16, 1, 1], [1, 1], [1, 1], 1),
-        // 3x3 (stride 1 and 2, padding), odd channel counts, groups, the pixels-in-lanes tile
-        // (a 1x1 on a plane above 256 pixels) and grouped convolutions on a channels-last input
+        // 3x3 (stride 1 and 2, padding), odd channel counts, groups, a 1x1 on a plane above 256
+        // pixels (channels-last output since session 27) and grouped convolutions (the
+        // pixels-in-lanes tile on VNNI) on a channels-last input
         ([1, 256, 14, 14], [256, 256, 3, 3], [2, 2], [1, 1], 1),
         ([2, 37, 9, 8], [45, 37, 3, 3], [1, 1], [1, 1], 1),
         ([1, 64, 15, 15], [64, 64, 3, 3], [2, 2], [1, 1], 1),

@@ -33,7 +33,7 @@ pub(super) struct Params {
 }
 
 simd_dispatch! {
-    fn add_slices(a: &[u8], b: &[u8], out: &mut [u8], p: Params) {
+    pub(super) fn add_slices(a: &[u8], b: &[u8], out: &mut [u8], p: Params) {
         for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
             // PyTorch's vectorised dequantisation: fma(scale, q, -zero_point * scale)
             let s = p.sa.mul_add(x as f32, p.pa) + p.sb.mul_add(y as f32, p.pb);

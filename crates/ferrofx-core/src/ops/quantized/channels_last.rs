@@ -4,11 +4,15 @@
 //! A channels-last tensor keeps its logical `[N, C, H, W]` shape and has the strides
 //! `[H * W * C, 1, W * C, C]`: in memory it is `N x H x W x C`, the four input channels of a
 //! `vpdpbusd` word of one pixel next to each other. `quantized_conv2d` writes its output in this
-//! layout when it runs the channels-in-lanes tile on a small output plane (the tile produces
-//! pixel rows of channels, so it stores them as they are instead of transposing), and reads such
-//! an input in place for a 1x1 convolution without padding (no per-call input pack) or packs it
-//! with one 4-byte copy per pixel and channel quad otherwise. `quantized_add` keeps the layout
-//! (elementwise on the storage) and `quantized_adaptive_avg_pool2d` sums channel vectors; every
+//! layout whenever it runs the channels-in-lanes tile (every single-group convolution on AVX-512
+//! VNNI: the tile produces pixel rows of channels, so it stores them as they are instead of
+//! transposing), and reads such an input in place for a 1x1 convolution without padding or from
+//! the zero-point-padded channels-last image otherwise (one row copy per input row; a few
+//! channel counts off a multiple of 4 are packed with one 4-byte copy per pixel and channel
+//! quad). A residual add (`quantized_conv2d_add`) whose other operand is channels-last happens
+//! as each output pixel leaves the tile. The max-pool after the stem keeps the layout,
+//! `quantized_add` too (elementwise on the storage) and `quantized_adaptive_avg_pool2d` sums
+//! channel vectors; every
 //! other op sees an ordinary strided tensor (`with_contiguous` copies it to row-major order), so
 //! the layout changes no result, only where the bytes are.
 //!

@@ -265,20 +265,29 @@ pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) ->
         let pw = packed_weight(w, &g, path)?;
         let rq = RequantParams::new(a_scale, a_zp, &w_scale, pw.sums.clone(), bias.as_deref(), o_scale, o_zp, relu);
         // channels-last activations (see `channels_last.rs`): read as they are, and written so
-        // when the channels-in-lanes tile produces a small plane
-        let nhwc_out = conv2d_packed::writes_channels_last(path, &g, &pw);
-        let mut conv = |xv: &[u8], nhwc_in: bool| {
-            conv2d_packed::conv(path, &g, xv, nhwc_in, &pw, &rq, a_zp as u8, &mut out, nhwc_out)
+        // by the channels-in-lanes tile
+        let nhwc_out = conv2d_packed::writes_channels_last(path, &pw);
+        // a residual add on a channels-last output with a channels-last other operand happens as
+        // each output pixel leaves the tile (the convolution's bytes are never stored alone)
+        let in_epilogue = fused_add.filter(|(o, _)| nhwc_out && channels_last::dims(o) == Some(shape));
+        let mut conv = |xv: &[u8], nhwc_in: bool, res: conv2d_packed::Residual| {
+            conv2d_packed::conv(path, &g, xv, nhwc_in, &pw, &rq, a_zp as u8, &mut out, nhwc_out, res)
         };
-        if channels_last::dims(x).is_some() {
-            channels_last::with_bytes(x, OP, |xv| conv(xv, true))??;
-        } else {
-            x.with_contiguous::<u8, _>(OP, |xv| conv(xv, false))??;
+        let mut run = |res: conv2d_packed::Residual| -> Result<()> {
+            if channels_last::dims(x).is_some() {
+                channels_last::with_bytes(x, OP, |xv| conv(xv, true, res))?
+            } else {
+                x.with_contiguous::<u8, _>(OP, |xv| conv(xv, false, res))?
+            }
+        };
+        match in_epilogue {
+            Some((o, p)) => channels_last::with_bytes(o, OP, |ov| run(Some((ov, p))))??,
+            None => run(None)?,
         }
         let y = if nhwc_out { channels_last::tensor(OP, out, shape)? } else { Tensor::from_vec(out, &shape)? };
         return match fused_add {
-            Some((o, p)) => add::add_tensors(&y, o, p),
-            None => Ok(y),
+            Some((o, p)) if in_epilogue.is_none() => add::add_tensors(&y, o, p),
+            _ => Ok(y),
         };
     }
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
@@ -324,7 +333,7 @@ pub(super) fn conv(args: &[Value], fused_add: Option<(&Tensor, add::Params)>) ->
 fn packed_weight(w: &Tensor, g: &Geom, path: Path) -> Result<Arc<PackedWeight>> {
     const KEY: usize = 0x18c8; // quantized_conv2d packed int8 weights
     let len = g.oc * g.kg();
-    // the channels-in-lanes tile (small output planes, VNNI) reads the weights in panels
+    // the channels-in-lanes tile (VNNI, one group) reads the weights in panels
     #[cfg(target_arch = "x86_64")]
     let lanes = path == Path::Vnni && super::conv2d_lanes::applies(g);
     #[cfg(not(target_arch = "x86_64"))]

@@ -1,6 +1,5 @@
-//! The channels-in-lanes tile of `quantized_conv2d` (AVX-512 VNNI): every convolution with a
-//! kernel larger than 1x1, and 1x1 convolutions on small output planes (ResNet's 14x14 and 7x7
-//! layers).
+//! The channels-in-lanes tile of `quantized_conv2d` (AVX-512 VNNI): every single-group
+//! convolution.
 //!
 //! The pixels-in-lanes tile of `conv2d_packed.rs` computes the flat pixels `oh * wq + ow` of a
 //! phase in vectors of 16: on a 7x7 plane with padding 1 that is 63 flat pixels for 49 outputs,
@@ -17,8 +16,15 @@
 //! 5-5.3): 3x3 512→512 @7 379 → 299 us, 256→256 @14 315 → 277 us, 128→128 @28 306 → 284 us,
 //! 64→64 @56 312 → 287 us, the 7x7 stem 519 → 441 us, 1x1 2048→512 @7 233 → 207 us,
 //! 1024→256 @14 219 → 209 us; but 1x1 128→512 @28 180 → 192 us and 256→512/2 @56 344 → 359 us
-//! (with few weight words per output, the per-tile epilogue and transpose weigh more), so 1x1
-//! convolutions on planes above [`MAX_PIXELS`] keep the pixels-in-lanes tile.
+//! (with few weight words per output, the per-tile epilogue and transpose weigh more), so until
+//! session 27 1x1 convolutions on planes above [`MAX_PIXELS`] kept the pixels-in-lanes tile and
+//! wrote row-major outputs. Since then this tile writes channels-last outputs on every plane and
+//! reads channels-last inputs in place (1x1) or from their zero-point-padded copy: no per-call
+//! input pack, no output transpose, and the residual add in the epilogue. Per-layer sums at
+//! batch 8, two threads, alternating in one process (scratch program, every ResNet-50 conv with
+//! its multiplicity, the inputs in the layout the model gives each): 110 → 89 ms for the
+//! convolutions, 38 → 32 ms for the conv + residual add layers; ResNet-18 31.5 → 28.8 ms.
+//! 1x1 256→64 @56 2.81 → 1.14 ms, 512→128 @28 2.42 → 0.98 ms, 3x3/2 64→128 @56 2.18 → 1.21 ms.
 //!
 //! **Weights** (`PackedWeight` with `lanes`): panels of 64 output channels (the last one
 //! `round_up(OC - j, 16)` wide, zero past `OC`), each `[kq][width]` words, so one word index
@@ -31,25 +37,23 @@
 //! (and the other tiles), so the bytes equal the reference's.
 
 use super::conv2d::Geom;
-use super::conv2d_packed::{PackedWeight, Plan};
+use super::conv2d_packed::{PackedWeight, Plan, Residual};
 use super::gemm::RequantParams;
 
 /// Output pixels per register tile.
 pub(super) const MP: usize = 6;
 /// Output channels per weight panel (4 vectors of 16).
 pub(super) const PANEL: usize = 64;
-/// The largest output plane (pixels per image) on which a 1x1 convolution takes this tile, and
-/// the longest run of pixels of one work item (its stack buffer).
+/// The longest run of pixels of one work item (its stack buffer).
 pub(super) const MAX_PIXELS: usize = 256;
 
 /// Whether a convolution runs on this tile (AVX-512 VNNI only; decided at weight-pack time too,
-/// since the weight layout follows it): `groups == 1`, and a kernel larger than 1x1 or an
-/// output plane of at most [`MAX_PIXELS`]. `FERROFX_QCONV_TILE=pixels` / `=channels` forces one
-/// tile or the other (for `groups == 1`) for a side-by-side measurement.
+/// since the weight layout follows it): `groups == 1`. `FERROFX_QCONV_TILE=pixels` turns it off
+/// (the pixels-in-lanes tile and row-major outputs) for a side-by-side measurement.
 pub(super) fn applies(g: &Geom) -> bool {
     match forced() {
         Some(v) => v && g.groups == 1,
-        None => g.groups == 1 && (g.kh * g.kw > 1 || g.p() <= MAX_PIXELS),
+        None => g.groups == 1,
     }
 }
 
@@ -116,14 +120,25 @@ impl<'a> Operand<'a> {
 }
 
 /// Runs the convolution of the operand `x` into `out` (`N x OC x OH x OW` bytes, channel-major
-/// per image, or pixel-major `N x OH x OW x OC` when `nhwc_out`). Requires `Path::Vnni` and
-/// `applies(g)`.
-pub(super) fn run(g: &Geom, x: &Operand, pw: &PackedWeight, rq: &RequantParams, out: &mut [u8], nhwc_out: bool) {
+/// per image, or pixel-major `N x OH x OW x OC` when `nhwc_out`), adding `residual` (a fused
+/// `quantized_conv2d_add`, channels-last outputs only) to each pixel's requantised channels.
+/// Requires `Path::Vnni` and `applies(g)`.
+pub(super) fn run(
+    g: &Geom,
+    x: &Operand,
+    pw: &PackedWeight,
+    rq: &RequantParams,
+    out: &mut [u8],
+    nhwc_out: bool,
+    residual: Residual,
+) {
     let p = g.p();
     let padded = g.oc.next_multiple_of(16);
     // the epilogue reads 16 channels' parameters at a time
     let rq = rq.clone().padded(padded);
     assert!(out.len() >= g.n * g.oc * p && x.data.len() >= g.n * x.image_bytes);
+    // the residual is added to channels-last output pixels, and has the output's size
+    assert!(residual.is_none_or(|(r, _)| nhwc_out && r.len() >= g.n * g.oc * p));
     assert!(pw.w.len() >= padded * pw.kq && x.aoff.len() == pw.kq);
     // every read of a tile lies in its image: the last pixel's operand plus the largest offset
     if p > 0 {
@@ -148,13 +163,14 @@ pub(super) fn run(g: &Geom, x: &Operand, pw: &PackedWeight, rq: &RequantParams, 
         // SAFETY: `Path::Vnni` (the caller's condition) means the CPU has AVX-512 F/BW/VL/VNNI;
         // reads are bounded as asserted above; the item writes channels `j0..j0 + 64` (< OC)
         // and pixels `o0..o1` (< OH * OW) of image `i`, which no other item writes.
-        unsafe { vnni::item(a.as_ptr(), g, x, pw, &rq, j0, o0, o1, dst.at(i * g.oc * p), nhwc_out) };
+        let res = residual.map(|(r, ap)| (&r[i * g.oc * p..(i + 1) * g.oc * p], ap));
+        unsafe { vnni::item(a.as_ptr(), g, x, pw, &rq, j0, o0, o1, dst.at(i * g.oc * p), nhwc_out, res) };
     });
 }
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
-    use super::{Geom, Operand, PackedWeight, RequantParams, MAX_PIXELS, MP, PANEL};
+    use super::{Geom, Operand, PackedWeight, RequantParams, Residual, MAX_PIXELS, MP, PANEL};
     use std::arch::x86_64::*;
 
     /// One tile: pixels whose operand words start at `ap[k]` (byte pointers into the group's
@@ -268,6 +284,7 @@ mod vnni {
         o1: usize,
         out: *mut u8,
         nhwc_out: bool,
+        residual: Residual,
     ) {
         let width = (g.oc - j0).next_multiple_of(16).min(PANEL);
         let valid = (g.oc - j0).min(PANEL);
@@ -299,6 +316,17 @@ mod vnni {
                 _ => tile::<1>(&ap, x.aoff, w, width, rq, j0, b),
             }
             o += MP;
+        }
+        if let Some((res, ap)) = residual {
+            // the fused residual add (`quantized_conv2d_add`): the requantised convolution bytes
+            // of each pixel and the other operand's, through the add op's own kernel
+            for k in 0..o1 - o0 {
+                let at = (o0 + k) * g.oc + j0;
+                let conv = std::slice::from_raw_parts(bufp.add(k * PANEL), valid);
+                let dst = std::slice::from_raw_parts_mut(out.add(at), valid);
+                crate::ops::quantized::add::add_slices(conv, &res[at..at + valid], dst, ap);
+            }
+            return;
         }
         if nhwc_out {
             // pixel-major buffer → pixel-major output: each pixel's channels as they are

@@ -444,16 +444,17 @@ fn conv_block(
 }
 
 /// Whether the output of this convolution is written channels-last (`N x OH x OW x OC` bytes):
-/// when it runs the channels-in-lanes tile on an output plane of at most `MAX_PIXELS` pixels
-/// (ResNet's 14x14 and 7x7 layers), unless `FERROFX_QCONV_NHWC=0`.
-pub(super) fn writes_channels_last(path: Path, g: &Geom, pw: &PackedWeight) -> bool {
+/// whenever it runs the channels-in-lanes tile (which produces pixel rows of channels), unless
+/// `FERROFX_QCONV_NHWC=0`. The next convolution then reads its operand in place (1x1) or from
+/// the padded channels-last image, and the residual add fuses into its epilogue.
+pub(super) fn writes_channels_last(path: Path, pw: &PackedWeight) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        path == Path::Vnni && pw.lanes && g.p() <= super::conv2d_lanes::MAX_PIXELS && super::channels_last::enabled()
+        path == Path::Vnni && pw.lanes && super::channels_last::enabled()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (path, g, pw);
+        let _ = (path, pw);
         false
     }
 }
@@ -472,7 +473,9 @@ pub(super) fn conv(
     zp: u8,
     out: &mut [u8],
     nhwc_out: bool,
+    residual: Residual,
 ) -> Result<()> {
+    debug_assert!(nhwc_out || residual.is_none(), "the residual add is fused into channels-last outputs only");
     // a channels-last input of a 1x1 convolution without padding is the tile's operand as it is:
     // pixel (r, c) reads its channel quads at ((r * sh) * W + c * sw) * C + 4q, no packing
     #[cfg(target_arch = "x86_64")]
@@ -493,8 +496,14 @@ pub(super) fn conv(
             col: g.stride[1] * g.c,
             aoff: &aoff,
         };
-        super::conv2d_lanes::run(g, &operand, pw, rq, out, nhwc_out);
+        super::conv2d_lanes::run(g, &operand, pw, rq, out, nhwc_out, residual);
         return Ok(());
+    }
+    // any other channels-last input of the channels-in-lanes tile: the zero-point-padded image,
+    // still channels-last, is the operand (one copy per input row, no per-quad gather)
+    #[cfg(target_arch = "x86_64")]
+    if nhwc_in && path == Path::Vnni && pw.lanes && g.c.is_multiple_of(4) && g.groups == 1 {
+        return conv_padded_nhwc(g, x, pw, rq, zp, out, nhwc_out, residual);
     }
     let plan = Plan::new(g)?;
     let total = plan.image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
@@ -506,12 +515,79 @@ pub(super) fn conv(
         drop(std::mem::take(&mut scratch));
         scratch = crate::memory::try_vec(OP, total, 0u8)?;
     }
-    let result = conv_packed(path, g, &plan, x, nhwc_in, pw, rq, zp, &mut scratch[..total], out, nhwc_out);
+    let result = conv_packed(path, g, &plan, x, nhwc_in, pw, rq, zp, &mut scratch[..total], out, nhwc_out, residual);
     if scratch.len() <= SCRATCH_KEEP {
         PACKED_INPUT.with(|c| c.set(scratch));
     }
     result
 }
+
+/// The channels-in-lanes tile on the zero-point-padded channels-last image of each input
+/// (`(H + 2 pad_h) x (W + 2 pad_w) x C` bytes): output pixel `(r, c)` reads weight word
+/// `(q, ki, kj)` at `((r sh + ki dh) Wp + c sw + kj dw) C + 4q` of its image, so the tile's
+/// operand is read in place, every stride and dilation alike.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn conv_padded_nhwc(
+    g: &Geom,
+    x: &[u8],
+    pw: &PackedWeight,
+    rq: &RequantParams,
+    zp: u8,
+    out: &mut [u8],
+    nhwc_out: bool,
+    residual: Residual,
+) -> Result<()> {
+    let (hp, wp) = (g.h + 2 * g.pad[0], g.w + 2 * g.pad[1]);
+    let row = wp.checked_mul(g.c).ok_or_else(overflow)?;
+    let image_bytes = hp.checked_mul(row).ok_or_else(overflow)?;
+    let total = image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
+    let mut aoff = Vec::with_capacity(pw.kq);
+    for q in 0..g.c / 4 {
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                aoff.push((ki * g.dil[0] * wp + kj * g.dil[1]) * g.c + 4 * q);
+            }
+        }
+    }
+    // one word per (quad, tap), in the packed weight's order (`PackedWeight::new`)
+    debug_assert_eq!(aoff.len(), pw.kq);
+    let mut scratch = PACKED_INPUT.with(|c| c.take());
+    if scratch.len() < total {
+        drop(std::mem::take(&mut scratch));
+        scratch = crate::memory::try_vec(OP, total, 0u8)?;
+    }
+    let img_in = g.h * g.w * g.c;
+    let (ph, pwd) = (g.pad[0], g.pad[1]);
+    crate::ops::team::chunks_mut(&mut scratch[..total], image_bytes, |i, d| {
+        let src = &x[i * img_in..(i + 1) * img_in];
+        d[..ph * row].fill(zp);
+        for (ih, s) in src.chunks_exact(g.w * g.c).enumerate() {
+            let r = &mut d[(ih + ph) * row..(ih + ph + 1) * row];
+            r[..pwd * g.c].fill(zp);
+            r[pwd * g.c..(pwd + g.w) * g.c].copy_from_slice(s);
+            r[(pwd + g.w) * g.c..].fill(zp);
+        }
+        d[(ph + g.h) * row..].fill(zp);
+    });
+    let operand = super::conv2d_lanes::Operand {
+        data: &scratch[..total],
+        image_bytes,
+        row: g.stride[0] * row,
+        col: g.stride[1] * g.c,
+        aoff: &aoff,
+    };
+    super::conv2d_lanes::run(g, &operand, pw, rq, out, nhwc_out, residual);
+    if scratch.len() <= SCRATCH_KEEP {
+        PACKED_INPUT.with(|c| c.set(scratch));
+    }
+    Ok(())
+}
+
+/// The residual of a fused `quantized_conv2d_add` on a channels-last output: the other operand's
+/// bytes (channels-last, the output's shape) and the add's parameters, applied to each output
+/// pixel's channels as they leave the tile (`None`: a plain convolution).
+pub(super) type Residual<'a> = Option<(&'a [u8], super::add::Params)>;
 
 thread_local! {
     /// The packed-input scratch of the calling thread (taken out while a convolution runs, so a
@@ -536,6 +612,7 @@ fn conv_packed(
     xp: &mut [u8],
     out: &mut [u8],
     nhwc_out: bool,
+    residual: Residual,
 ) -> Result<()> {
     let (img_in, img_out) = (g.c * g.h * g.w, g.oc * g.p());
     if plan.image_bytes > 0 {
@@ -545,10 +622,11 @@ fn conv_packed(
     }
     #[cfg(target_arch = "x86_64")]
     if pw.lanes && path == Path::Vnni {
-        super::conv2d_lanes::run(g, &super::conv2d_lanes::Operand::packed(xp, plan), pw, rq, out, nhwc_out);
+        super::conv2d_lanes::run(g, &super::conv2d_lanes::Operand::packed(xp, plan), pw, rq, out, nhwc_out, residual);
         return Ok(());
     }
     debug_assert!(!nhwc_out, "only the channels-in-lanes tile writes channels-last");
+    let _ = residual;
     // work items: (image, output channels j0..j1 within one group)
     let threads = rayon::current_num_threads().max(1);
     let per_image = (4 * threads).div_ceil(g.n).max(1);
