@@ -122,13 +122,14 @@ impl<'a> Operand<'a> {
 /// Runs the convolution of the operand `x` into `out` (`N x OC x OH x OW` bytes, channel-major
 /// per image, or pixel-major `N x OH x OW x OC` when `nhwc_out`), adding `residual` (a fused
 /// `quantized_conv2d_add`, channels-last outputs only) to each pixel's requantised channels.
-/// Requires `Path::Vnni` and `applies(g)`.
+/// Writes every byte of `out[..N * OC * OH * OW]` (it may start uninitialised). Requires
+/// `Path::Vnni` and `applies(g)`.
 pub(super) fn run(
     g: &Geom,
     x: &Operand,
     pw: &PackedWeight,
     rq: &RequantParams,
-    out: &mut [u8],
+    out: &mut [std::mem::MaybeUninit<u8>],
     nhwc_out: bool,
     residual: Residual,
 ) {
@@ -151,7 +152,7 @@ pub(super) fn run(
     let chunks = (4 * threads).div_ceil(g.n * panels).min(p.div_ceil(MP * 2)).max(1);
     let chunk_px = p.div_ceil(chunks).next_multiple_of(MP).min(MAX_PIXELS);
     let chunks = p.div_ceil(chunk_px);
-    let dst = OutPtr(out.as_mut_ptr());
+    let dst = OutPtr(out.as_mut_ptr().cast::<u8>());
     // panel-major: the consecutive items a thread takes share their weight panel (in L2)
     // (on the kernels' team, `ops::team`, as the float convolutions and the AMX path)
     crate::ops::team::for_each(g.n * panels * chunks, |it| {

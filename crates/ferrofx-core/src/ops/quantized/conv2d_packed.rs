@@ -32,6 +32,8 @@ use super::conv2d::Geom;
 use super::gemm::{Path, RequantParams};
 use crate::error::{Error, Result};
 
+use std::mem::MaybeUninit;
+
 const OP: &str = "quantized_conv2d";
 
 /// Weights packed for the micro-kernels, with their row sums.
@@ -461,7 +463,8 @@ pub(super) fn writes_channels_last(path: Path, pw: &PackedWeight) -> bool {
 
 /// Runs the convolution of `x` (`N x C x H x W` bytes, or `N x H x W x C` when `nhwc_in`) into
 /// `out` (`N x OC x OH x OW`, or `N x OH x OW x OC` when `nhwc_out`, which needs
-/// [`writes_channels_last`]) on a fast path.
+/// [`writes_channels_last`]) on a fast path. Writes every byte of `out` (`N * OC * OH * OW`
+/// long, and possibly uninitialised) when it returns `Ok`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
     path: Path,
@@ -471,7 +474,7 @@ pub(super) fn conv(
     pw: &PackedWeight,
     rq: &RequantParams,
     zp: u8,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
     nhwc_out: bool,
     residual: Residual,
 ) -> Result<()> {
@@ -534,7 +537,7 @@ fn conv_padded_nhwc(
     pw: &PackedWeight,
     rq: &RequantParams,
     zp: u8,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
     nhwc_out: bool,
     residual: Residual,
 ) -> Result<()> {
@@ -610,7 +613,7 @@ fn conv_packed(
     rq: &RequantParams,
     zp: u8,
     xp: &mut [u8],
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
     nhwc_out: bool,
     residual: Residual,
 ) -> Result<()> {
@@ -627,6 +630,13 @@ fn conv_packed(
     }
     debug_assert!(!nhwc_out, "only the channels-in-lanes tile writes channels-last");
     let _ = residual;
+    // the pixels-in-lanes tile stores whole vectors of flat pixels, masked at the row ends: the
+    // output is zero-filled first, and then an ordinary byte slice
+    for b in out.iter_mut() {
+        b.write(0);
+    }
+    // SAFETY: every byte was just initialised; `MaybeUninit<u8>` has `u8`'s layout
+    let out: &mut [u8] = unsafe { &mut *(out as *mut [MaybeUninit<u8>] as *mut [u8]) };
     // work items: (image, output channels j0..j1 within one group)
     let threads = rayon::current_num_threads().max(1);
     let per_image = (4 * threads).div_ceil(g.n).max(1);
