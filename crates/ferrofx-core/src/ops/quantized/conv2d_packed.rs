@@ -510,19 +510,24 @@ pub(super) fn conv(
     }
     let plan = Plan::new(g)?;
     let total = plan.image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
-    // the packed input goes into this thread's scratch buffer, reused across calls: packing
-    // writes every byte of it, so a fresh zeroed allocation per call (a memset and, for the
-    // large early layers, page faults) is pure overhead
+    // the packed input goes into this thread's scratch buffer
+    with_scratch(total, |xp| conv_packed(path, g, &plan, x, nhwc_in, pw, rq, zp, xp, out, nhwc_out, residual))?
+}
+
+/// Runs `f` on `total` bytes of this thread's scratch buffer (contents arbitrary), reused
+/// across calls: the callers write every byte of it, so a fresh zeroed allocation per call (a
+/// memset and, for the large early layers, page faults) would be pure overhead.
+fn with_scratch<R>(total: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
     let mut scratch = PACKED_INPUT.with(|c| c.take());
     if scratch.len() < total {
         drop(std::mem::take(&mut scratch));
         scratch = crate::memory::try_vec(OP, total, 0u8)?;
     }
-    let result = conv_packed(path, g, &plan, x, nhwc_in, pw, rq, zp, &mut scratch[..total], out, nhwc_out, residual);
+    let result = f(&mut scratch[..total]);
     if scratch.len() <= SCRATCH_KEEP {
         PACKED_INPUT.with(|c| c.set(scratch));
     }
-    result
+    Ok(result)
 }
 
 /// The channels-in-lanes tile on the zero-point-padded channels-last image of each input
@@ -555,36 +560,31 @@ fn conv_padded_nhwc(
     }
     // one word per (quad, tap), in the packed weight's order (`PackedWeight::new`)
     debug_assert_eq!(aoff.len(), pw.kq);
-    let mut scratch = PACKED_INPUT.with(|c| c.take());
-    if scratch.len() < total {
-        drop(std::mem::take(&mut scratch));
-        scratch = crate::memory::try_vec(OP, total, 0u8)?;
-    }
-    let img_in = g.h * g.w * g.c;
+    let (img_in, row_in) = (g.h * g.w * g.c, g.w * g.c);
     let (ph, pwd) = (g.pad[0], g.pad[1]);
-    crate::ops::team::chunks_mut(&mut scratch[..total], image_bytes, |i, d| {
-        let src = &x[i * img_in..(i + 1) * img_in];
-        d[..ph * row].fill(zp);
-        for (ih, s) in src.chunks_exact(g.w * g.c).enumerate() {
-            let r = &mut d[(ih + ph) * row..(ih + ph + 1) * row];
-            r[..pwd * g.c].fill(zp);
-            r[pwd * g.c..(pwd + g.w) * g.c].copy_from_slice(s);
-            r[(pwd + g.w) * g.c..].fill(zp);
-        }
-        d[(ph + g.h) * row..].fill(zp);
-    });
-    let operand = super::conv2d_lanes::Operand {
-        data: &scratch[..total],
-        image_bytes,
-        row: g.stride[0] * row,
-        col: g.stride[1] * g.c,
-        aoff: &aoff,
-    };
-    super::conv2d_lanes::run(g, &operand, pw, rq, out, nhwc_out, residual);
-    if scratch.len() <= SCRATCH_KEEP {
-        PACKED_INPUT.with(|c| c.set(scratch));
-    }
-    Ok(())
+    with_scratch(total, |padded| {
+        crate::ops::team::chunks_mut(padded, image_bytes, |i, d| {
+            d[..ph * row].fill(zp);
+            if row_in > 0 {
+                let src = &x[i * img_in..(i + 1) * img_in];
+                for (ih, s) in src.chunks_exact(row_in).enumerate() {
+                    let r = &mut d[(ih + ph) * row..(ih + ph + 1) * row];
+                    r[..pwd * g.c].fill(zp);
+                    r[pwd * g.c..(pwd + g.w) * g.c].copy_from_slice(s);
+                    r[(pwd + g.w) * g.c..].fill(zp);
+                }
+            }
+            d[(ph + g.h) * row..].fill(zp);
+        });
+        let operand = super::conv2d_lanes::Operand {
+            data: padded,
+            image_bytes,
+            row: g.stride[0] * row,
+            col: g.stride[1] * g.c,
+            aoff: &aoff,
+        };
+        super::conv2d_lanes::run(g, &operand, pw, rq, out, nhwc_out, residual);
+    })
 }
 
 /// The residual of a fused `quantized_conv2d_add` on a channels-last output: the other operand's
