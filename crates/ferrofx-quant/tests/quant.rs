@@ -892,6 +892,9 @@ fn channels_last_inputs_and_outputs_on_every_kernel_equal_the_reference() {
         ([2, 40, 20, 20], [24, 40, 1, 1], [1, 1], [0, 0], 1),
         ([1, 24, 9, 9], [18, 8, 3, 3], [1, 1], [1, 1], 3),
         ([1, 3, 9, 9], [8, 3, 5, 5], [2, 2], [2, 2], 1),
+        // a padding far beyond the kernel (the padded channels-last copy would be 25x the
+        // input: the stride phases of the packed operand instead)
+        ([2, 8, 3, 3], [12, 8, 3, 3], [4, 4], [6, 6], 1),
     ];
     for (i, &(xs, wsh, stride, padding, groups)) in cases.iter().enumerate() {
         let conv = QuantizedConv2dArgs { stride, padding, groups, relu: i % 2 == 1, ..Default::default() };

@@ -506,7 +506,9 @@ pub(super) fn conv(
     // still channels-last, is the operand (one copy per input row, no per-quad gather)
     #[cfg(target_arch = "x86_64")]
     if nhwc_in && path == Path::Vnni && pw.lanes && g.c.is_multiple_of(4) && g.groups == 1 {
-        return conv_padded_nhwc(g, x, pw, rq, zp, out, nhwc_out, residual);
+        if let Some((hp, wp)) = padded_plane(g) {
+            return conv_padded_nhwc(g, hp, wp, x, pw, rq, zp, out, nhwc_out, residual);
+        }
     }
     let plan = Plan::new(g)?;
     let total = plan.image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
@@ -531,13 +533,26 @@ fn with_scratch<R>(total: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
 }
 
 /// The channels-in-lanes tile on the zero-point-padded channels-last image of each input
-/// (`(H + 2 pad_h) x (W + 2 pad_w) x C` bytes): output pixel `(r, c)` reads weight word
+/// (`hp x wp x C` bytes, [`padded_plane`]): output pixel `(r, c)` reads weight word
 /// `(q, ki, kj)` at `((r sh + ki dh) Wp + c sw + kj dw) C + 4q` of its image, so the tile's
 /// operand is read in place, every stride and dilation alike.
+/// The padded plane `(H + 2 pad_h, W + 2 pad_w)` of [`conv_padded_nhwc`], when it is at most
+/// four times the input plane (or 64 pixels): a padding far beyond the kernel (with a stride to
+/// match) would make the copy much larger than the input, and the stride phases of the packed
+/// operand keep only the pixels the kernel reads.
+#[cfg(target_arch = "x86_64")]
+fn padded_plane(g: &Geom) -> Option<(usize, usize)> {
+    let hp = g.pad[0].checked_mul(2)?.checked_add(g.h)?;
+    let wp = g.pad[1].checked_mul(2)?.checked_add(g.w)?;
+    (hp.checked_mul(wp)? <= g.h.saturating_mul(g.w).max(16).saturating_mul(4)).then_some((hp, wp))
+}
+
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 fn conv_padded_nhwc(
     g: &Geom,
+    hp: usize,
+    wp: usize,
     x: &[u8],
     pw: &PackedWeight,
     rq: &RequantParams,
@@ -546,7 +561,6 @@ fn conv_padded_nhwc(
     nhwc_out: bool,
     residual: Residual,
 ) -> Result<()> {
-    let (hp, wp) = (g.h + 2 * g.pad[0], g.w + 2 * g.pad[1]);
     let row = wp.checked_mul(g.c).ok_or_else(overflow)?;
     let image_bytes = hp.checked_mul(row).ok_or_else(overflow)?;
     let total = image_bytes.checked_mul(g.n).ok_or_else(overflow)?;
