@@ -23,6 +23,35 @@ use smallvec::smallvec;
 mod max_f32;
 mod max_u8;
 
+/// The driver of the row-major max-pool kernels (`max_f32.rs`, `max_u8.rs`): a new `planes x oh
+/// x ow` output, its planes split over the kernels' team when there is enough work, each chunk
+/// of whole planes computed by `planes(g, x, first plane, chunk)`, which writes every element.
+fn max_pool_by_planes<E: Element>(
+    op: &str,
+    g: &PoolGeom,
+    x: &[E],
+    planes: fn(&PoolGeom, &[E], usize, &mut [std::mem::MaybeUninit<E>]),
+) -> Result<Vec<E>> {
+    use crate::ops::team;
+    assert!(x.len() >= g.planes * g.h * g.w, "max_pool: input size");
+    let plane_out = g.oh * g.ow;
+    let len = g.planes * plane_out;
+    let mut out: Vec<E> = crate::memory::alloc_uninit(op, &[g.planes, g.oh, g.ow])?;
+    if len > 0 {
+        let buf = &mut out.spare_capacity_mut()[..len];
+        let work = len * g.kh * g.kw;
+        if team::threads() > 1 && team::parallel() && g.planes > 1 && work >= 1 << 16 {
+            let per = g.planes.div_ceil(4 * team::threads());
+            team::chunks_mut(buf, per * plane_out, |i, chunk| planes(g, x, i * per, chunk));
+        } else {
+            planes(g, x, 0, buf);
+        }
+    }
+    // SAFETY: alloc_uninit reserved `len` elements and `planes` wrote every one of them.
+    unsafe { out.set_len(len) };
+    Ok(out)
+}
+
 /// Pooling geometry in 2-D form (1-D pools have `h = kh = 1`): input planes and size, kernel,
 /// stride, padding, dilation and output size.
 #[derive(Debug, Clone, Copy)]

@@ -13,7 +13,6 @@
 use super::PoolGeom;
 use crate::error::Result;
 use crate::ops::simd::avx512f as avx512;
-use crate::ops::team;
 use std::mem::MaybeUninit;
 
 /// Whether this kernel computes `g` on this CPU: dilation 1, column stride 1 or 2, and every
@@ -26,23 +25,7 @@ pub(super) fn applies(g: &PoolGeom) -> bool {
 /// Max-pool of contiguous `x` (`planes x h x w`) into a new `planes x oh x ow` vector.
 pub(super) fn max_pool(op: &str, g: &PoolGeom, x: &[f32]) -> Result<Vec<f32>> {
     assert!(applies(g), "max_pool f32: geometry or CPU not supported (checked by `applies`)");
-    assert!(x.len() >= g.planes * g.h * g.w, "max_pool f32: input size");
-    let plane_out = g.oh * g.ow;
-    let len = g.planes * plane_out;
-    let mut out: Vec<f32> = crate::memory::alloc_uninit(op, &[g.planes, g.oh, g.ow])?;
-    if len > 0 {
-        let buf = &mut out.spare_capacity_mut()[..len];
-        let work = len * g.kh * g.kw;
-        if team::threads() > 1 && team::parallel() && g.planes > 1 && work >= 1 << 16 {
-            let per = g.planes.div_ceil(4 * team::threads());
-            team::chunks_mut(buf, per * plane_out, |i, chunk| planes(g, x, i * per, chunk));
-        } else {
-            planes(g, x, 0, buf);
-        }
-    }
-    // SAFETY: alloc_uninit reserved `len` elements and `planes` wrote every one of them.
-    unsafe { out.set_len(len) };
-    Ok(out)
+    super::max_pool_by_planes(op, g, x, planes)
 }
 
 /// Planes `p0..` of the output, as many as `out` holds (whole planes).
