@@ -374,6 +374,10 @@ def main():
     ort_extra.update(bench_quant.ort_cases())
     ctx = {"table": table, "ort_extra": ort_extra, "quick": a.quick, "made": {}}
     if a.serve:
+        # the tables are built: from here on this process is idle between cases, so nothing
+        # ferrofx times (its own side, or a case alone in a fresh process) shares the machine
+        # with this script's start-up
+        print(json.dumps({"ready": True}), flush=True)
         for line in sys.stdin:
             cid = line.strip()
             if cid:

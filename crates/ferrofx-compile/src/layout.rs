@@ -13,14 +13,18 @@
 //! Rules:
 //! - a candidate is a float32 `conv2d_fused` (the epilogue pass runs first; its residual and
 //!   activation carry over) of known shapes for which
-//!   [`ferrofx_core::ops::conv::nchwc_saving`] expects the blocked kernel to be faster on this
-//!   CPU (ungrouped, channels multiples of 16, AVX-512; not a 3x3 that Winograd computes
-//!   faster); convolutions with nothing fused after them become `conv2d_fused` first;
+//!   [`ferrofx_core::ops::conv::nchwc_saving`] has an estimate on this CPU (AVX-512; ungrouped
+//!   with at least 64 input and output channels, padded to blocks of 16, or depthwise; not a
+//!   3x3 that Winograd computes faster); the estimate may be negative (a depthwise
+//!   convolution on a large stride-1 plane), so that such a convolution joins a chain only
+//!   when its neighbours gain more; convolutions with nothing fused after them become
+//!   `conv2d_fused` first;
 //! - candidates connected by a blocked value or reading the same NCHW value form a chain; a
 //!   chain is converted only when the time its convolutions save is at least twice the time of
-//!   the reorders it needs ([`ferrofx_core::ops::conv::nchwc_reorder_seconds`]): MobileNetV2's
-//!   1x1 pairs between depthwise convolutions (two reorders of the expanded activation for
-//!   15% of two small convolutions) stay in NCHW, ResNet's stages switch;
+//!   the reorders it needs ([`ferrofx_core::ops::conv::nchwc_reorder_seconds`]): ResNet's
+//!   stages switch, and so do MobileNetV2's stages from 64 channels on (1x1 and depthwise
+//!   convolutions alike, one reorder in and one out), while its 16-32-channel stages, whose
+//!   1x1 layers are no candidates, stay NCHW;
 //! - a value that an in-place op mutates is never reordered (the copy would miss the write),
 //!   and a convolution whose output an in-place op mutates is not converted;
 //! - the converted node keeps its name; its value's metadata becomes the blocked shape.

@@ -46,6 +46,7 @@ mod direct;
 mod epilogue;
 mod every_other;
 mod nchwc;
+mod nchwc_depthwise;
 mod nchwc_reorder;
 mod pointwise;
 mod winograd;

@@ -19,16 +19,25 @@
 //! split into chunks whose weights stay in the L2 cache; between chunks the partial sums wait
 //! in the output. Tiles run in parallel on the kernel team.
 //!
-//! Without AVX-512F, or for geometries the kernel does not cover (groups, channels not a
-//! multiple of 16), the op reorders to NCHW, runs `conv2d_fused` and reorders back: same
-//! result, slower; the compile pass only emits the op where the kernel applies.
+//! Channel counts that are not a multiple of 16 (MobileNetV2's 24) are padded, as ONNX
+//! Runtime pads them: the last block's channels past `c` hold zeros in the input, their
+//! weights are zero, and the output's channels past `o` hold `act(0)` (finite for every
+//! activation), which the next convolution multiplies by zero weights and
+//! `nchwc_reorder_output` drops.
+//!
+//! Depthwise convolutions (`groups == c == o`) run their own kernel (`nchwc_depthwise.rs`): one
+//! fused multiply-add of 16 channels per tap and pixel, no broadcast.
+//!
+//! Without AVX-512F, or for geometries the kernels do not cover (other grouped convolutions),
+//! the op reorders to NCHW, runs `conv2d_fused` and reorders back: same result, slower; the
+//! compile pass only emits the op where a kernel applies.
 
 use super::depthwise3x3::RegAct;
 use super::epilogue::{activation_arg, Epilogue, EPILOGUE_SCHEMA};
 use super::{conv_cost_of, conv_geom, Activation, Geom, SendPtr, CONV2D_FUSED};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::op::args::{opt_tensor, tensor};
+use crate::op::args::{int, opt_tensor, tensor};
 use crate::op::{Category, Cost, Effect, OpDef, Saves};
 use crate::tensor::{Tensor, TensorMeta};
 use crate::trace::Symbolic;
@@ -46,14 +55,33 @@ const B: usize = NCHWC_BLOCK;
 pub(super) const TILE_PIXELS: usize = 6;
 /// Blocks of 16 output channels per register tile.
 pub(super) const TILE_BLOCKS: usize = 4;
+/// How many tiles ahead a 1x1 convolution prefetches each pixel's input, per input channel
+/// block. The tile reads one cache line per pixel from each of the chunk's input planes (16
+/// planes for 256 channels, each a separate stream the hardware prefetcher tracks poorly):
+/// at batch 8, where the input comes from memory, the prefetch took ResNet-50's 1x1 layers
+/// from 114-292 to 363-418 GFLOP/s (AMD EPYC, two threads; 2, 4 and 8 tiles measured within
+/// 10% of 3).
+const PREFETCH_TILES: usize = 3;
 /// Bytes of packed weights one chunk of input channel blocks may take (per tile's output
 /// blocks): they are read once per tile, so they should stay in the L2 cache.
 const CHUNK_BYTES: usize = 256 << 10;
 
-/// Whether the blocked kernel computes `g` on this CPU: ungrouped float32 with input and
-/// output channels multiples of 16, on AVX-512F.
+/// Whether a blocked kernel computes a float32 convolution of `c` input and `o` output
+/// channels in `groups` groups on this CPU: ungrouped or depthwise (`groups == c == o`), on
+/// AVX-512F (channel counts that are not a multiple of 16 are padded).
 pub(super) fn kernel_applies(c: usize, o: usize, groups: usize) -> bool {
-    groups == 1 && c.is_multiple_of(B) && o.is_multiple_of(B) && c > 0 && o > 0 && super::avx512()
+    c > 0 && o > 0 && (groups == 1 || (groups == c && c == o)) && super::avx512()
+}
+
+/// How many times the multiply-adds of the convolution the blocked kernel performs, its padded
+/// channels included (1.0 when both channel counts are multiples of 16).
+fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
+    let pad = |n: usize| n.div_ceil(B) as f64 * B as f64 / n as f64;
+    if groups == 1 {
+        pad(c) * pad(o)
+    } else {
+        pad(c)
+    }
 }
 
 /// The time [`nchwc_conv2d`] is expected to save over the NCHW kernels for a float32
@@ -63,7 +91,14 @@ pub(super) fn kernel_applies(c: usize, o: usize, groups: usize) -> bool {
 /// The estimate is the convolution's NCHW time (its multiply-adds at 150 GFLOP/s) times the
 /// share the blocked kernel saved on ResNet's layers (two threads, one Xeon): 40% for strided
 /// convolutions larger than 1x1 (the NCHW kernels gather the strided columns first), 15% for
-/// 1x1s, 20% for the rest. A 3x3 stride-1 convolution that Winograd F(4x4, 3x3) computes on at
+/// 1x1s, 20% for the rest, less the cost of the padded channels' multiply-adds (a layer of 24
+/// channels computes 32); `None` where the padding would take more than 1.5x the layer's
+/// multiply-adds (a stem over 3 RGB channels computes 16) or where the input or the output
+/// has fewer than 64 channels (the NCHW kernels ran MobileNetV2's 16-32-channel 1x1 layers
+/// 1.3-2.6x faster). A depthwise convolution saves 30% at stride 2 or on planes of at most 8
+/// columns and costs 10% more otherwise (measured on MobileNetV2's layers, AMD EPYC, two
+/// threads), so MobileNetV2's later stages (64-960 channels) form one blocked chain and its
+/// early ones stay NCHW. A 3x3 stride-1 convolution that Winograd F(4x4, 3x3) computes on at
 /// least 256 output pixels stays in NCHW (Winograd took 0.55-0.9x the blocked kernel's time on
 /// 56x56 and 28x28 planes and at batch 8). `ferrofx-compile`'s layout pass weighs the sum over
 /// a chain against [`nchwc_reorder_seconds`] of the reorders the chain needs.
@@ -91,19 +126,33 @@ pub fn nchwc_saving(
     let (g, _, _) =
         super::geometry(OP, 2, &meta(input), &meta(weight), None, stride, &pad, dilation, groups, None).ok()?;
     let pixels = g.n * g.oh * g.ow;
-    let winograd = g.winograd().is_some() && super::winograd_enabled() && pixels >= 256;
-    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || winograd {
+    let winograd = g.groups == 1 && g.winograd().is_some() && super::winograd_enabled() && pixels >= 256;
+    let waste = padding_waste(g.c, g.o, g.groups);
+    // fewer than 4 blocks of input or output channels: the tile holds fewer output blocks (or
+    // each output block sums over few input channels) and the NCHW kernels ran MobileNetV2's
+    // 16-32-channel 1x1 layers 1.3-2.6x faster (AMD EPYC, two threads)
+    let narrow = g.groups == 1 && g.c.min(g.o) < 4 * B;
+    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || winograd || waste > 1.5 || narrow {
         return None;
     }
-    let flops = 2.0 * (pixels * g.o) as f64 * (g.c * g.kh * g.kw) as f64;
-    let share = if g.kh * g.kw == 1 {
+    let flops = 2.0 * (pixels * g.o) as f64 * (g.cg() * g.kh * g.kw) as f64;
+    let share = if g.groups > 1 {
+        // depthwise: faster blocked at stride 2 (1.3-4x: the NCHW kernel deinterleaves
+        // columns) and on planes of at most 8 columns (1.4-1.9x: NCHW wastes vector lanes),
+        // about as fast or slower on larger stride-1 planes
+        if g.sh > 1 || g.sw > 1 || g.ow <= 8 {
+            0.3
+        } else {
+            -0.1
+        }
+    } else if g.kh * g.kw == 1 {
         0.15
     } else if g.sh > 1 || g.sw > 1 {
         0.4
     } else {
         0.2
     };
-    Some(share * flops / 150e9)
+    Some((1.0 - (1.0 - share) * waste) * flops / 150e9)
 }
 
 /// The expected time of one `nchwc_reorder_input` / `nchwc_reorder_output` of `elements`
@@ -113,10 +162,11 @@ pub fn nchwc_reorder_seconds(elements: usize) -> f64 {
     elements as f64 * 3.0e-10
 }
 
-/// The packed weights: `[o / 16][c / 16][kh][kw][16 in][16 out]`.
+/// The packed weights: `[o / 16][c / 16][kh][kw][16 in][16 out]` (both channel counts
+/// rounded up to blocks, the padding zero).
 fn pack(w: &[f32], o: usize, c: usize, taps: usize) -> Vec<f32> {
-    let (ob, cb) = (o / B, c / B);
-    let mut p = vec![0.0f32; o * c * taps];
+    let (ob, cb) = (o.div_ceil(B), c.div_ceil(B));
+    let mut p = vec![0.0f32; ob * cb * taps * B * B];
     for oc in 0..o {
         for ic in 0..c {
             for t in 0..taps {
@@ -125,26 +175,35 @@ fn pack(w: &[f32], o: usize, c: usize, taps: usize) -> Vec<f32> {
             }
         }
     }
-    debug_assert_eq!(p.len(), ob * cb * taps * B * B);
     p
 }
 
-/// The packed weights of `w` (`[o, c, kh, kw]`, its contiguous values `ws`): cached on the
-/// weights' storage when autograd cannot change them, packed for this call otherwise.
-fn packed(w: &Tensor, ws: &[f32], o: usize, c: usize, taps: usize) -> Arc<Vec<f32>> {
+/// The packed weights of `w` (`[o, c / groups, kh, kw]`, its contiguous values `ws`), as
+/// [`pack`] (ungrouped) or [`super::nchwc_depthwise::pack`] (depthwise) lays them out: cached
+/// on the weights' storage when autograd cannot change them, packed for this call otherwise.
+fn packed(w: &Tensor, ws: &[f32], g: &Geom) -> Arc<Vec<f32>> {
     const KEY: usize = 0x16c; // NCHW16c convolution weights
-    let fresh = || Arc::new(pack(ws, o, c, taps));
+    let (o, c, taps, depthwise) = (g.o, g.c, g.kh * g.kw, g.groups > 1);
+    let pack_of = |ws: &[f32]| {
+        if depthwise {
+            super::nchwc_depthwise::pack(ws, c, taps)
+        } else {
+            pack(ws, o, c, taps)
+        }
+    };
+    let packed_len = if depthwise { c.div_ceil(B) * taps * B } else { o.div_ceil(B) * c.div_ceil(B) * taps * B * B };
+    let fresh = || Arc::new(pack_of(ws));
     let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
     let (Some(st), Some(lay)) = (w.storage(), w.layout()) else { return fresh() };
     if !cacheable || !lay.is_contiguous() {
         return fresh();
     }
-    let (off, len) = (lay.offset(), o * c * taps);
+    let (off, len) = (lay.offset(), o * g.cg() * taps);
     // (an empty vector stands for "the storage does not hold these f32 weights")
-    let p = st.derived(&[KEY, off, o, c, taps], |buf| {
-        buf.as_slice::<f32>().and_then(|v| v.get(off..off + len)).map(|ws| pack(ws, o, c, taps)).unwrap_or_default()
+    let p = st.derived(&[KEY, off, o, c, taps, g.groups], |buf| {
+        buf.as_slice::<f32>().and_then(|v| v.get(off..off + len)).map(pack_of).unwrap_or_default()
     });
-    if p.len() == len {
+    if p.len() == packed_len {
         p
     } else {
         fresh()
@@ -163,15 +222,16 @@ fn conv(
     act: Activation,
     out: &mut [MaybeUninit<f32>],
 ) {
-    let (cb, ob, taps) = (g.c / B, g.o / B, g.kh * g.kw);
+    let (cb, ob, taps) = (g.c.div_ceil(B), g.o.div_ceil(B), g.kh * g.kw);
     let pixels = g.oh * g.ow;
-    let total = g.n * g.o * pixels;
+    let total = g.n * ob * B * pixels;
     assert!(
         kernel_applies(g.c, g.o, g.groups)
-            && x.len() >= g.n * g.c * g.h * g.w
-            && wp.len() >= g.o * g.c * taps
+            && g.groups == 1
+            && x.len() >= g.n * cb * B * g.h * g.w
+            && wp.len() >= ob * cb * taps * B * B
             && out.len() >= total
-            && bias.is_none_or(|b| b.len() >= g.o)
+            && bias.is_none_or(|b| b.len() >= ob * B)
             && res.is_none_or(|r| r.len() >= total),
         "nchwc conv: geometry, CPU or buffer sizes (checked by the op)"
     );
@@ -201,20 +261,24 @@ fn conv(
         let b0 = gi * TILE_BLOCKS;
         let nb = TILE_BLOCKS.min(ob - b0);
         let (t0, t1) = (ri * run_len, ((ri + 1) * run_len).min(tiles));
+        // a group of fewer output blocks (MobileNetV2's 16-32 channels, a tail group) takes
+        // more pixels per tile, so the tile still holds 24 accumulators
+        let tp = tile_pixels(nb);
+        let (q0, q1) = (t0 * TILE_PIXELS, (t1 * TILE_PIXELS).min(pixels));
         // per tile: each pixel's offset (in floats, within one input channel block) for each
         // tap, -1 where the tap reads padding
-        let mut offs = vec![-1isize; taps * TILE_PIXELS];
+        let mut offs = vec![-1isize; taps * tp];
         for k in 0..chunks {
             let (c0, c1) = (k * kc, ((k + 1) * kc).min(cb));
-            for tile in t0..t1 {
-                let p0 = tile * TILE_PIXELS;
-                let np = TILE_PIXELS.min(pixels - p0);
-                tap_offsets(g, p0, np, &mut offs);
+            for p0 in (q0..q1).step_by(tp) {
+                let np = tp.min(q1 - p0);
+                tap_offsets(g, p0, np, tp, &mut offs);
                 let first = k == 0;
                 let last = k + 1 == chunks;
                 let args = TileArgs {
                     x: x[(ni * cb + c0) * g.h * g.w * B..].as_ptr(),
                     plane: g.h * g.w * B,
+                    prefetch: if taps == 1 { PREFETCH_TILES * tp * g.sw * B } else { 0 },
                     blocks_in: c1 - c0,
                     offs: &offs,
                     taps,
@@ -222,7 +286,8 @@ fn conv(
                     w: wp[(b0 * cb + c0) * taps * B * B..].as_ptr(),
                     w_block: cb * taps * B * B,
                     // SAFETY (for the three pointers below): in bounds of their buffers
-                    // (asserted sizes); this task alone writes tile `tile` of blocks b0..b0+nb
+                    // (asserted sizes); this task alone writes pixels p0..p0+np of blocks
+                    // b0..b0+nb
                     out: unsafe { optr.ptr().add(((ni * ob + b0) * pixels + p0) * B) },
                     res: if res.ptr().is_null() || !last {
                         std::ptr::null()
@@ -240,7 +305,12 @@ fn conv(
                 // `args` are as `tile` requires (see above)
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
-                    avx512::tile(&args)
+                    match nb {
+                        4 => avx512::tile::<4, 6>(&args),
+                        3 => avx512::tile::<3, 8>(&args),
+                        2 => avx512::tile::<2, 12>(&args),
+                        _ => avx512::tile::<1, 24>(&args),
+                    }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 unreachable!("nchwc conv kernel runs on x86-64 only (checked by kernel_applies)");
@@ -249,11 +319,9 @@ fn conv(
         if later {
             let ep = Epilogue { residual: None, act };
             for j in 0..nb {
-                let p0 = t0 * TILE_PIXELS;
-                let p1 = (t1 * TILE_PIXELS).min(pixels);
-                let off = ((ni * ob + b0 + j) * pixels + p0) * B;
+                let off = ((ni * ob + b0 + j) * pixels + q0) * B;
                 // SAFETY: these pixels of block b0 + j were written above by this task alone
-                let seg = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(off), (p1 - p0) * B) };
+                let seg = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(off), (q1 - q0) * B) };
                 ep.apply(seg, off);
             }
         }
@@ -267,12 +335,35 @@ fn conv(
     }
 }
 
-/// Fills `offs[t * TILE_PIXELS + p]` with the input offset (floats within one channel block's
-/// plane) that pixel `p0 + p` reads at tap `t`, or -1 where that tap reads padding (and for
-/// pixels past `np`).
-fn tap_offsets(g: &Geom, p0: usize, np: usize, offs: &mut [isize]) {
-    for p in 0..TILE_PIXELS {
-        let (oy, ox) = ((p0 + p) / g.ow, (p0 + p) % g.ow);
+/// Pixels per register tile for a group of `blocks` output blocks: 24 accumulators in all.
+fn tile_pixels(blocks: usize) -> usize {
+    match blocks {
+        4.. => TILE_PIXELS,
+        3 => 8,
+        2 => 12,
+        _ => 24,
+    }
+}
+
+/// Fills `offs[t * tp + p]` with the input offset (floats within one channel block's plane)
+/// that pixel `p0 + p` of a tile of `tp` pixels reads at tap `t`, or -1 where that tap reads
+/// padding (and for pixels past `np`).
+fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
+    if g.kh * g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.h == g.oh && g.w == g.ow {
+        // an unpadded 1x1 convolution of stride 1: output pixel q reads input pixel q
+        for (p, o) in offs[..tp].iter_mut().enumerate() {
+            *o = if p < np { ((p0 + p) * B) as isize } else { -1 };
+        }
+        return;
+    }
+    let (mut oy, mut ox) = (p0 / g.ow, p0 % g.ow);
+    for p in 0..tp {
+        if p > 0 {
+            ox += 1;
+            if ox == g.ow {
+                (oy, ox) = (oy + 1, 0);
+            }
+        }
         let iy0 = (oy * g.sh) as isize - g.pt as isize;
         let ix0 = (ox * g.sw) as isize - g.pl as isize;
         for ki in 0..g.kh {
@@ -280,8 +371,7 @@ fn tap_offsets(g: &Geom, p0: usize, np: usize, offs: &mut [isize]) {
             for kj in 0..g.kw {
                 let ix = ix0 + (kj * g.dw) as isize;
                 let inside = p < np && iy >= 0 && (iy as usize) < g.h && ix >= 0 && (ix as usize) < g.w;
-                offs[(ki * g.kw + kj) * TILE_PIXELS + p] =
-                    if inside { (iy * g.w as isize + ix) * B as isize } else { -1 };
+                offs[(ki * g.kw + kj) * tp + p] = if inside { (iy * g.w as isize + ix) * B as isize } else { -1 };
             }
         }
     }
@@ -293,6 +383,8 @@ struct TileArgs<'a> {
     x: *const f32,
     /// Floats per input channel block (`h * w * 16`).
     plane: usize,
+    /// Floats ahead of each pixel's input to prefetch (0: none).
+    prefetch: usize,
     /// Input channel blocks in this chunk.
     blocks_in: usize,
     offs: &'a [isize],
@@ -323,22 +415,23 @@ struct TileArgs<'a> {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::super::depthwise3x3::avx512::finish;
-    use super::{TileArgs, B, TILE_PIXELS as P};
+    use super::{TileArgs, B};
     use std::arch::x86_64::*;
 
-    /// One register tile: `N` output blocks x `P` pixels, over the chunk's input blocks and
-    /// every tap; written to `out` (with bias, residual and activation as `a` says).
+    /// One register tile: `N` output blocks x `P` pixels (`N * P <= 24`), over the chunk's
+    /// input blocks and every tap; written to `out` (with bias, residual and activation as `a`
+    /// says).
     ///
     /// # Safety
     /// AVX-512F; `a.x` readable for `a.blocks_in` planes, every non-negative offset of
-    /// `a.offs` inside a plane; `a.w` readable for `N` output blocks (`a.w_block` apart) of
-    /// `a.blocks_in * a.taps * 256` floats; `a.out` (and `a.res` if not null) holds `N` blocks
-    /// `a.out_plane` apart with `a.pixels` pixels each, the writes exclusive to this call.
+    /// `a.offs` (`a.taps * P` of them) inside a plane; `a.w` readable for `a.blocks_out <= N`
+    /// output blocks (`a.w_block` apart) of `a.blocks_in * a.taps * 256` floats; `a.out` (and
+    /// `a.res` if not null) holds `a.blocks_out` blocks `a.out_plane` apart with `a.pixels`
+    /// pixels each, the writes exclusive to this call.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile(a: &TileArgs<'_>) {
-        const N: usize = super::TILE_BLOCKS;
+    pub(super) unsafe fn tile<const N: usize, const P: usize>(a: &TileArgs<'_>) {
         // one flat array indexed by constants only (after unrolling), so it lives in registers
-        let mut acc = [_mm512_setzero_ps(); N * P];
+        let mut acc = [_mm512_setzero_ps(); 24];
         if a.accumulate {
             for j in 0..N {
                 for p in 0..P {
@@ -360,6 +453,13 @@ mod avx512 {
         let wj: [usize; N] = std::array::from_fn(|j| if j < a.blocks_out { j * a.w_block } else { 0 });
         for cb in 0..a.blocks_in {
             let xb = a.x.add(cb * a.plane);
+            if a.prefetch > 0 {
+                for p in 0..P {
+                    if a.offs[p] >= 0 {
+                        _mm_prefetch::<_MM_HINT_T0>(xb.offset(a.offs[p]).add(a.prefetch).cast());
+                    }
+                }
+            }
             let wb = a.w.add(cb * a.taps * B * B);
             for t in 0..a.taps {
                 let o = &a.offs[t * P..t * P + P];
@@ -369,16 +469,15 @@ mod avx512 {
                 let ptrs: [*const f32; P] = std::array::from_fn(|p| if o[p] < 0 { a.zero } else { xb.offset(o[p]) });
                 let wt = wb.add(t * B * B);
                 for ic in 0..B {
-                    let w0 = _mm512_loadu_ps(wt.add(wj[0] + ic * B));
-                    let w1 = _mm512_loadu_ps(wt.add(wj[1] + ic * B));
-                    let w2 = _mm512_loadu_ps(wt.add(wj[2] + ic * B));
-                    let w3 = _mm512_loadu_ps(wt.add(wj[3] + ic * B));
+                    let mut w = [_mm512_setzero_ps(); 4];
+                    for j in 0..N {
+                        w[j] = _mm512_loadu_ps(wt.add(wj[j] + ic * B));
+                    }
                     for p in 0..P {
                         let xv = _mm512_set1_ps(*ptrs[p].add(ic));
-                        acc[p] = _mm512_fmadd_ps(w0, xv, acc[p]);
-                        acc[P + p] = _mm512_fmadd_ps(w1, xv, acc[P + p]);
-                        acc[2 * P + p] = _mm512_fmadd_ps(w2, xv, acc[2 * P + p]);
-                        acc[3 * P + p] = _mm512_fmadd_ps(w3, xv, acc[3 * P + p]);
+                        for j in 0..N {
+                            acc[j * P + p] = _mm512_fmadd_ps(w[j], xv, acc[j * P + p]);
+                        }
                     }
                 }
             }
@@ -395,8 +494,9 @@ mod avx512 {
 }
 
 /// The logical `[n, c, h, w]` meta tensor of a blocked `[n, c/16, h, w, 16]` one (for the
-/// shared geometry checks).
-fn logical(op: &str, what: &str, t: &Tensor) -> Result<Tensor> {
+/// shared geometry checks): `c` is `channels` (what the weight expects) when the blocks hold
+/// that many, `16 * blocks` otherwise (the geometry check then names the mismatch).
+fn logical(op: &str, what: &str, t: &Tensor, channels: Option<usize>) -> Result<Tensor> {
     let s = t.shape();
     if s.len() != 5 || s[4] != B {
         return Err(Error::shape(
@@ -406,30 +506,45 @@ fn logical(op: &str, what: &str, t: &Tensor) -> Result<Tensor> {
             ),
         ));
     }
-    let c = s[1].checked_mul(B).ok_or_else(|| Error::limit(op, format!("{what} {s:?} has too many channels")))?;
+    let c = match channels {
+        Some(c) if c.div_ceil(B) == s[1] => c,
+        _ => s[1].checked_mul(B).ok_or_else(|| Error::limit(op, format!("{what} {s:?} has too many channels")))?,
+    };
     let meta = TensorMeta::contiguous(&[s[0], c, s[2], s[3]], t.dtype());
     Ok(Tensor::symbolic(Symbolic { meta: Some(meta), proxy: Arc::new(()) }))
 }
 
-/// The geometry of a call and its blocked output shape.
-fn geom(args: &[Value]) -> Result<(Geom, Vec<usize>)> {
+/// The input channels the weight of a call expects (`weight.shape[1] * groups`), if it says.
+fn weight_channels(args: &[Value]) -> Option<usize> {
+    let w = tensor(OP, args, 1).ok()?;
+    let groups = usize::try_from(int(OP, args, 6).ok()?).ok()?;
+    (w.shape().len() == 4).then(|| w.shape()[1].checked_mul(groups))?
+}
+
+/// The arguments with the blocked input replaced by its logical NCHW meta tensor.
+fn logical_args(args: &[Value]) -> Result<Vec<Value>> {
     let x = tensor(OP, args, 0)?;
     let mut logical_args = args.to_vec();
-    logical_args[0] = Value::Tensor(logical(OP, "input", x)?);
-    let (g, shape, dt) = conv_geom(OP, 2, &logical_args)?;
+    logical_args[0] = Value::Tensor(logical(OP, "input", x, weight_channels(args))?);
+    Ok(logical_args)
+}
+
+/// The geometry of a call and its blocked output shape.
+fn geom(args: &[Value]) -> Result<(Geom, Vec<usize>)> {
+    let (g, shape, dt) = conv_geom(OP, 2, &logical_args(args)?)?;
     if dt != DType::F32 {
         return Err(Error::dtype(OP, format!("nchwc_conv2d computes float32 only, got {dt:?}")));
     }
-    if g.groups != 1 || !g.o.is_multiple_of(B) || shape.len() != 4 {
+    if !(g.groups == 1 || (g.groups == g.c && g.c == g.o)) || shape.len() != 4 {
         return Err(Error::shape(
             OP,
             format!(
-                "nchwc_conv2d needs an ungrouped convolution with a multiple of 16 output channels, got groups={} and {} output channels; keep this convolution in NCHW (conv2d)",
-                g.groups, g.o
+                "nchwc_conv2d needs an ungrouped or a depthwise convolution (groups = input channels = output channels), got groups={} with {} input and {} output channels; keep this convolution in NCHW (conv2d)",
+                g.groups, g.c, g.o
             ),
         ));
     }
-    let out = vec![g.n, g.o / B, g.oh, g.ow, B];
+    let out = vec![g.n, g.o.div_ceil(B), g.oh, g.ow, B];
     if let Some(r) = opt_tensor(OP, args, 7)? {
         if r.shape() != out.as_slice() || r.dtype() != DType::F32 {
             return Err(Error::shape(
@@ -465,12 +580,23 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
     let wc = crate::ops::kernel::contiguous(w)?;
     let bv = b.map(crate::ops::kernel::contiguous).transpose()?;
     let rc = res.map(crate::ops::kernel::contiguous).transpose()?;
-    let taps = g.kh * g.kw;
-    let wp = wc.with_contiguous::<f32, _>(OP, |ws| packed(w, ws, g.o, g.c, taps))?;
-    let len = g.n * g.o * g.oh * g.ow;
+    let wp = wc.with_contiguous::<f32, _>(OP, |ws| packed(w, ws, &g))?;
+    let len = shape.iter().product::<usize>();
     let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, &shape)?;
     let run = |xs: &[f32], bias: Option<&[f32]>, r: Option<&[f32]>, buf: &mut Vec<f32>| {
-        conv(&g, xs, &wp, bias, r, act, &mut buf.spare_capacity_mut()[..len])
+        // the bias of every output block, zeros past `o`
+        let padded: Option<Vec<f32>> = bias.filter(|_| !g.o.is_multiple_of(B)).map(|b| {
+            let mut p = b[..g.o].to_vec();
+            p.resize(g.o.div_ceil(B) * B, 0.0);
+            p
+        });
+        let bias = padded.as_deref().or(bias);
+        let out = &mut buf.spare_capacity_mut()[..len];
+        if g.groups == 1 {
+            conv(&g, xs, &wp, bias, r, act, out)
+        } else {
+            super::nchwc_depthwise::depthwise(&g, xs, &wp, bias, r, act, out)
+        }
     };
     xc.with_contiguous::<f32, _>(OP, |xs| -> Result<()> {
         let with_res = |bias: Option<&[f32]>, buf: &mut Vec<f32>| -> Result<()> {
@@ -504,11 +630,7 @@ pub static NCHWC_CONV2D: OpDef = OpDef {
     },
     kernel: |args| Ok(smallvec![kernel(args)?]),
     cost: |args, outs| {
-        let mut logical_args = args.to_vec();
-        match tensor(OP, args, 0).and_then(|x| logical(OP, "input", x)) {
-            Ok(l) => logical_args[0] = Value::Tensor(l),
-            Err(_) => return Cost::default(),
-        }
+        let Ok(logical_args) = logical_args(args) else { return Cost::default() };
         match conv_geom(OP, 2, &logical_args) {
             Ok((g, _, _)) => {
                 let mut c: Cost = conv_cost_of(&g, &logical_args, outs);
@@ -588,7 +710,8 @@ mod tests {
     /// kernel sizes 1-7, strides 1-3, padding, dilation 2, batch 1-3, 16-80 channels, every
     /// activation, with and without bias and residual; planes from 1x1 to wider than a tile
     /// row, so tiles span rows and end in partial tiles; output-channel counts that leave a
-    /// partial group of blocks.
+    /// partial group of blocks; every third case with channel counts that are not multiples
+    /// of 16 (padded blocks).
     #[test]
     fn equals_conv2d_fused_on_random_geometries() {
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
@@ -603,7 +726,11 @@ mod tests {
             let k = [1, 3, 5, 7][next(4)];
             let (stride, dil) = (1 + next(3), if next(5) == 0 { 2 } else { 1 });
             let pad = next(k / 2 + 1) * dil;
-            let (n, c, o) = (1 + next(3), 16 * (1 + next(5)), 16 * (1 + next(6)));
+            let (n, mut c, mut o) = (1 + next(3), 16 * (1 + next(5)), 16 * (1 + next(6)));
+            if case % 3 == 0 {
+                // padded blocks: MobileNetV2's 24 channels, and counts below one block
+                (c, o) = (c - next(16).min(c - 1), o - next(16).min(o - 1));
+            }
             let (h, w) = (1 + next(17), 1 + next(17));
             let eff = dil * (k - 1) + 1;
             if h + 2 * pad < eff || w + 2 * pad < eff {
@@ -621,7 +748,7 @@ mod tests {
             let got =
                 nchwc_conv2d(&nchwc_reorder_input(&x).unwrap(), &wt, b.as_ref(), &st, &pd, &dl, 1, rb.as_ref(), act)
                     .unwrap();
-            assert_eq!(got.shape(), &[n, o / 16, oh, ow, 16]);
+            assert_eq!(got.shape(), &[n, o.div_ceil(16), oh, ow, 16]);
             let what =
                 format!("case {case}: x {:?} w {:?} stride {stride} pad {pad} dil {dil} {act}", x.shape(), wt.shape());
             close(&nchwc_reorder_output(&got, o as i64).unwrap(), &want, c * k * k, &what);
@@ -652,6 +779,54 @@ mod tests {
         close(&nchwc_reorder_output(&got, 48).unwrap(), &want, 512 * 9, "512 channels");
     }
 
+    /// Depthwise convolutions (`groups == c == o`) in NCHW16c equal `conv2d_fused` in NCHW:
+    /// kernels 3 and 5 (MobileNet's, EfficientNet's) and 1-7 otherwise, strides 1-3, padding
+    /// from none to more than the kernel's half, dilation 2, channel counts that are and are
+    /// not multiples of 16, planes from 1x1 to wider than a run of pixels, every activation,
+    /// with and without bias and residual.
+    #[test]
+    fn depthwise_equals_conv2d_fused_on_random_geometries() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n as u64) as usize
+        };
+        let acts = ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.5, 0.25)"];
+        let mut ran = 0;
+        for case in 0..80 {
+            let k = [3, 3, 5, 1, 7][next(5)];
+            let (stride, dil) = (1 + next(3), if next(6) == 0 { 2 } else { 1 });
+            let pad = next(k / 2 + 2) * dil;
+            let (n, c) = (1 + next(2), 1 + next(60));
+            let (h, w) = (1 + next(30), 1 + next(30));
+            let eff = dil * (k - 1) + 1;
+            if h + 2 * pad < eff || w + 2 * pad < eff {
+                continue;
+            }
+            ran += 1;
+            let (oh, ow) = ((h + 2 * pad - eff) / stride + 1, (w + 2 * pad - eff) / stride + 1);
+            let x = randn(&[n as i64, c as i64, h as i64, w as i64], None).unwrap();
+            let wt = randn(&[c as i64, 1, k as i64, k as i64], None).unwrap();
+            let b = (next(4) != 0).then(|| randn(&[c as i64], None).unwrap());
+            let r = (next(2) == 0).then(|| randn(&[n as i64, c as i64, oh as i64, ow as i64], None).unwrap());
+            let act = acts[next(acts.len())];
+            let (st, pd, dl) = ([stride as i64; 2], [pad as i64; 2], [dil as i64; 2]);
+            let g = c as i64;
+            let want = conv2d_fused(&x, &wt, b.as_ref(), &st, &pd, &dl, g, r.as_ref(), act).unwrap();
+            let rb = r.as_ref().map(|r| nchwc_reorder_input(r).unwrap());
+            let got =
+                nchwc_conv2d(&nchwc_reorder_input(&x).unwrap(), &wt, b.as_ref(), &st, &pd, &dl, g, rb.as_ref(), act)
+                    .unwrap();
+            assert_eq!(got.shape(), &[n, c.div_ceil(16), oh, ow, 16]);
+            let what =
+                format!("case {case}: depthwise x {:?} k {k} stride {stride} pad {pad} dil {dil} {act}", x.shape());
+            close(&nchwc_reorder_output(&got, c as i64).unwrap(), &want, k * k, &what);
+        }
+        assert!(ran >= 50, "{ran} geometries ran");
+    }
+
     #[test]
     fn bad_inputs_are_errors_naming_the_op_and_the_fix() {
         let x = randn(&[1, 16, 5, 5], None).unwrap();
@@ -660,10 +835,18 @@ mod tests {
         let e = nchwc_conv2d(&x, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
         assert!(e.contains("nchwc_conv2d") && e.contains("NCHW16c") && e.contains("nchwc_reorder_input"), "{e}");
         let xb = nchwc_reorder_input(&x).unwrap();
-        // output channels not a multiple of 16
+        // a grouped convolution that is not depthwise
+        let w2 = randn(&[16, 8, 3, 3], None).unwrap();
+        let e = nchwc_conv2d(&xb, &w2, None, &[1, 1], &[1, 1], &[1, 1], 2, None, "none").unwrap_err().to_string();
+        assert!(e.contains("depthwise") && e.contains("groups=2"), "{e}");
+        // 20 output channels: padded to two blocks, not an error
         let w20 = randn(&[20, 16, 3, 3], None).unwrap();
-        let e = nchwc_conv2d(&xb, &w20, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
-        assert!(e.contains("multiple of 16") && e.contains("20"), "{e}");
+        let y = nchwc_conv2d(&xb, &w20, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap();
+        assert_eq!(y.shape(), &[1, 2, 5, 5, 16]);
+        // a blocked input whose blocks cannot hold what the weight expects
+        let w40 = randn(&[16, 40, 3, 3], None).unwrap();
+        let e = nchwc_conv2d(&xb, &w40, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
+        assert!(e.contains("channels"), "{e}");
         // a residual of the wrong shape
         let bad_res = randn(&[1, 1, 4, 4, 16], None).unwrap();
         let e =
