@@ -706,6 +706,16 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift generator: `next(n)` is in `0..n`.
+    fn xorshift(mut s: u64) -> impl FnMut(usize) -> usize {
+        move |n: usize| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n as u64) as usize
+        }
+    }
+
     /// `nchwc_conv2d` between reorders equals `conv2d_fused` in NCHW on random geometries:
     /// kernel sizes 1-7, strides 1-3, padding, dilation 2, batch 1-3, 16-80 channels, every
     /// activation, with and without bias and residual; planes from 1x1 to wider than a tile
@@ -714,13 +724,7 @@ mod tests {
     /// of 16 (padded blocks).
     #[test]
     fn equals_conv2d_fused_on_random_geometries() {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: usize| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % n as u64) as usize
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let acts = ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.5, 0.25)"];
         for case in 0..60 {
             let k = [1, 3, 5, 7][next(4)];
@@ -786,13 +790,7 @@ mod tests {
     /// with and without bias and residual.
     #[test]
     fn depthwise_equals_conv2d_fused_on_random_geometries() {
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: usize| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % n as u64) as usize
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let acts = ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.5, 0.25)"];
         let mut ran = 0;
         for case in 0..80 {

@@ -1,0 +1,86 @@
+//! Per-layer timing of the NCHW16c convolution kernels (`nchwc_conv2d`) beside the NCHW ones
+//! (`conv2d_fused`) on ResNet-50's and MobileNetV2's 1x1 layers and MobileNetV2's depthwise
+//! 3x3 layers: best of a 0.5 s loop each, the inputs already in each layout, both threads.
+//! This is what the layout pass's estimates (`nchwc_saving`) were read from.
+//!
+//! `cargo run --release -p ferrofx-core --example bench_nchwc -- [batch]` (default 8)
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use ferrofx_core::ops::{conv, random::randn};
+use std::time::Instant;
+
+fn best_of(mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    let (start, mut best, mut n) = (Instant::now(), f64::INFINITY, 0);
+    while start.elapsed().as_secs_f64() < 0.5 || n < 5 {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+        n += 1;
+    }
+    best
+}
+
+fn main() -> ferrofx_core::Result<()> {
+    let _g = ferrofx_core::autograd::no_grad();
+    let b: i64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(8);
+    println!("1x1 convolutions + bias + relu, batch {b}");
+    let pointwise = [
+        (256i64, 64i64, 56i64),
+        (64, 256, 56),
+        (512, 128, 28),
+        (1024, 256, 14),
+        (256, 1024, 14),
+        (2048, 512, 7),
+        (512, 2048, 7),
+        (96, 24, 56),
+        (24, 144, 56),
+        (144, 24, 56),
+        (32, 16, 112),
+        (16, 96, 112),
+        (960, 160, 7),
+        (160, 960, 7),
+    ];
+    for (c, o, hw) in pointwise {
+        let x = randn(&[b, c, hw, hw], None)?;
+        let (w, bias) = (randn(&[o, c, 1, 1], None)?, randn(&[o], None)?);
+        let xb = conv::nchwc_reorder_input(&x)?;
+        let nchw = best_of(|| {
+            conv::conv2d_fused(&x, &w, Some(&bias), &[1, 1], &[0, 0], &[1, 1], 1, None, "relu").unwrap();
+        });
+        let blocked = best_of(|| {
+            conv::nchwc_conv2d(&xb, &w, Some(&bias), &[1, 1], &[0, 0], &[1, 1], 1, None, "relu").unwrap();
+        });
+        let gflop = 2.0 * (b * hw * hw * c * o) as f64 / 1e9;
+        println!(
+            "  {c:5} -> {o:5} @ {hw:3}: NCHW {:8.1} us ({:4.0} GFLOP/s)  NCHW16c {:8.1} us ({:4.0} GFLOP/s)",
+            nchw * 1e6,
+            gflop / nchw,
+            blocked * 1e6,
+            gflop / blocked
+        );
+    }
+    println!("depthwise 3x3 + bias + relu6, batch {b}");
+    for (c, hw, s) in [(32i64, 112i64, 1i64), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)] {
+        let x = randn(&[b, c, hw, hw], None)?;
+        let (w, bias) = (randn(&[c, 1, 3, 3], None)?, randn(&[c], None)?);
+        let xb = conv::nchwc_reorder_input(&x)?;
+        let nchw = best_of(|| {
+            conv::conv2d_fused(&x, &w, Some(&bias), &[s, s], &[1, 1], &[1, 1], c, None, "relu6").unwrap();
+        });
+        let blocked = best_of(|| {
+            conv::nchwc_conv2d(&xb, &w, Some(&bias), &[s, s], &[1, 1], &[1, 1], c, None, "relu6").unwrap();
+        });
+        println!(
+            "  {c:4} @ {hw:3} stride {s}: NCHW {:8.1} us  NCHW16c {:8.1} us  ({:.2}x)",
+            nchw * 1e6,
+            blocked * 1e6,
+            nchw / blocked
+        );
+    }
+    Ok(())
+}
