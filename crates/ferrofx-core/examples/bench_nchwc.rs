@@ -65,7 +65,18 @@ fn main() -> ferrofx_core::Result<()> {
         );
     }
     println!("depthwise 3x3 + bias + relu6, batch {b}");
-    for (c, hw, s) in [(32i64, 112i64, 1i64), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)] {
+    for (c, hw, s) in [
+        (32i64, 112i64, 1i64),
+        (96, 112, 2),
+        (144, 56, 1),
+        (144, 56, 2),
+        (192, 28, 1),
+        (192, 28, 2),
+        (384, 14, 1),
+        (576, 14, 1),
+        (576, 14, 2),
+        (960, 7, 1),
+    ] {
         let x = randn(&[b, c, hw, hw], None)?;
         let (w, bias) = (randn(&[c, 1, 3, 3], None)?, randn(&[c], None)?);
         let xb = conv::nchwc_reorder_input(&x)?;
