@@ -105,8 +105,10 @@ fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
 ///
 /// ```
 /// use ferrofx_core::ops::conv::nchwc_saving;
-/// // whatever the CPU: a grouped convolution stays in NCHW
-/// assert!(nchwc_saving(&[1, 32, 14, 14], &[32, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1], 32).is_none());
+/// // whatever the CPU: a grouped convolution that is not depthwise stays in NCHW, and so does
+/// // an ungrouped one with fewer than 64 output channels
+/// assert!(nchwc_saving(&[1, 32, 14, 14], &[32, 16, 3, 3], &[1, 1], &[1, 1], &[1, 1], 2).is_none());
+/// assert!(nchwc_saving(&[1, 96, 56, 56], &[24, 96, 1, 1], &[1, 1], &[0, 0], &[1, 1], 1).is_none());
 /// ```
 pub fn nchwc_saving(
     input: &[usize],
