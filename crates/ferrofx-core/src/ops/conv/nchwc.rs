@@ -180,6 +180,19 @@ fn pack(w: &[f32], o: usize, c: usize, taps: usize) -> Vec<f32> {
     p
 }
 
+/// The shape of the packed weights of a call: `[o/16, c/16, taps, 16, 16]` (ungrouped) or
+/// `[c/16, taps, 16]` (depthwise), channel counts rounded up to blocks. Up to 256 times the
+/// weight's own size (one input and one output channel), so the op checks it against the
+/// allocation limit before packing.
+fn packed_shape(g: &Geom) -> Vec<usize> {
+    let taps = g.kh * g.kw;
+    if g.groups > 1 {
+        vec![g.c.div_ceil(B), taps, B]
+    } else {
+        vec![g.o.div_ceil(B), g.c.div_ceil(B), taps, B, B]
+    }
+}
+
 /// The packed weights of `w` (`[o, c / groups, kh, kw]`, its contiguous values `ws`), as
 /// [`pack`] (ungrouped) or [`super::nchwc_depthwise::pack`] (depthwise) lays them out: cached
 /// on the weights' storage when autograd cannot change them, packed for this call otherwise.
@@ -193,7 +206,7 @@ fn packed(w: &Tensor, ws: &[f32], g: &Geom) -> Arc<Vec<f32>> {
             pack(ws, o, c, taps)
         }
     };
-    let packed_len = if depthwise { c.div_ceil(B) * taps * B } else { o.div_ceil(B) * c.div_ceil(B) * taps * B * B };
+    let packed_len = packed_shape(g).iter().product::<usize>();
     let fresh = || Arc::new(pack_of(ws));
     let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
     let (Some(st), Some(lay)) = (w.storage(), w.layout()) else { return fresh() };
@@ -458,7 +471,10 @@ mod avx512 {
             if a.prefetch > 0 {
                 for p in 0..P {
                     if a.offs[p] >= 0 {
-                        _mm_prefetch::<_MM_HINT_T0>(xb.offset(a.offs[p]).add(a.prefetch).cast());
+                        // (a hint past the plane's end is harmless: wrapping arithmetic, and a
+                        // prefetch never faults)
+                        let ahead = xb.wrapping_offset(a.offs[p]).wrapping_add(a.prefetch);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                     }
                 }
             }
@@ -578,6 +594,7 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
         return super::nchwc_reorder::reorder_input(&y);
     }
     crate::memory::check_alloc(OP, &shape, DType::F32)?;
+    crate::memory::check_alloc(OP, &packed_shape(&g), DType::F32)?;
     let xc = crate::ops::kernel::contiguous(x)?;
     let wc = crate::ops::kernel::contiguous(w)?;
     let bv = b.map(crate::ops::kernel::contiguous).transpose()?;
