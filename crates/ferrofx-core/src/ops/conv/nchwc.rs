@@ -34,6 +34,7 @@
 
 use super::depthwise3x3::RegAct;
 use super::epilogue::{activation_arg, Epilogue, EPILOGUE_SCHEMA};
+use super::winograd::Geom3;
 use super::{conv_cost_of, conv_geom, Activation, Geom, SendPtr, CONV2D_FUSED};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -128,16 +129,22 @@ pub fn nchwc_saving(
     let (g, _, _) =
         super::geometry(OP, 2, &meta(input), &meta(weight), None, stride, &pad, dilation, groups, None).ok()?;
     let pixels = g.n * g.oh * g.ow;
-    let winograd = g.groups == 1 && g.winograd().is_some() && super::winograd_enabled() && pixels >= 256;
+    let winograd = winograd_geom(&g).is_some();
     let waste = padding_waste(g.c, g.o, g.groups);
     // fewer than 4 blocks of input or output channels: the tile holds fewer output blocks (or
     // each output block sums over few input channels) and the NCHW kernels ran MobileNetV2's
     // 16-32-channel 1x1 layers 1.3-2.6x faster (AMD EPYC, two threads)
     let narrow = g.groups == 1 && g.c.min(g.o) < 4 * B;
-    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || winograd || waste > 1.5 || narrow {
+    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || waste > 1.5 || narrow {
         return None;
     }
     let flops = 2.0 * (pixels * g.o) as f64 * (g.cg() * g.kh * g.kw) as f64;
+    if winograd {
+        // the same Winograd tiles either way (a quarter of the multiply-adds); blocked, the
+        // input is padded with row copies instead of transposed from NCHW, and the 4x4 output
+        // tiles are stored as 16-channel vectors instead of scattered lane by lane
+        return Some(WINOGRAD_SHARE * flops / 4.0 / 150e9);
+    }
     let share = if g.groups > 1 {
         // depthwise: faster blocked at stride 2 (1.3-4x: the NCHW kernel deinterleaves
         // columns) and on planes of at most 8 columns (1.4-1.9x: NCHW wastes vector lanes),
@@ -155,6 +162,18 @@ pub fn nchwc_saving(
         0.2
     };
     Some((1.0 - (1.0 - share) * waste) * flops / 150e9)
+}
+
+/// The share of a Winograd convolution's NCHW time that computing it in NCHW16c saves (no
+/// transpose of the input into blocks, no lane-by-lane scatter of the output).
+const WINOGRAD_SHARE: f64 = 0.1;
+
+/// The Winograd geometry of a convolution that [`nchwc_conv2d`] computes with Winograd
+/// F(4x4, 3x3) (3x3, stride 1, dilation 1, ungrouped, enough channels, at least 256 output
+/// pixels: below that the direct kernel was as fast, and the transformed weights are 4x the
+/// kernel's size); `None` for the direct kernel.
+fn winograd_geom(g: &Geom) -> Option<Geom3> {
+    (g.groups == 1 && g.n * g.oh * g.ow >= 256).then(|| g.winograd())?
 }
 
 /// The expected time of one `nchwc_reorder_input` / `nchwc_reorder_output` of `elements`
@@ -594,12 +613,22 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
         return super::nchwc_reorder::reorder_input(&y);
     }
     crate::memory::check_alloc(OP, &shape, DType::F32)?;
-    crate::memory::check_alloc(OP, &packed_shape(&g), DType::F32)?;
+    let g3 = winograd_geom(&g);
+    if g3.is_some() {
+        // the transformed weights, [36][c][o]
+        crate::memory::check_alloc(OP, &[36, g.c, g.o], DType::F32)?;
+    } else {
+        crate::memory::check_alloc(OP, &packed_shape(&g), DType::F32)?;
+    }
     let xc = crate::ops::kernel::contiguous(x)?;
     let wc = crate::ops::kernel::contiguous(w)?;
     let bv = b.map(crate::ops::kernel::contiguous).transpose()?;
     let rc = res.map(crate::ops::kernel::contiguous).transpose()?;
-    let wp = wc.with_contiguous::<f32, _>(OP, |ws| packed(w, ws, &g))?;
+    let wp = wc.with_contiguous::<f32, _>(OP, |ws| match g3 {
+        Some(_) => super::cached_winograd_weight(w, &g)
+            .unwrap_or_else(|| Arc::new(super::winograd::transform_weight(ws, g.o, g.c, false))),
+        None => packed(w, ws, &g),
+    })?;
     let len = shape.iter().product::<usize>();
     let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, &shape)?;
     let run = |xs: &[f32], bias: Option<&[f32]>, r: Option<&[f32]>, buf: &mut Vec<f32>| {
@@ -611,7 +640,9 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
         });
         let bias = padded.as_deref().or(bias);
         let out = &mut buf.spare_capacity_mut()[..len];
-        if g.groups == 1 {
+        if let Some(g3) = &g3 {
+            super::winograd::conv3x3_nchwc(xs, g3, &wp, bias, r, act, out)
+        } else if g.groups == 1 {
             conv(&g, xs, &wp, bias, r, act, out)
         } else {
             super::nchwc_depthwise::depthwise(&g, xs, &wp, bias, r, act, out)
@@ -776,6 +807,71 @@ mod tests {
                 format!("case {case}: x {:?} w {:?} stride {stride} pad {pad} dil {dil} {act}", x.shape(), wt.shape());
             close(&nchwc_reorder_output(&got, o as i64).unwrap(), &want, c * k * k, &what);
         }
+    }
+
+    /// 3x3 stride-1 convolutions of at least 256 output pixels run Winograd F(4x4, 3x3) in
+    /// NCHW16c and equal `conv2d_fused` in NCHW: padding 0-2 (asymmetric tiles at the right and
+    /// bottom edges), planes that are and are not multiples of the 4x4 tile, batch 1-3,
+    /// channel counts that are and are not multiples of 16 (padded blocks on both sides), more
+    /// output channels than tiles (the split over channels), every activation, with and
+    /// without bias and residual.
+    #[test]
+    fn winograd_in_nchwc_equals_conv2d_fused() {
+        let mut next = xorshift(0x6a09_e667_f3bc_c908);
+        let acts = ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.5, 0.25)"];
+        let mut ran = 0;
+        for case in 0..24 {
+            let pad = [1, 1, 0, 2][next(4)];
+            let (n, mut c, mut o) = (1 + next(3), 16 * (1 + next(5)), 16 * (1 + next(6)));
+            if case % 3 == 0 {
+                (c, o) = (c + 1 + next(15), o + 1 + next(15));
+            }
+            if case % 8 == 7 {
+                o = 320 + next(40);
+            }
+            let (h, w) = (4 + next(27), 4 + next(27));
+            let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
+            let g = super::super::winograd::Geom3 { n, c, h, w, o, oh, ow, pt: pad, pl: pad };
+            if n * oh * ow < 256 || !super::super::winograd::worthwhile(&g) {
+                continue;
+            }
+            ran += 1;
+            let x = randn(&[n as i64, c as i64, h as i64, w as i64], None).unwrap();
+            let wt = randn(&[o as i64, c as i64, 3, 3], None).unwrap();
+            let b = (next(4) != 0).then(|| randn(&[o as i64], None).unwrap());
+            let r = (next(2) == 0).then(|| randn(&[n as i64, o as i64, oh as i64, ow as i64], None).unwrap());
+            let act = acts[next(acts.len())];
+            let pd = [pad as i64; 2];
+            let want = conv2d_fused(&x, &wt, b.as_ref(), &[1, 1], &pd, &[1, 1], 1, r.as_ref(), act).unwrap();
+            let rb = r.as_ref().map(|r| nchwc_reorder_input(r).unwrap());
+            let got = nchwc_conv2d(
+                &nchwc_reorder_input(&x).unwrap(),
+                &wt,
+                b.as_ref(),
+                &[1, 1],
+                &pd,
+                &[1, 1],
+                1,
+                rb.as_ref(),
+                act,
+            )
+            .unwrap();
+            assert_eq!(got.shape(), &[n, o.div_ceil(16), oh, ow, 16]);
+            let what = format!("case {case}: winograd x {:?} w {:?} pad {pad} {act}", x.shape(), wt.shape());
+            // Winograd's rounding: the transforms scale the terms by up to ~10
+            close(&nchwc_reorder_output(&got, o as i64).unwrap(), &want, 8 * c * 9, &what);
+            // the padded output channels hold act(0 + residual) = act(0) = 0 for these
+            // activations (the residual's padded lanes are zeros), as the direct kernel's
+            if o % 16 != 0 {
+                let gv = got.to_vec::<f32>().unwrap();
+                for (i, p) in gv.iter().enumerate() {
+                    if i % 16 >= o % 16 && (i / 16 / (oh * ow)) % o.div_ceil(16) == o / 16 {
+                        assert_eq!(*p, 0.0, "{what}: padded lane {i}");
+                    }
+                }
+            }
+        }
+        assert!(ran >= 15, "{ran} geometries ran");
     }
 
     /// Large enough for several input-channel chunks (partial sums kept in the output) and

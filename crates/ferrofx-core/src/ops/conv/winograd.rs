@@ -26,6 +26,7 @@
 //! (the points 0, ±1, ±2 keep it small: relative error ~1e-6 here, tested); the switch
 //! [`set_enabled`] turns the algorithm off for bit-for-bit comparisons with im2col.
 
+use super::epilogue::{apply_block, Activation};
 use super::SendPtr;
 use crate::ops::linalg::{MatElem, Par};
 use crate::ops::simd::simd_dispatch;
@@ -432,12 +433,12 @@ pub(crate) fn conv3x3(x: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>) -> 
     BLOCKED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut xb) => {
             block_input(x, g, &mut xb);
-            run_tiles(&xb, g, u, bias, dst);
+            run_tiles(&xb, g, u, bias, dst, Store::Nchw);
         }
         Err(_) => {
             let mut xb = Vec::new();
             block_input(x, g, &mut xb);
-            run_tiles(&xb, g, u, bias, dst);
+            run_tiles(&xb, g, u, bias, dst, Store::Nchw);
         }
     });
     // SAFETY: run_tiles wrote all `len` elements (see above); capacity is `len`.
@@ -445,10 +446,91 @@ pub(crate) fn conv3x3(x: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>) -> 
     out
 }
 
+/// Where [`run_tiles`] writes its 4x4 output tiles.
+#[derive(Clone, Copy)]
+enum Store<'a> {
+    /// `[n, o, oh, ow]`, bias only.
+    Nchw,
+    /// NCHW16c, `[n, o/16, oh, ow, 16]`: `act(conv + bias + res)` (`res` in the output's
+    /// layout), the channels past `o` `act(0 + res)`.
+    Blocked { res: Option<&'a [f32]>, act: Activation },
+}
+
+/// Pads an NCHW16c input (`[n, c/16, h, w, 16]`) into `xb`, `[n][cb][hp][wp][16]`: the layout
+/// [`block_input`] makes from NCHW, here one copy of each row.
+fn pad_blocked(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
+    let cbn = g.c.div_ceil(L);
+    let (hp, wp) = (g.hp(), g.wp());
+    let unit = hp * wp * L;
+    xb.resize(g.n * cbn * unit, 0.0);
+    let fill = |(u, dst): (usize, &mut [f32])| {
+        let plane = &x[u * g.h * g.w * L..][..g.h * g.w * L];
+        for (pr, drow) in dst.chunks_mut(wp * L).enumerate() {
+            if pr < g.pt || pr >= g.pt + g.h {
+                drow.fill(0.0);
+                continue;
+            }
+            let r = pr - g.pt;
+            let (left, rest) = drow.split_at_mut(g.pl * L);
+            let (mid, right) = rest.split_at_mut(g.w * L);
+            left.fill(0.0);
+            right.fill(0.0);
+            mid.copy_from_slice(&plane[r * g.w * L..][..g.w * L]);
+        }
+    };
+    if xb.len() >= 1 << 15 && super::team::parallel() {
+        super::team::chunks_mut(xb, unit, |i, c| fill((i, c)));
+    } else {
+        xb.chunks_mut(unit).enumerate().for_each(fill);
+    }
+}
+
+/// [`conv3x3`] in the NCHW16c layout: `x` is `[n, c/16, h, w, 16]`, `out` `[n, o/16, oh, ow,
+/// 16]` (every element written) = `act(conv + bias + res)`, `res` (if any) in the output's
+/// layout; `u` from [`transform_weight`]. The input's channels past `c` are not read (the
+/// GEMMs sum over `c`); the output's are `act(0 + res)`, as `nchwc_conv2d`'s direct kernel
+/// writes them.
+pub(crate) fn conv3x3_nchwc(
+    x: &[f32],
+    g: &Geom3,
+    u: &[f32],
+    bias: Option<&[f32]>,
+    res: Option<&[f32]>,
+    act: Activation,
+    out: &mut [std::mem::MaybeUninit<f32>],
+) {
+    let total = g.n * g.o.div_ceil(L) * L * g.oh * g.ow;
+    assert!(
+        x.len() >= g.n * g.c.div_ceil(L) * L * g.h * g.w
+            && u.len() >= 36 * g.c * g.o
+            && out.len() >= total
+            && bias.is_none_or(|b| b.len() >= g.o)
+            && res.is_none_or(|r| r.len() >= total),
+        "winograd nchwc: buffer sizes (checked by the op)"
+    );
+    if total == 0 {
+        return;
+    }
+    let dst = SendPtr(out.as_mut_ptr().cast::<f32>());
+    let store = Store::Blocked { res, act };
+    BLOCKED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut xb) => {
+            pad_blocked(x, g, &mut xb);
+            run_tiles(&xb, g, u, bias, dst, store);
+        }
+        Err(_) => {
+            let mut xb = Vec::new();
+            pad_blocked(x, g, &mut xb);
+            run_tiles(&xb, g, u, bias, dst, store);
+        }
+    });
+}
+
 /// Steps 2 and 3 of [`conv3x3`] on the blocked input.
-/// `outp` points to `[n, o, oh, ow]` (possibly uninitialised) elements, every one of which
-/// this writes.
-fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendPtr<f32>) {
+/// `outp` points to the output's (possibly uninitialised) elements, every one of which this
+/// writes: `[n, o, oh, ow]` for [`Store::Nchw`], `[n, o/16, oh, ow, 16]` for
+/// [`Store::Blocked`].
+fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendPtr<f32>, store: Store<'_>) {
     let (th, tw) = (g.tiles_h(), g.tiles_w());
     let tiles = g.tiles();
     let (cp, cbn) = (g.c.div_ceil(L) * L, g.c.div_ceil(L));
@@ -473,6 +555,7 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
     let unit_in = cbn * g.hp() * g.wp() * L;
     let (hp, wp) = (g.hp(), g.wp());
     let ohw = g.oh * g.ow;
+    let obn = g.o.div_ceil(L);
     let zero: Lanes = [0.0; L];
 
     let work = |s: &mut Scratch, item: usize| {
@@ -544,6 +627,32 @@ fn run_tiles(xb: &[f32], g: &Geom3, u: &[f32], bias: Option<&[f32]>, outp: SendP
                     None => zero,
                 };
                 output_tile(&mt, &bl, &mut y);
+                if let Store::Blocked { res, act } = store {
+                    // channels past `o` (the last block's padding): act(0 + residual), as the
+                    // direct blocked kernel writes them
+                    if nl < L {
+                        y.iter_mut().for_each(|v| v[nl..].fill(0.0));
+                    }
+                    let block = (o0 + ob) / L;
+                    for r in 0..rows {
+                        let at = (((ni * obn + block) * g.oh + 4 * ti + r) * g.ow + 4 * tj) * L;
+                        // SAFETY: pixels (4ti+r, 4tj..4tj+cols) of block `block` of image ni
+                        // are inside `out` ([n, o/16, oh, ow, 16]); this work item alone owns
+                        // tile `tile` and channels o0..o0+no (o0 is a multiple of 16)
+                        let seg = unsafe {
+                            let p = outp.ptr().add(at);
+                            for (q, v) in y[r * 4..r * 4 + cols].iter().enumerate() {
+                                std::ptr::copy_nonoverlapping(v.as_ptr(), p.add(q * L), L);
+                            }
+                            std::slice::from_raw_parts_mut(p, cols * L)
+                        };
+                        if res.is_some() || act != Activation::None {
+                            apply_block(seg, res.map(|r| &r[at..at + cols * L]), act);
+                        }
+                    }
+                    ob += L;
+                    continue;
+                }
                 #[allow(clippy::needless_range_loop)] // `lane` indexes the inner arrays of `y`
                 for lane in 0..nl {
                     let plane = (ni * g.o + o0 + ob + lane) * ohw;
