@@ -14,8 +14,9 @@
 //! - a candidate is a float32 `conv2d_fused` (the epilogue pass runs first; its residual and
 //!   activation carry over) of known shapes for which
 //!   [`ferrofx_core::ops::conv::nchwc_saving`] has an estimate on this CPU (AVX-512; ungrouped
-//!   with at least 64 input and output channels, padded to blocks of 16, or depthwise; not a
-//!   3x3 that Winograd computes faster); the estimate may be negative (a depthwise
+//!   with at least 64 input and output channels, padded to blocks of 16, or depthwise; a 3x3
+//!   stride-1 convolution of at least 256 output pixels runs Winograd in the blocked layout
+//!   too); the estimate may be negative (a depthwise
 //!   convolution on a large stride-1 plane), so that such a convolution joins a chain only
 //!   when its neighbours gain more; convolutions with nothing fused after them become
 //!   `conv2d_fused` first;
@@ -35,9 +36,10 @@
 use crate::fusion::registry_op;
 use ferrofx_core::op::Effect;
 use ferrofx_core::ops::conv::{
-    nchwc_reorder_seconds, nchwc_saving, CONV2D_FUSED, NCHWC_BLOCK, NCHWC_CONV2D, NCHWC_REORDER_INPUT,
-    NCHWC_REORDER_OUTPUT,
+    nchwc_reads_nchw, nchwc_reorder_seconds, nchwc_saving, CONV2D_FUSED, NCHWC_BLOCK, NCHWC_CONV2D, NCHWC_MAX_POOL2D,
+    NCHWC_REORDER_INPUT, NCHWC_REORDER_OUTPUT,
 };
+use ferrofx_core::ops::pool::MAX_POOL2D;
 use ferrofx_core::{DType, Error, Result};
 use ferrofx_fx::{Argument, Graph, GraphModule, NodeId, Opcode, Target, TensorMetadata};
 use std::collections::{HashMap, HashSet};
@@ -90,6 +92,77 @@ fn saving(gm: &GraphModule, id: NodeId) -> Option<f64> {
     ok.then(|| nchwc_saving(&x, &w, &stride, &padding, &dilation, *groups))?
 }
 
+/// The time one NCHW16c max pool saves over `max_pool2d` in NCHW per input element, in seconds
+/// at two threads (ResNet-18's 3x3/2 pool over 64x112x112 at batch 1: 222 µs in NCHW, ONNX
+/// Runtime's blocked pool 69 µs).
+const POOL_SAVING_PER_ELEMENT: f64 = 1.5e-10;
+
+/// A `max_pool2d` call of a float32 NCHW value (a `call_function` of the registry op, every
+/// argument given) that `nchwc_max_pool2d` can compute: its saving (see
+/// [`POOL_SAVING_PER_ELEMENT`]).
+fn pool_saving(g: &Graph, id: NodeId) -> Option<f64> {
+    let n = g.node(id).ok()?;
+    let is_pool = n.op() == Opcode::CallFunction && n.target().as_op().is_some_and(|d| d.name == MAX_POOL2D.name);
+    let a = n.args();
+    if !is_pool || a.len() != 6 || !n.kwargs().is_empty() || mutated(g, id) {
+        return None;
+    }
+    let x = a[0].as_node()?;
+    let shape = shape_of(g, &a[0])?;
+    let out = crate::epilogue::shape_f32(g, id)?;
+    (shape.len() == 4 && out.len() == 4 && !mutated(g, x)).then(|| numel(&shape) as f64 * POOL_SAVING_PER_ELEMENT)
+}
+
+/// The values a converted node reads in NCHW16c: a convolution's input (unless
+/// `nchwc_conv2d` reads it in NCHW: a stem over RGB channels) and residual, a pool's input.
+fn blocked_inputs(g: &Graph, id: NodeId) -> Vec<NodeId> {
+    let Ok(n) = g.node(id) else { return Vec::new() };
+    let a = n.args();
+    if n.target().as_op().is_some_and(|d| d.name == MAX_POOL2D.name) {
+        return a.first().and_then(Argument::as_node).into_iter().collect();
+    }
+    let reads_nchw = match (shape_of(g, &a[0]), &a[6]) {
+        (Some(x), Argument::Int(groups)) => x.len() == 4 && nchwc_reads_nchw(x[1], *groups),
+        _ => false,
+    };
+    [0usize, 7].iter().filter(|&&i| i != 0 || !reads_nchw).filter_map(|&i| a.get(i)?.as_node()).collect()
+}
+
+/// `MaxPool2d` modules whose input is a candidate convolution become `max_pool2d` calls (the
+/// op the module runs, its arguments spelled out), which the layout pass can then convert.
+fn functional_max_pools(gm: &mut GraphModule, candidates: &HashMap<NodeId, f64>) -> Result<()> {
+    let pools: Vec<(NodeId, NodeId, [Vec<i64>; 4], bool)> = gm
+        .graph()
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| {
+            let n = gm.graph().node(id).ok()?;
+            if n.op() != Opcode::CallModule || n.args().len() != 1 || !n.kwargs().is_empty() {
+                return None;
+            }
+            let x = n.args()[0].as_node().filter(|x| candidates.contains_key(x))?;
+            let m = gm.leaf_modules().get(n.target().name())?.as_any().downcast_ref::<ferrofx_nn::MaxPool2d>()?;
+            Some((id, x, [m.kernel.to_vec(), m.stride.to_vec(), m.padding.to_vec(), m.dilation.to_vec()], m.ceil_mode))
+        })
+        .collect();
+    let target = Target::op(MAX_POOL2D.name).map_err(gerr)?;
+    let g = gm.graph_mut();
+    for (id, x, ints, ceil) in pools {
+        let ints = ints.map(|v| Argument::list(v.into_iter().map(Argument::Int)));
+        let [k, s, p, d] = ints;
+        let new = {
+            let mut gi = g.inserting_after(Some(id)).map_err(gerr)?;
+            gi.call_function(target.clone(), vec![Argument::Node(x), k, s, p, d, Argument::Bool(ceil)]).map_err(gerr)?
+        };
+        *g.meta_mut(new).map_err(gerr)? = g.node(id).map_err(gerr)?.meta().clone();
+        let name = g.node(id).map_err(gerr)?.name().to_string();
+        g.replace_all_uses_with(id, new).map_err(gerr)?;
+        g.erase_node(id).map_err(gerr)?;
+        g.rename(new, &name).map_err(gerr)?;
+    }
+    Ok(())
+}
+
 fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
@@ -114,9 +187,7 @@ fn worth_converting(g: &Graph, candidates: &HashMap<NodeId, f64>) -> HashSet<Nod
         x
     }
     let mut parent: HashMap<NodeId, NodeId> = HashMap::new();
-    let inputs = |c: NodeId| -> Vec<NodeId> {
-        g.node(c).map(|n| [0usize, 7].iter().filter_map(|&i| n.args()[i].as_node()).collect()).unwrap_or_default()
-    };
+    let inputs = |c: NodeId| -> Vec<NodeId> { blocked_inputs(g, c) };
     for &c in candidates.keys() {
         parent.entry(c).or_insert(c);
         for v in inputs(c) {
@@ -203,8 +274,15 @@ pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
         }
         _ => false,
     })?;
-    let candidates: HashMap<NodeId, f64> =
+    let convs: HashMap<NodeId, f64> =
         gm.graph().node_ids().into_iter().filter_map(|id| saving(gm, id).map(|s| (id, s))).collect();
+    functional_max_pools(gm, &convs)?;
+    let mut candidates = convs;
+    for id in gm.graph().node_ids() {
+        if let Some(s) = pool_saving(gm.graph(), id) {
+            candidates.insert(id, s);
+        }
+    }
     let keep = worth_converting(gm.graph(), &candidates);
     let convs: Vec<NodeId> = gm.graph().node_ids().into_iter().filter(|id| keep.contains(id)).collect();
     let g = gm.graph_mut();
@@ -212,6 +290,7 @@ pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
         return Ok(0);
     }
     let conv_target = Target::op(NCHWC_CONV2D.name).map_err(gerr)?;
+    let pool_target = Target::op(NCHWC_MAX_POOL2D.name).map_err(gerr)?;
     let to_blocked = Target::op(NCHWC_REORDER_INPUT.name).map_err(gerr)?;
     let to_nchw = Target::op(NCHWC_REORDER_OUTPUT.name).map_err(gerr)?;
     let converted: HashSet<NodeId> = convs.iter().copied().collect();
@@ -219,11 +298,13 @@ pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
     let mut reordered: HashMap<NodeId, NodeId> = HashMap::new();
     for &c in &convs {
         let args = g.node(c).map_err(gerr)?.args().to_vec();
+        let is_pool = g.node(c).map_err(gerr)?.target().as_op().is_some_and(|d| d.name == MAX_POOL2D.name);
+        let blocked_in = blocked_inputs(g, c);
         let mut new_args = args.clone();
         for i in [0usize, 7] {
-            let Some(v) = args[i].as_node() else { continue };
-            if converted.contains(&v) {
-                continue; // already blocked
+            let Some(v) = args.get(i).and_then(Argument::as_node) else { continue };
+            if converted.contains(&v) || !blocked_in.contains(&v) {
+                continue; // already blocked, or read in NCHW
             }
             let b = match reordered.get(&v) {
                 Some(&b) => b,
@@ -246,7 +327,7 @@ pub fn convert_to_nchwc(gm: &mut GraphModule) -> Result<usize> {
             new_args[i] = Argument::Node(b);
         }
         g.set_args(c, new_args).map_err(gerr)?;
-        g.set_target(c, conv_target.clone()).map_err(gerr)?;
+        g.set_target(c, if is_pool { pool_target.clone() } else { conv_target.clone() }).map_err(gerr)?;
     }
     // NCHW copies of blocked values for the users outside the chains
     for &c in &convs {

@@ -487,8 +487,9 @@ fn specializing_frees_activations_as_it_goes() {
     let plan = &spec.memory;
     // the values alive at once in the unfused graph the first propagation runs (a conv's
     // output beside its ReLU's), well below every value held to the end (0.79 of them when
-    // the propagation recorded autograd: its saved tensors)
-    assert!(plan.total_bytes > 3 * plan.lower_bound_bytes, "{plan}");
+    // the propagation recorded autograd: its saved tensors); the compiled graph's values are
+    // 2.7x its lower bound (stem, pool and stages in NCHW16c: no reorder copies)
+    assert!(plan.total_bytes > 2 * plan.lower_bound_bytes, "{plan}");
     assert!(peak * 5 < plan.total_bytes * 3, "peak {peak} bytes while specialising; {plan}");
 }
 

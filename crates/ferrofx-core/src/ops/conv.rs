@@ -47,6 +47,7 @@ mod epilogue;
 mod every_other;
 mod nchwc;
 mod nchwc_depthwise;
+mod nchwc_pool;
 mod nchwc_reorder;
 mod pointwise;
 mod winograd;
@@ -57,7 +58,8 @@ use super::team;
 pub(crate) use epilogue::apply_block;
 use epilogue::Epilogue;
 pub use epilogue::{conv2d_fused, Activation, CONV2D_FUSED};
-pub use nchwc::{nchwc_conv2d, nchwc_reorder_seconds, nchwc_saving, NCHWC_BLOCK, NCHWC_CONV2D};
+pub use nchwc::{nchwc_conv2d, nchwc_reads_nchw, nchwc_reorder_seconds, nchwc_saving, NCHWC_BLOCK, NCHWC_CONV2D};
+pub use nchwc_pool::{nchwc_max_pool2d, NCHWC_MAX_POOL2D};
 pub use nchwc_reorder::{nchwc_reorder_input, nchwc_reorder_output, NCHWC_REORDER_INPUT, NCHWC_REORDER_OUTPUT};
 pub use winograd::{enabled as winograd_enabled, set_enabled as set_winograd_enabled};
 
@@ -1675,8 +1677,16 @@ pub static CONV_TRANSPOSE2D: OpDef = OpDef {
 };
 
 /// The ops of this family.
-pub(crate) static OPS: &[&OpDef] =
-    &[&CONV1D, &CONV2D, &CONV_TRANSPOSE2D, &CONV2D_FUSED, &NCHWC_CONV2D, &NCHWC_REORDER_INPUT, &NCHWC_REORDER_OUTPUT];
+pub(crate) static OPS: &[&OpDef] = &[
+    &CONV1D,
+    &CONV2D,
+    &CONV_TRANSPOSE2D,
+    &CONV2D_FUSED,
+    &NCHWC_CONV2D,
+    &NCHWC_REORDER_INPUT,
+    &NCHWC_REORDER_OUTPUT,
+    &NCHWC_MAX_POOL2D,
+];
 
 // ---------------------------------------------------------------------------------------------
 // Public API

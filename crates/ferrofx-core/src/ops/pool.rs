@@ -398,6 +398,19 @@ impl<'a, T: Element> ArgmaxScan<'a, T> {
     }
 }
 
+/// The smallest value of `T`: what a max pool's window with no input element gives (PyTorch
+/// starts every window at `-inf`, or the integer type's `lowest()`).
+fn lowest<T: Element>() -> T {
+    match T::DTYPE {
+        DType::Bool | DType::U8 => T::from_i64(0),
+        DType::I8 => T::from_i64(i8::MIN.into()),
+        DType::I16 => T::from_i64(i16::MIN.into()),
+        DType::I32 => T::from_i64(i32::MIN.into()),
+        DType::I64 => T::from_i64(i64::MIN),
+        _ => T::from_f64(f64::NEG_INFINITY),
+    }
+}
+
 /// The maximum of output `(oh, ow)`'s window in plane `xp` and its flat index: a row-major
 /// scan in which the first maximum wins (PyTorch's order: it decides which input a tie's
 /// gradient goes to) and NaN propagates; an empty window gives 0 at its clamped start.
@@ -415,7 +428,8 @@ fn window_max<T: Element>(g: &PoolGeom, xp: &[T], oh: usize, ow: usize) -> (T, u
     }
     let mut bi = (hs.max(0) as usize) * g.w + ws.max(0) as usize;
     if hs >= he || ws >= we {
-        return (T::default(), bi);
+        // a dilated window whose taps all fall in the padding: PyTorch's initial value
+        return (lowest::<T>(), bi);
     }
     let mut b = xp[bi];
     let mut y = hs as usize;
@@ -866,6 +880,13 @@ fn max_args(op: &str, nd: usize, args: &[Value], allow_int: bool) -> Result<MaxA
     Ok(MaxArgs { g, shape })
 }
 
+/// The geometry and output shape `max_pool2d` computes for `args` (its checks and messages,
+/// under the name `op`): for ops that pool another layout of the same logical tensor.
+pub(crate) fn max_pool2d_geometry(op: &str, args: &[Value]) -> Result<(PoolGeom, Shape)> {
+    let a = max_args(op, 2, args, true)?;
+    Ok((a.g, a.shape))
+}
+
 fn run_max(op: &str, x: &Tensor, a: &MaxArgs, want_idx: bool) -> Result<Outputs> {
     let dt = x.dtype();
     if !want_idx {
@@ -901,7 +922,7 @@ const MAX1D_SCHEMA: &[ArgSpec] = &[
     ArgSpec::opt("dilation", T::IntList, D::Ints(&[1])),
     ArgSpec::opt("ceil_mode", T::Bool, D::Bool(false)),
 ];
-const MAX2D_SCHEMA: &[ArgSpec] = &[
+pub(crate) const MAX2D_SCHEMA: &[ArgSpec] = &[
     ArgSpec::req("input", T::Tensor),
     ArgSpec::req("kernel_size", T::IntList),
     ArgSpec::opt("stride", T::IntList, D::Ints(&[])),
@@ -1282,6 +1303,23 @@ pub fn adaptive_max_pool2d(input: &Tensor, output_size: &[i64]) -> Result<(Tenso
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dilated window whose taps all fall in the padding gives `-inf` (the integer type's
+    /// lowest value) and the index of its first in-range start, as PyTorch
+    /// (`F.max_pool2d(arange(10.).reshape(1, 1, 1, 10), 2, 3, 1, 2, return_indices=True)`:
+    /// values `-inf` x 4, indices `[11, 12, 15, 18]`).
+    #[test]
+    fn windows_entirely_in_the_padding_give_the_lowest_value() {
+        let x = Tensor::from_vec((0..10).map(|v| v as f32).collect::<Vec<_>>(), &[1, 1, 1, 10]).unwrap();
+        let (v, i) = max_pool2d_with_indices(&x, &[2, 2], &[3, 3], &[1, 1], &[2, 2], false).unwrap();
+        assert_eq!(v.to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY; 4]);
+        assert_eq!(i.to_vec::<i64>().unwrap(), vec![11, 12, 15, 18]);
+        let v = max_pool2d(&x, &[2, 2], &[3, 3], &[1, 1], &[2, 2], false).unwrap();
+        assert_eq!(v.to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY; 4]);
+        let xi = Tensor::from_vec((0..10).collect::<Vec<i32>>(), &[1, 1, 1, 10]).unwrap();
+        let v = max_pool2d(&xi, &[2, 2], &[3, 3], &[1, 1], &[2, 2], false).unwrap();
+        assert_eq!(v.to_vec::<i32>().unwrap(), vec![i32::MIN; 4]);
+    }
 
     /// The global mean (adaptive average pool to 1x1) is each plane's sequential f64 sum over
     /// its size, bit for bit, for plane counts around the lanes and the team's chunks (the

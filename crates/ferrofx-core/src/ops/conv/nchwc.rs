@@ -74,6 +74,20 @@ pub(super) fn kernel_applies(c: usize, o: usize, groups: usize) -> bool {
     c > 0 && o > 0 && (groups == 1 || (groups == c && c == o)) && super::avx512()
 }
 
+/// Whether [`nchwc_conv2d`] reads the input of an ungrouped convolution with `c` input channels
+/// in NCHW, in place (and `ferrofx-compile`'s layout pass inserts no reorder before it): the
+/// stems of image models, over 1-4 channels (RGB, grayscale), where a blocked input would be
+/// 4-16x padding. The output is NCHW16c either way.
+///
+/// ```
+/// use ferrofx_core::ops::conv::nchwc_reads_nchw;
+/// assert!(nchwc_reads_nchw(3, 1));
+/// assert!(!nchwc_reads_nchw(64, 1) && !nchwc_reads_nchw(3, 3));
+/// ```
+pub fn nchwc_reads_nchw(c: usize, groups: i64) -> bool {
+    groups == 1 && (1..=4).contains(&c)
+}
+
 /// How many times the multiply-adds of the convolution the blocked kernel performs, its padded
 /// channels included (1.0 when both channel counts are multiples of 16).
 fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
@@ -99,10 +113,12 @@ fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
 /// 1.3-2.6x faster). A depthwise convolution saves 30% at stride 2 or on planes of at most 8
 /// columns and costs 10% more otherwise (measured on MobileNetV2's layers, AMD EPYC, two
 /// threads), so MobileNetV2's later stages (64-960 channels) form one blocked chain and its
-/// early ones stay NCHW. A 3x3 stride-1 convolution that Winograd F(4x4, 3x3) computes on at
-/// least 256 output pixels stays in NCHW (Winograd took 0.55-0.9x the blocked kernel's time on
-/// 56x56 and 28x28 planes and at batch 8). `ferrofx-compile`'s layout pass weighs the sum over
-/// a chain against [`nchwc_reorder_seconds`] of the reorders the chain needs.
+/// early ones stay NCHW. A 3x3 stride-1 convolution of at least 256 output pixels runs
+/// Winograd F(4x4, 3x3) in NCHW16c too (the direct kernel took 1.1-1.8x Winograd's time on
+/// 56x56 and 28x28 planes and at batch 8); it saves 10% of its NCHW Winograd time (the input's
+/// transpose into blocks and the output's scatter), so it joins its neighbours' chain instead
+/// of costing two reorders. `ferrofx-compile`'s layout pass weighs the sum over a chain against
+/// [`nchwc_reorder_seconds`] of the reorders the chain needs.
 ///
 /// ```
 /// use ferrofx_core::ops::conv::nchwc_saving;
@@ -130,11 +146,13 @@ pub fn nchwc_saving(
         super::geometry(OP, 2, &meta(input), &meta(weight), None, stride, &pad, dilation, groups, None).ok()?;
     let pixels = g.n * g.oh * g.ow;
     let winograd = winograd_geom(&g).is_some();
-    let waste = padding_waste(g.c, g.o, g.groups);
+    let stem = nchwc_reads_nchw(g.c, groups);
+    // a stem's input is read in NCHW: only its output channels are padded
+    let waste = if stem { padding_waste(B, g.o, 1) } else { padding_waste(g.c, g.o, g.groups) };
     // fewer than 4 blocks of input or output channels: the tile holds fewer output blocks (or
     // each output block sums over few input channels) and the NCHW kernels ran MobileNetV2's
     // 16-32-channel 1x1 layers 1.3-2.6x faster (AMD EPYC, two threads)
-    let narrow = g.groups == 1 && g.c.min(g.o) < 4 * B;
+    let narrow = g.groups == 1 && !stem && g.c.min(g.o) < 4 * B;
     if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || waste > 1.5 || narrow {
         return None;
     }
@@ -145,7 +163,12 @@ pub fn nchwc_saving(
         // tiles are stored as 16-channel vectors instead of scattered lane by lane
         return Some(WINOGRAD_SHARE * flops / 4.0 / 150e9);
     }
-    let share = if g.groups > 1 {
+    let share = if stem {
+        // the NCHW stem kernel (pixels in lanes, weights broadcast, stride-2 columns
+        // deinterleaved) against the blocked one (channels in lanes, 24 accumulators): ResNet's
+        // 7x7/2 stem took 2x ONNX Runtime's blocked stem
+        STEM_SHARE
+    } else if g.groups > 1 {
         // depthwise: faster blocked at stride 2 (1.3-4x: the NCHW kernel deinterleaves
         // columns) and on planes of at most 8 columns (1.4-1.9x: NCHW wastes vector lanes),
         // about as fast or slower on larger stride-1 planes
@@ -163,6 +186,9 @@ pub fn nchwc_saving(
     };
     Some((1.0 - (1.0 - share) * waste) * flops / 150e9)
 }
+
+/// The share of a stem's NCHW time (see [`nchwc_reads_nchw`]) that the blocked kernel saves.
+const STEM_SHARE: f64 = 0.4;
 
 /// The share of a Winograd convolution's NCHW time that computing it in NCHW16c saves (no
 /// transpose of the input into blocks, no lane-by-lane scatter of the output).
@@ -244,11 +270,13 @@ fn packed(w: &Tensor, ws: &[f32], g: &Geom) -> Arc<Vec<f32>> {
     }
 }
 
-/// The blocked convolution: `x` `[n, c/16, h, w, 16]`, packed weights `wp`, `out` `[n, o/16,
-/// oh, ow, 16]` (every element written), `res` (if any) in the output's layout; `act(conv +
-/// bias + res)`. `g` must satisfy [`kernel_applies`].
+/// The blocked convolution: `x` `[n, c/16, h, w, 16]` (or `[n, c, h, w]` when `nchw_in`),
+/// packed weights `wp`, `out` `[n, o/16, oh, ow, 16]` (every element written), `res` (if any)
+/// in the output's layout; `act(conv + bias + res)`. `g` must satisfy [`kernel_applies`].
+#[allow(clippy::too_many_arguments)]
 fn conv(
     g: &Geom,
+    nchw_in: bool,
     x: &[f32],
     wp: &[f32],
     bias: Option<&[f32]>,
@@ -262,7 +290,7 @@ fn conv(
     assert!(
         kernel_applies(g.c, g.o, g.groups)
             && g.groups == 1
-            && x.len() >= g.n * cb * B * g.h * g.w
+            && x.len() >= if nchw_in { g.n * g.c * g.h * g.w } else { g.n * cb * B * g.h * g.w }
             && wp.len() >= ob * cb * taps * B * B
             && out.len() >= total
             && bias.is_none_or(|b| b.len() >= ob * B)
@@ -306,13 +334,20 @@ fn conv(
             let (c0, c1) = (k * kc, ((k + 1) * kc).min(cb));
             for p0 in (q0..q1).step_by(tp) {
                 let np = tp.min(q1 - p0);
-                tap_offsets(g, p0, np, tp, &mut offs);
+                tap_offsets(g, p0, np, tp, if nchw_in { 1 } else { B }, &mut offs);
                 let first = k == 0;
                 let last = k + 1 == chunks;
                 let args = TileArgs {
-                    x: x[(ni * cb + c0) * g.h * g.w * B..].as_ptr(),
+                    // NCHW: channel block c0 starts at channel 16 * c0 of image ni
+                    x: if nchw_in {
+                        x[(ni * g.c + c0 * B) * g.h * g.w..].as_ptr()
+                    } else {
+                        x[(ni * cb + c0) * g.h * g.w * B..].as_ptr()
+                    },
                     plane: g.h * g.w * B,
-                    prefetch: if taps == 1 { PREFETCH_TILES * tp * g.sw * B } else { 0 },
+                    channels: g.c - c0 * B,
+                    channel_stride: g.h * g.w,
+                    prefetch: if taps == 1 && !nchw_in { PREFETCH_TILES * tp * g.sw * B } else { 0 },
                     blocks_in: c1 - c0,
                     offs: &offs,
                     taps,
@@ -339,11 +374,15 @@ fn conv(
                 // `args` are as `tile` requires (see above)
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
-                    match nb {
-                        4 => avx512::tile::<4, 6>(&args),
-                        3 => avx512::tile::<3, 8>(&args),
-                        2 => avx512::tile::<2, 12>(&args),
-                        _ => avx512::tile::<1, 24>(&args),
+                    match (nb, nchw_in) {
+                        (4, false) => avx512::tile::<4, 6, false>(&args),
+                        (3, false) => avx512::tile::<3, 8, false>(&args),
+                        (2, false) => avx512::tile::<2, 12, false>(&args),
+                        (_, false) => avx512::tile::<1, 24, false>(&args),
+                        (4, true) => avx512::tile::<4, 6, true>(&args),
+                        (3, true) => avx512::tile::<3, 8, true>(&args),
+                        (2, true) => avx512::tile::<2, 12, true>(&args),
+                        (_, true) => avx512::tile::<1, 24, true>(&args),
                     }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
@@ -382,11 +421,11 @@ fn tile_pixels(blocks: usize) -> usize {
 /// Fills `offs[t * tp + p]` with the input offset (floats within one channel block's plane)
 /// that pixel `p0 + p` of a tile of `tp` pixels reads at tap `t`, or -1 where that tap reads
 /// padding (and for pixels past `np`).
-fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
+fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, unit: usize, offs: &mut [isize]) {
     if g.kh * g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.h == g.oh && g.w == g.ow {
         // an unpadded 1x1 convolution of stride 1: output pixel q reads input pixel q
         for (p, o) in offs[..tp].iter_mut().enumerate() {
-            *o = if p < np { ((p0 + p) * B) as isize } else { -1 };
+            *o = if p < np { ((p0 + p) * unit) as isize } else { -1 };
         }
         return;
     }
@@ -405,7 +444,7 @@ fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
             for kj in 0..g.kw {
                 let ix = ix0 + (kj * g.dw) as isize;
                 let inside = p < np && iy >= 0 && (iy as usize) < g.h && ix >= 0 && (ix as usize) < g.w;
-                offs[(ki * g.kw + kj) * tp + p] = if inside { (iy * g.w as isize + ix) * B as isize } else { -1 };
+                offs[(ki * g.kw + kj) * tp + p] = if inside { (iy * g.w as isize + ix) * unit as isize } else { -1 };
             }
         }
     }
@@ -417,6 +456,11 @@ struct TileArgs<'a> {
     x: *const f32,
     /// Floats per input channel block (`h * w * 16`).
     plane: usize,
+    /// Input channels from this chunk's first block on (an NCHW input's last block may hold
+    /// fewer than 16).
+    channels: usize,
+    /// Floats between consecutive input channels of an NCHW input (`h * w`).
+    channel_stride: usize,
     /// Floats ahead of each pixel's input to prefetch (0: none).
     prefetch: usize,
     /// Input channel blocks in this chunk.
@@ -463,7 +507,11 @@ mod avx512 {
     /// `a.res` if not null) holds `a.blocks_out` blocks `a.out_plane` apart with `a.pixels`
     /// pixels each, the writes exclusive to this call.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile<const N: usize, const P: usize>(a: &TileArgs<'_>) {
+    ///
+    /// With `NCHW`, the input is `[c][h][w]` (`a.channel_stride` floats between channels, the
+    /// offsets in floats of one channel's plane): the blocks' channels past `a.channels` are
+    /// not read.
+    pub(super) unsafe fn tile<const N: usize, const P: usize, const NCHW: bool>(a: &TileArgs<'_>) {
         // one flat array indexed by constants only (after unrolling), so it lives in registers
         let mut acc = [_mm512_setzero_ps(); 24];
         if a.accumulate {
@@ -498,20 +546,27 @@ mod avx512 {
                 }
             }
             let wb = a.w.add(cb * a.taps * B * B);
+            let nc = if NCHW { B.min(a.channels - cb * B) } else { B };
             for t in 0..a.taps {
                 let o = &a.offs[t * P..t * P + P];
                 if o.iter().all(|&v| v < 0) {
                     continue;
                 }
                 let ptrs: [*const f32; P] = std::array::from_fn(|p| if o[p] < 0 { a.zero } else { xb.offset(o[p]) });
+                // NCHW: channel ic of pixel p at ptrs[p] + ic * stride[p] (a padding tap reads the
+                // zeros at stride 0)
+                let stride: [usize; P] = std::array::from_fn(|p| if NCHW && o[p] >= 0 { a.channel_stride } else { 0 });
                 let wt = wb.add(t * B * B);
                 for ic in 0..B {
+                    if NCHW && ic >= nc {
+                        break;
+                    }
                     let mut w = [_mm512_setzero_ps(); 4];
                     for j in 0..N {
                         w[j] = _mm512_loadu_ps(wt.add(wj[j] + ic * B));
                     }
                     for p in 0..P {
-                        let xv = _mm512_set1_ps(*ptrs[p].add(ic));
+                        let xv = _mm512_set1_ps(*ptrs[p].add(if NCHW { ic * stride[p] } else { ic }));
                         for j in 0..N {
                             acc[j * P + p] = _mm512_fmadd_ps(w[j], xv, acc[j * P + p]);
                         }
@@ -558,12 +613,22 @@ fn weight_channels(args: &[Value]) -> Option<usize> {
     (w.shape().len() == 4).then(|| w.shape()[1].checked_mul(groups))?
 }
 
-/// The arguments with the blocked input replaced by its logical NCHW meta tensor.
+/// The arguments with the blocked input replaced by its logical NCHW meta tensor (an NCHW
+/// input stays as it is).
 fn logical_args(args: &[Value]) -> Result<Vec<Value>> {
     let x = tensor(OP, args, 0)?;
+    if nchw_input(x) {
+        return Ok(args.to_vec());
+    }
     let mut logical_args = args.to_vec();
     logical_args[0] = Value::Tensor(logical(OP, "input", x, weight_channels(args))?);
     Ok(logical_args)
+}
+
+/// Whether the input of a call is NCHW (`[n, c, h, w]`: a model's first convolution, read in
+/// place) rather than NCHW16c.
+fn nchw_input(x: &Tensor) -> bool {
+    x.shape().len() == 4
 }
 
 /// The geometry of a call and its blocked output shape.
@@ -578,6 +643,15 @@ fn geom(args: &[Value]) -> Result<(Geom, Vec<usize>)> {
             format!(
                 "nchwc_conv2d needs an ungrouped or a depthwise convolution (groups = input channels = output channels), got groups={} with {} input and {} output channels; keep this convolution in NCHW (conv2d)",
                 g.groups, g.c, g.o
+            ),
+        ));
+    }
+    if g.groups != 1 && nchw_input(tensor(OP, args, 0)?) {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "an NCHW input [n, c, h, w] needs an ungrouped convolution, got groups={}; reorder it with nchwc_reorder_input first",
+                g.groups
             ),
         ));
     }
@@ -602,10 +676,13 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
     let act = activation_arg(OP, args, 8)?;
     let (x, w, b) = (tensor(OP, args, 0)?, tensor(OP, args, 1)?, opt_tensor(OP, args, 2)?);
     let res = opt_tensor(OP, args, 7)?;
+    let nchw_in = nchw_input(x);
     if !kernel_applies(g.c, g.o, g.groups) {
         // portable path: NCHW conv2d_fused between reorders
         let mut nchw = args.to_vec();
-        nchw[0] = Value::Tensor(super::nchwc_reorder::reorder_output(x, g.c)?);
+        if !nchw_in {
+            nchw[0] = Value::Tensor(super::nchwc_reorder::reorder_output(x, g.c)?);
+        }
         if let Some(r) = res {
             nchw[7] = Value::Tensor(super::nchwc_reorder::reorder_output(r, g.o)?);
         }
@@ -613,7 +690,7 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
         return super::nchwc_reorder::reorder_input(&y);
     }
     crate::memory::check_alloc(OP, &shape, DType::F32)?;
-    let g3 = winograd_geom(&g);
+    let g3 = winograd_geom(&g).filter(|_| !nchw_in);
     if g3.is_some() {
         // the transformed weights, [36][c][o]
         crate::memory::check_alloc(OP, &[36, g.c, g.o], DType::F32)?;
@@ -643,7 +720,7 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
         if let Some(g3) = &g3 {
             super::winograd::conv3x3_nchwc(xs, g3, &wp, bias, r, act, out)
         } else if g.groups == 1 {
-            conv(&g, xs, &wp, bias, r, act, out)
+            conv(&g, nchw_in, xs, &wp, bias, r, act, out)
         } else {
             super::nchwc_depthwise::depthwise(&g, xs, &wp, bias, r, act, out)
         }
@@ -874,6 +951,52 @@ mod tests {
         assert!(ran >= 15, "{ran} geometries ran");
     }
 
+    /// An NCHW input (a model's first convolution: ResNet's 7x7/2 and MobileNet's 3x3/2 RGB
+    /// stems) is read in place and gives the NCHW16c output of the reordered input: 1-4 input
+    /// channels and more than one block (20, 40), kernels 1-7, strides 1-2, padding, every
+    /// activation, with and without bias and residual.
+    #[test]
+    fn nchw_input_equals_conv2d_fused() {
+        let mut next = xorshift(0x3c6e_f372_fe94_f82b);
+        let acts = ["none", "relu", "relu6", "silu"];
+        for case in 0..30 {
+            let k = [7, 3, 5, 1][next(4)];
+            let stride = 1 + next(2);
+            let pad = next(k / 2 + 1);
+            let c = [1usize, 2, 3, 3, 4, 20, 40][next(7)];
+            let (n, o) = (1 + next(2), [16usize, 24, 32, 64][next(4)]);
+            let (h, w) = (k + next(30), k + next(30));
+            let (oh, ow) = ((h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1);
+            let x = randn(&[n as i64, c as i64, h as i64, w as i64], None).unwrap();
+            let wt = randn(&[o as i64, c as i64, k as i64, k as i64], None).unwrap();
+            let b = (next(4) != 0).then(|| randn(&[o as i64], None).unwrap());
+            let r = (next(3) == 0).then(|| randn(&[n as i64, o as i64, oh as i64, ow as i64], None).unwrap());
+            let act = acts[next(acts.len())];
+            let (st, pd) = ([stride as i64; 2], [pad as i64; 2]);
+            let want = conv2d_fused(&x, &wt, b.as_ref(), &st, &pd, &[1, 1], 1, r.as_ref(), act).unwrap();
+            let rb = r.as_ref().map(|r| nchwc_reorder_input(r).unwrap());
+            let got = nchwc_conv2d(&x, &wt, b.as_ref(), &st, &pd, &[1, 1], 1, rb.as_ref(), act).unwrap();
+            assert_eq!(got.shape(), &[n, o.div_ceil(16), oh, ow, 16]);
+            let what =
+                format!("case {case}: NCHW x {:?} w {:?} stride {stride} pad {pad} {act}", x.shape(), wt.shape());
+            close(&nchwc_reorder_output(&got, o as i64).unwrap(), &want, c * k * k, &what);
+            // the same values as from the blocked input
+            let blocked = nchwc_conv2d(
+                &nchwc_reorder_input(&x).unwrap(),
+                &wt,
+                b.as_ref(),
+                &st,
+                &pd,
+                &[1, 1],
+                1,
+                rb.as_ref(),
+                act,
+            )
+            .unwrap();
+            close(&got, &blocked, c * k * k, &what);
+        }
+    }
+
     /// Large enough for several input-channel chunks (partial sums kept in the output) and
     /// for the team: 512 input channels, 3x3.
     #[test]
@@ -944,9 +1067,14 @@ mod tests {
     fn bad_inputs_are_errors_naming_the_op_and_the_fix() {
         let x = randn(&[1, 16, 5, 5], None).unwrap();
         let w = randn(&[16, 16, 3, 3], None).unwrap();
-        // an NCHW input
-        let e = nchwc_conv2d(&x, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
+        // an input that is neither NCHW nor NCHW16c
+        let x3 = randn(&[16, 5, 5], None).unwrap();
+        let e = nchwc_conv2d(&x3, &w, None, &[1, 1], &[1, 1], &[1, 1], 1, None, "none").unwrap_err().to_string();
         assert!(e.contains("nchwc_conv2d") && e.contains("NCHW16c") && e.contains("nchwc_reorder_input"), "{e}");
+        // an NCHW input to a depthwise convolution
+        let wd = randn(&[16, 1, 3, 3], None).unwrap();
+        let e = nchwc_conv2d(&x, &wd, None, &[1, 1], &[1, 1], &[1, 1], 16, None, "none").unwrap_err().to_string();
+        assert!(e.contains("NCHW input") && e.contains("groups=16") && e.contains("nchwc_reorder_input"), "{e}");
         let xb = nchwc_reorder_input(&x).unwrap();
         // a grouped convolution that is not depthwise
         let w2 = randn(&[16, 8, 3, 3], None).unwrap();
