@@ -209,15 +209,16 @@ pub fn nchwc_reorder_seconds(elements: usize) -> f64 {
     elements as f64 * 3.0e-10
 }
 
-/// The packed weights: `[o / 16][c / 16][kh][kw][16 in][16 out]` (both channel counts
-/// rounded up to blocks, the padding zero).
-fn pack(w: &[f32], o: usize, c: usize, taps: usize) -> Vec<f32> {
-    let (ob, cb) = (o.div_ceil(B), c.div_ceil(B));
-    let mut p = vec![0.0f32; ob * cb * taps * B * B];
+/// The packed weights: `[o / 16][c / cpb][kh][kw][cpb in][16 out]` (both channel counts
+/// rounded up to blocks, the padding zero): `cpb` input channels per block, 16, or `c` for a
+/// stem's NCHW input of fewer channels (see [`in_block`]).
+fn pack(w: &[f32], o: usize, c: usize, taps: usize, cpb: usize) -> Vec<f32> {
+    let (ob, cb) = (o.div_ceil(B), c.div_ceil(cpb));
+    let mut p = vec![0.0f32; ob * cb * taps * cpb * B];
     for oc in 0..o {
         for ic in 0..c {
             for t in 0..taps {
-                let dst = ((((oc / B) * cb + ic / B) * taps + t) * B + ic % B) * B + oc % B;
+                let dst = ((((oc / B) * cb + ic / cpb) * taps + t) * cpb + ic % cpb) * B + oc % B;
                 p[dst] = w[(oc * c + ic) * taps + t];
             }
         }
@@ -225,33 +226,44 @@ fn pack(w: &[f32], o: usize, c: usize, taps: usize) -> Vec<f32> {
     p
 }
 
+/// Input channels per block of the packed weights: 16, or all of them for an NCHW input of
+/// fewer (a stem over 3 channels then reads 3 weight vectors per tap, contiguous, instead of
+/// 3 of 16 spread over a 1 KiB block).
+fn in_block(g: &Geom, nchw_in: bool) -> usize {
+    if nchw_in && g.c < B {
+        g.c
+    } else {
+        B
+    }
+}
+
 /// The shape of the packed weights of a call: `[o/16, c/16, taps, 16, 16]` (ungrouped) or
 /// `[c/16, taps, 16]` (depthwise), channel counts rounded up to blocks. Up to 256 times the
 /// weight's own size (one input and one output channel), so the op checks it against the
 /// allocation limit before packing.
-fn packed_shape(g: &Geom) -> Vec<usize> {
+fn packed_shape(g: &Geom, cpb: usize) -> Vec<usize> {
     let taps = g.kh * g.kw;
     if g.groups > 1 {
         vec![g.c.div_ceil(B), taps, B]
     } else {
-        vec![g.o.div_ceil(B), g.c.div_ceil(B), taps, B, B]
+        vec![g.o.div_ceil(B), g.c.div_ceil(cpb), taps, cpb, B]
     }
 }
 
 /// The packed weights of `w` (`[o, c / groups, kh, kw]`, its contiguous values `ws`), as
 /// [`pack`] (ungrouped) or [`super::nchwc_depthwise::pack`] (depthwise) lays them out: cached
 /// on the weights' storage when autograd cannot change them, packed for this call otherwise.
-fn packed(w: &Tensor, ws: &[f32], g: &Geom) -> Arc<Vec<f32>> {
+fn packed(w: &Tensor, ws: &[f32], g: &Geom, cpb: usize) -> Arc<Vec<f32>> {
     const KEY: usize = 0x16c; // NCHW16c convolution weights
     let (o, c, taps, depthwise) = (g.o, g.c, g.kh * g.kw, g.groups > 1);
     let pack_of = |ws: &[f32]| {
         if depthwise {
             super::nchwc_depthwise::pack(ws, c, taps)
         } else {
-            pack(ws, o, c, taps)
+            pack(ws, o, c, taps, cpb)
         }
     };
-    let packed_len = packed_shape(g).iter().product::<usize>();
+    let packed_len = packed_shape(g, cpb).iter().product::<usize>();
     let fresh = || Arc::new(pack_of(ws));
     let cacheable = !crate::autograd::is_grad_enabled() || !w.requires_grad();
     let (Some(st), Some(lay)) = (w.storage(), w.layout()) else { return fresh() };
@@ -260,7 +272,7 @@ fn packed(w: &Tensor, ws: &[f32], g: &Geom) -> Arc<Vec<f32>> {
     }
     let (off, len) = (lay.offset(), o * g.cg() * taps);
     // (an empty vector stands for "the storage does not hold these f32 weights")
-    let p = st.derived(&[KEY, off, o, c, taps, g.groups], |buf| {
+    let p = st.derived(&[KEY, off, o, c, taps, g.groups, cpb], |buf| {
         buf.as_slice::<f32>().and_then(|v| v.get(off..off + len)).map(pack_of).unwrap_or_default()
     });
     if p.len() == packed_len {
@@ -285,13 +297,15 @@ fn conv(
     out: &mut [MaybeUninit<f32>],
 ) {
     let (cb, ob, taps) = (g.c.div_ceil(B), g.o.div_ceil(B), g.kh * g.kw);
+    // weights per tap of one (output block, input block) pair
+    let tap_floats = in_block(g, nchw_in) * B;
     let pixels = g.oh * g.ow;
     let total = g.n * ob * B * pixels;
     assert!(
         kernel_applies(g.c, g.o, g.groups)
             && g.groups == 1
             && x.len() >= if nchw_in { g.n * g.c * g.h * g.w } else { g.n * cb * B * g.h * g.w }
-            && wp.len() >= ob * cb * taps * B * B
+            && wp.len() >= ob * cb * taps * tap_floats
             && out.len() >= total
             && bias.is_none_or(|b| b.len() >= ob * B)
             && res.is_none_or(|r| r.len() >= total),
@@ -301,8 +315,21 @@ fn conv(
         return;
     }
     let (ract, later) = RegAct::split(act);
+    // an NCHW input (a stem over a few channels) is zero-padded once, so that every tap of
+    // every pixel reads inside the padded plane and the offsets are `pixel base + tap` (no
+    // padding test per tap and pixel: with 3 channels a tap is only 72 multiply-adds)
+    let padded = nchw_in.then(|| pad_nchw(g, x));
+    let (x, ph, pw) = match &padded {
+        Some((p, ph, pw)) => (p.as_slice(), *ph, *pw),
+        None => (x, g.h, g.w),
+    };
+    let tap_base: Vec<isize> = if nchw_in {
+        (0..taps).map(|t| ((t / g.kw) * g.dh * pw + (t % g.kw) * g.dw) as isize).collect()
+    } else {
+        Vec::new()
+    };
     // channel-block chunks whose weights (for one tile's output blocks) fit CHUNK_BYTES
-    let per_block = taps * B * B * TILE_BLOCKS * 4;
+    let per_block = taps * tap_floats * TILE_BLOCKS * 4;
     let kc = (CHUNK_BYTES / per_block).clamp(1, cb);
     let chunks = cb.div_ceil(kc);
     let groups = ob.div_ceil(TILE_BLOCKS);
@@ -334,26 +361,31 @@ fn conv(
             let (c0, c1) = (k * kc, ((k + 1) * kc).min(cb));
             for p0 in (q0..q1).step_by(tp) {
                 let np = tp.min(q1 - p0);
-                tap_offsets(g, p0, np, tp, if nchw_in { 1 } else { B }, &mut offs);
+                if nchw_in {
+                    padded_offsets(g, pw, &tap_base, p0, np, tp, &mut offs);
+                } else {
+                    tap_offsets(g, p0, np, tp, &mut offs);
+                }
                 let first = k == 0;
                 let last = k + 1 == chunks;
                 let args = TileArgs {
                     // NCHW: channel block c0 starts at channel 16 * c0 of image ni
                     x: if nchw_in {
-                        x[(ni * g.c + c0 * B) * g.h * g.w..].as_ptr()
+                        x[(ni * g.c + c0 * B) * ph * pw..].as_ptr()
                     } else {
                         x[(ni * cb + c0) * g.h * g.w * B..].as_ptr()
                     },
-                    plane: g.h * g.w * B,
+                    plane: ph * pw * B,
                     channels: g.c - c0 * B,
-                    channel_stride: g.h * g.w,
+                    channel_stride: ph * pw,
                     prefetch: if taps == 1 && !nchw_in { PREFETCH_TILES * tp * g.sw * B } else { 0 },
                     blocks_in: c1 - c0,
                     offs: &offs,
                     taps,
                     zero: zero.as_ptr(),
-                    w: wp[(b0 * cb + c0) * taps * B * B..].as_ptr(),
-                    w_block: cb * taps * B * B,
+                    w: wp[(b0 * cb + c0) * taps * tap_floats..].as_ptr(),
+                    w_block: cb * taps * tap_floats,
+                    tap_floats,
                     // SAFETY (for the three pointers below): in bounds of their buffers
                     // (asserted sizes); this task alone writes pixels p0..p0+np of blocks
                     // b0..b0+nb
@@ -408,6 +440,49 @@ fn conv(
     }
 }
 
+/// An NCHW input zero-padded to the planes the taps read: `[n][c][ph][pw]` with `ph = (oh - 1) *
+/// sh + (kh - 1) * dh + 1` (and `pw` alike), input pixel `(r, c)` at `(r + pt, c + pl)`.
+fn pad_nchw(g: &Geom, x: &[f32]) -> (Vec<f32>, usize, usize) {
+    let [ph, pw] = padded_dims(g);
+    let mut p = vec![0.0f32; g.n * g.c * ph * pw];
+    for (plane, dst) in p.chunks_mut(ph * pw).enumerate() {
+        let src = &x[plane * g.h * g.w..][..g.h * g.w];
+        for r in 0..g.h {
+            let pr = r + g.pt;
+            if pr >= ph {
+                break;
+            }
+            // columns c with c + pl < pw
+            let n = g.w.min(pw.saturating_sub(g.pl));
+            dst[pr * pw + g.pl..][..n].copy_from_slice(&src[r * g.w..][..n]);
+        }
+    }
+    (p, ph, pw)
+}
+
+/// The padded plane of [`pad_nchw`]: `[ph, pw]`.
+fn padded_dims(g: &Geom) -> [usize; 2] {
+    [(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1]
+}
+
+/// [`tap_offsets`] for an input padded by [`pad_nchw`] (planes `pw` wide): every tap is inside,
+/// at the pixel's base plus the tap's offset (`tap_base`); pixels past `np` read the zeros.
+fn padded_offsets(g: &Geom, pw: usize, tap_base: &[isize], p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
+    let (mut oy, mut ox) = (p0 / g.ow, p0 % g.ow);
+    for p in 0..tp {
+        if p > 0 {
+            ox += 1;
+            if ox == g.ow {
+                (oy, ox) = (oy + 1, 0);
+            }
+        }
+        let base = (oy * g.sh * pw + ox * g.sw) as isize;
+        for (t, &tb) in tap_base.iter().enumerate() {
+            offs[t * tp + p] = if p < np { base + tb } else { -1 };
+        }
+    }
+}
+
 /// Pixels per register tile for a group of `blocks` output blocks: 24 accumulators in all.
 fn tile_pixels(blocks: usize) -> usize {
     match blocks {
@@ -421,11 +496,11 @@ fn tile_pixels(blocks: usize) -> usize {
 /// Fills `offs[t * tp + p]` with the input offset (floats within one channel block's plane)
 /// that pixel `p0 + p` of a tile of `tp` pixels reads at tap `t`, or -1 where that tap reads
 /// padding (and for pixels past `np`).
-fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, unit: usize, offs: &mut [isize]) {
+fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
     if g.kh * g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.h == g.oh && g.w == g.ow {
         // an unpadded 1x1 convolution of stride 1: output pixel q reads input pixel q
         for (p, o) in offs[..tp].iter_mut().enumerate() {
-            *o = if p < np { ((p0 + p) * unit) as isize } else { -1 };
+            *o = if p < np { ((p0 + p) * B) as isize } else { -1 };
         }
         return;
     }
@@ -444,7 +519,7 @@ fn tap_offsets(g: &Geom, p0: usize, np: usize, tp: usize, unit: usize, offs: &mu
             for kj in 0..g.kw {
                 let ix = ix0 + (kj * g.dw) as isize;
                 let inside = p < np && iy >= 0 && (iy as usize) < g.h && ix >= 0 && (ix as usize) < g.w;
-                offs[(ki * g.kw + kj) * tp + p] = if inside { (iy * g.w as isize + ix) * unit as isize } else { -1 };
+                offs[(ki * g.kw + kj) * tp + p] = if inside { (iy * g.w as isize + ix) * B as isize } else { -1 };
             }
         }
     }
@@ -473,6 +548,8 @@ struct TileArgs<'a> {
     w: *const f32,
     /// Floats between consecutive output blocks' packed weights.
     w_block: usize,
+    /// Floats of packed weights per tap (`16 * 16`, or `c * 16` for a stem's NCHW input).
+    tap_floats: usize,
     /// The tile's first pixel in its first output block.
     out: *mut f32,
     /// The residual at the same place (null: none, or not the last chunk).
@@ -545,7 +622,7 @@ mod avx512 {
                     }
                 }
             }
-            let wb = a.w.add(cb * a.taps * B * B);
+            let wb = a.w.add(cb * a.taps * a.tap_floats);
             let nc = if NCHW { B.min(a.channels - cb * B) } else { B };
             for t in 0..a.taps {
                 let o = &a.offs[t * P..t * P + P];
@@ -556,7 +633,7 @@ mod avx512 {
                 // NCHW: channel ic of pixel p at ptrs[p] + ic * stride[p] (a padding tap reads the
                 // zeros at stride 0)
                 let stride: [usize; P] = std::array::from_fn(|p| if NCHW && o[p] >= 0 { a.channel_stride } else { 0 });
-                let wt = wb.add(t * B * B);
+                let wt = wb.add(t * a.tap_floats);
                 for ic in 0..B {
                     if NCHW && ic >= nc {
                         break;
@@ -691,11 +768,16 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
     }
     crate::memory::check_alloc(OP, &shape, DType::F32)?;
     let g3 = winograd_geom(&g).filter(|_| !nchw_in);
+    if nchw_in && g.n * g.oh * g.ow > 0 {
+        // the zero-padded copy of the input (see `conv`)
+        let [ph, pw] = padded_dims(&g);
+        crate::memory::check_alloc(OP, &[g.n, g.c, ph, pw], DType::F32)?;
+    }
     if g3.is_some() {
         // the transformed weights, [36][c][o]
         crate::memory::check_alloc(OP, &[36, g.c, g.o], DType::F32)?;
     } else {
-        crate::memory::check_alloc(OP, &packed_shape(&g), DType::F32)?;
+        crate::memory::check_alloc(OP, &packed_shape(&g, in_block(&g, nchw_in)), DType::F32)?;
     }
     let xc = crate::ops::kernel::contiguous(x)?;
     let wc = crate::ops::kernel::contiguous(w)?;
@@ -704,7 +786,7 @@ fn kernel(args: &[Value]) -> Result<Tensor> {
     let wp = wc.with_contiguous::<f32, _>(OP, |ws| match g3 {
         Some(_) => super::cached_winograd_weight(w, &g)
             .unwrap_or_else(|| Arc::new(super::winograd::transform_weight(ws, g.o, g.c, false))),
-        None => packed(w, ws, &g),
+        None => packed(w, ws, &g, in_block(&g, nchw_in)),
     })?;
     let len = shape.iter().product::<usize>();
     let mut buf: Vec<f32> = crate::memory::alloc_uninit(OP, &shape)?;

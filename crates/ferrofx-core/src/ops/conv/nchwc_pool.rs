@@ -74,25 +74,95 @@ simd_dispatch!(
     }
 );
 
+/// [`pool_row`] on AVX-512F: the window's rows and columns inside the image are found once per
+/// pixel (no test per tap), each tap one load, two compares and a masked move.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::B;
+    use crate::ops::pool::PoolGeom;
+    use std::arch::x86_64::*;
+
+    /// The taps `start + k * step` (k < count) of a window that fall in `0..len`, given its
+    /// first tap's position `first` (possibly negative): (first inside, how many inside).
+    #[inline(always)]
+    fn inside(first: isize, step: usize, count: usize, len: usize) -> (usize, usize) {
+        let step_i = step as isize;
+        // skip the taps before 0
+        let skip = if first < 0 { ((-first) + step_i - 1) / step_i } else { 0 } as usize;
+        if skip >= count {
+            return (0, 0);
+        }
+        let start = first + (skip * step) as isize;
+        if start >= len as isize {
+            return (0, 0);
+        }
+        let left = (len as isize - 1 - start) as usize / step + 1;
+        (start as usize, left.min(count - skip))
+    }
+
+    /// # Safety
+    /// AVX-512F; `src` is one block's plane (`h * w * 16`), `dst` one output row (`ow * 16`,
+    /// possibly uninitialised: every element is written).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pool_row(src: &[f32], g: &PoolGeom, oy: usize, dst: &mut [std::mem::MaybeUninit<f32>]) {
+        assert!(src.len() >= g.h * g.w * B && dst.len() >= g.ow * B, "nchwc max pool: buffer sizes");
+        let (r0, nr) = inside(oy as isize * g.sh as isize - g.ph as isize, g.dh, g.kh, g.h);
+        for ox in 0..g.ow {
+            let (c0, nc) = inside(ox as isize * g.sw as isize - g.pw as isize, g.dw, g.kw, g.w);
+            let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+            for i in 0..nr {
+                let row = src.as_ptr().add((r0 + i * g.dh) * g.w * B);
+                for j in 0..nc {
+                    // SAFETY: row r0 + i*dh < h and column c0 + j*dw < w (`inside`)
+                    let v = _mm512_loadu_ps(row.add((c0 + j * g.dw) * B));
+                    // PyTorch's rule: take v if v > max or v is NaN (a NaN max stays)
+                    let m = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, acc) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+                    acc = _mm512_mask_mov_ps(acc, m, v);
+                }
+            }
+            _mm512_storeu_ps(dst.as_mut_ptr().cast::<f32>().add(ox * B), acc);
+        }
+    }
+}
+
+/// One output row (every element written), on AVX-512F when the CPU has it.
+fn pool_row_fast(src: &[f32], g: &crate::ops::pool::PoolGeom, oy: usize, dst: &mut [std::mem::MaybeUninit<f32>]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::simd::avx512f() {
+        // SAFETY: AVX-512F checked; the buffer sizes are asserted inside
+        unsafe { avx512::pool_row(src, g, oy, dst) };
+        return;
+    }
+    let mut row = vec![0.0f32; dst.len()];
+    pool_row(src, g, oy, &mut row);
+    for (d, v) in dst.iter_mut().zip(row) {
+        d.write(v);
+    }
+}
+
 fn kernel(args: &[Value]) -> Result<Tensor> {
     let (g, shape) = geom(args)?;
     let x = crate::ops::kernel::contiguous(crate::op::args::tensor(OP, args, 0)?)?;
-    let mut out = crate::memory::alloc_filled::<f32>(OP, &shape, 0.0)?;
+    let mut out = crate::memory::alloc_uninit::<f32>(OP, &shape)?;
+    let len: usize = shape.iter().product();
     let (h, w) = (x.shape()[2], x.shape()[3]);
     let row = g.ow * B;
-    if !out.is_empty() {
+    if len > 0 {
         x.with_contiguous::<f32, _>(OP, |xs| {
-            let run = |i: usize, dst: &mut [f32]| {
+            let run = |i: usize, dst: &mut [std::mem::MaybeUninit<f32>]| {
                 let (plane, oy) = (i / g.oh, i % g.oh);
-                pool_row(&xs[plane * h * w * B..][..h * w * B], &g, oy, dst);
+                pool_row_fast(&xs[plane * h * w * B..][..h * w * B], &g, oy, dst);
             };
-            if out.len() >= 1 << 14 && crate::ops::team::parallel() {
-                crate::ops::team::chunks_mut(&mut out, row, run);
+            let dst = &mut out.spare_capacity_mut()[..len];
+            if len >= 1 << 14 && crate::ops::team::parallel() {
+                crate::ops::team::chunks_mut(dst, row, run);
             } else {
-                out.chunks_mut(row).enumerate().for_each(|(i, d)| run(i, d));
+                dst.chunks_mut(row).enumerate().for_each(|(i, d)| run(i, d));
             }
         })?;
     }
+    // SAFETY: alloc_uninit reserved `len` elements and every output row was written
+    unsafe { out.set_len(len) };
     Tensor::from_vec(out, &shape)
 }
 
