@@ -26,6 +26,10 @@
 //!   stages switch, and so do MobileNetV2's stages from 64 channels on (1x1 and depthwise
 //!   convolutions alike, one reorder in and one out), while its 16-32-channel stages, whose
 //!   1x1 layers are no candidates, stay NCHW;
+//! - a float32 `max_pool2d` (a `MaxPool2d` module after a candidate becomes the op call first)
+//!   is a candidate too (`nchwc_max_pool2d`, saving the NCHW pool's extra time per input
+//!   element), so ResNet's stem, pool and first stage are one chain; a stem over 1-4 channels
+//!   reads the model's NCHW input in place (no reorder before it);
 //! - a value that an in-place op mutates is never reordered (the copy would miss the write),
 //!   and a convolution whose output an in-place op mutates is not converted;
 //! - the converted node keeps its name; its value's metadata becomes the blocked shape.

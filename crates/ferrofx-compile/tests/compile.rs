@@ -732,6 +732,10 @@ fn nchwc_layout_converts_resnet_chains_with_reorders_at_the_ends() {
         }
         // the downsampling 1x1 convolutions joined the chains
         assert!(g.iter().all(|n| n.op() != Opcode::CallModule || !n.target().name().contains("downsample")));
+        // one chain from the input to the global average pool: the stem reads the NCHW input
+        // in place, the max pool and the Winograd 3x3s run blocked, one reorder at the end
+        assert_eq!(blocked, 20, "{}", spec.module.code().unwrap());
+        assert_eq!((to_blocked, to_nchw, count("nchwc_max_pool2d")), (0, 1, 1), "{}", spec.module.code().unwrap());
     } else {
         assert_eq!(blocked + to_blocked + to_nchw, 0);
     }

@@ -108,9 +108,12 @@ fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
 /// convolutions larger than 1x1 (the NCHW kernels gather the strided columns first), 15% for
 /// 1x1s, 20% for the rest, less the cost of the padded channels' multiply-adds (a layer of 24
 /// channels computes 32); `None` where the padding would take more than 1.5x the layer's
-/// multiply-adds (a stem over 3 RGB channels computes 16) or where the input or the output
-/// has fewer than 64 channels (the NCHW kernels ran MobileNetV2's 16-32-channel 1x1 layers
-/// 1.3-2.6x faster). A depthwise convolution saves 30% at stride 2 or on planes of at most 8
+/// multiply-adds or where the input or the output has fewer than 64 channels (the NCHW
+/// kernels ran MobileNetV2's 16-32-channel 1x1 layers 1.3-2.6x faster). A stem over 1-4
+/// channels ([`nchwc_reads_nchw`]: its input is read in NCHW, unpadded) saves 40% (ResNet's
+/// 7x7/2 stem in NCHW took 2x ONNX Runtime's blocked stem in the model; alone, the blocked
+/// kernel runs it about as fast as the NCHW one, and the chain then starts at the model's
+/// input: no reorder of the 112x112 stem output or of the pooled map). A depthwise convolution saves 30% at stride 2 or on planes of at most 8
 /// columns and costs 10% more otherwise (measured on MobileNetV2's layers, AMD EPYC, two
 /// threads), so MobileNetV2's later stages (64-960 channels) form one blocked chain and its
 /// early ones stay NCHW. A 3x3 stride-1 convolution of at least 256 output pixels runs
