@@ -1192,7 +1192,7 @@ fn pair(op: &'static OpDef, o: Outputs) -> Result<(Tensor, Tensor)> {
     }
 }
 
-fn max_values(kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil: bool) -> [Value; 5] {
+pub(crate) fn max_values(kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil: bool) -> [Value; 5] {
     [kernel.into(), stride.into(), padding.into(), dilation.into(), Value::Bool(ceil)]
 }
 

@@ -901,7 +901,7 @@ pub fn nchwc_conv2d(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::{conv2d_fused, nchwc_reorder_input, nchwc_reorder_output};
     use super::nchwc_conv2d;
     use crate::ops::random::randn;
@@ -919,7 +919,7 @@ mod tests {
     }
 
     /// A seeded xorshift generator: `next(n)` is in `0..n`.
-    fn xorshift(mut s: u64) -> impl FnMut(usize) -> usize {
+    pub(in crate::ops::conv) fn xorshift(mut s: u64) -> impl FnMut(usize) -> usize {
         move |n: usize| {
             s ^= s << 13;
             s ^= s >> 7;

@@ -220,15 +220,8 @@ pub fn nchwc_max_pool2d(
     dilation: &[i64],
     ceil_mode: bool,
 ) -> Result<Tensor> {
-    let args = [
-        Value::Tensor(input.clone()),
-        Value::Ints(kernel.to_vec()),
-        Value::Ints(stride.to_vec()),
-        Value::Ints(padding.to_vec()),
-        Value::Ints(dilation.to_vec()),
-        Value::Bool(ceil_mode),
-    ];
-    dispatch(&NCHWC_MAX_POOL2D, CallKind::Function, &args)?
+    let [a, b, c, d, e] = crate::ops::pool::max_values(kernel, stride, padding, dilation, ceil_mode);
+    dispatch(&NCHWC_MAX_POOL2D, CallKind::Function, &[input.into(), a, b, c, d, e])?
         .into_iter()
         .next()
         .ok_or_else(|| Error::argument(OP, "no output"))
@@ -247,13 +240,7 @@ mod tests {
     /// are not multiples of 16, NaNs in the input.
     #[test]
     fn equals_max_pool2d() {
-        let mut s = 0x243f_6a88_85a3_08d3u64;
-        let mut next = |n: usize| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % n as u64) as usize
-        };
+        let mut next = super::super::nchwc::tests::xorshift(0x243f_6a88_85a3_08d3);
         let mut ran = 0;
         for case in 0..60 {
             let k = 1 + next(5);

@@ -280,40 +280,26 @@ simd_dispatch!(
 // Convolution
 // -------------------------------------------------------------------------------------------
 
-/// Pads and blocks the input into `xb`: `[n][cb][hp][wp][16]`, zero outside the image and for
-/// channels past `c`.
-fn block_input(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
+/// Fills `xb` with `[n][cb][hp][wp][16]` padded planes: zero rows and borders outside the
+/// image, and `row(unit, r, mid)` writes the `w * 16` floats of input row `r` of plane `unit`
+/// (`image * cb + block`). Every element is written (no clearing pass).
+fn pad_planes(g: &Geom3, xb: &mut Vec<f32>, row: impl Fn(usize, usize, &mut [f32]) + Sync) {
     let cbn = g.c.div_ceil(L);
     let (hp, wp) = (g.hp(), g.wp());
     let unit = hp * wp * L;
-    // every element is written below (no clearing pass): zero rows, zero borders, lanes
     xb.resize(g.n * cbn * unit, 0.0);
     let fill = |(u, dst): (usize, &mut [f32])| {
-        let (ni, cb) = (u / cbn, u % cbn);
-        let nc = L.min(g.c - cb * L);
         for (pr, drow) in dst.chunks_mut(wp * L).enumerate() {
             if pr < g.pt || pr >= g.pt + g.h {
                 drow.fill(0.0);
                 continue;
             }
-            let r = pr - g.pt;
             // wp = 4 * tiles_w + 2 >= ow + 2 = w + pl + pr, so the row fits
             let (left, rest) = drow.split_at_mut(g.pl * L);
             let (mid, right) = rest.split_at_mut(g.w * L);
             left.fill(0.0);
             right.fill(0.0);
-            for lane in 0..L {
-                if lane < nc {
-                    let src = &x[((ni * g.c + cb * L + lane) * g.h + r) * g.w..][..g.w];
-                    for (col, &v) in src.iter().enumerate() {
-                        mid[col * L + lane] = v;
-                    }
-                } else {
-                    for col in 0..g.w {
-                        mid[col * L + lane] = 0.0;
-                    }
-                }
-            }
+            row(u, pr - g.pt, mid);
         }
     };
     if xb.len() >= 1 << 15 && super::team::parallel() {
@@ -321,6 +307,33 @@ fn block_input(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
     } else {
         xb.chunks_mut(unit).enumerate().for_each(fill);
     }
+}
+
+/// Pads and blocks the NCHW input into `xb` ([`pad_planes`]), zero for channels past `c`.
+fn block_input(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
+    let cbn = g.c.div_ceil(L);
+    pad_planes(g, xb, |u, r, mid| {
+        let (ni, cb) = (u / cbn, u % cbn);
+        let nc = L.min(g.c - cb * L);
+        for lane in 0..L {
+            if lane < nc {
+                let src = &x[((ni * g.c + cb * L + lane) * g.h + r) * g.w..][..g.w];
+                for (col, &v) in src.iter().enumerate() {
+                    mid[col * L + lane] = v;
+                }
+            } else {
+                for col in 0..g.w {
+                    mid[col * L + lane] = 0.0;
+                }
+            }
+        }
+    });
+}
+
+/// Pads an NCHW16c input (`[n, c/16, h, w, 16]`) into `xb` ([`pad_planes`]): one copy per row.
+fn pad_blocked(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
+    let row = g.w * L;
+    pad_planes(g, xb, |u, r, mid| mid.copy_from_slice(&x[(u * g.h + r) * row..][..row]));
 }
 
 simd_dispatch!(
@@ -454,35 +467,6 @@ enum Store<'a> {
     /// NCHW16c, `[n, o/16, oh, ow, 16]`: `act(conv + bias + res)` (`res` in the output's
     /// layout), the channels past `o` `act(0 + res)`.
     Blocked { res: Option<&'a [f32]>, act: Activation },
-}
-
-/// Pads an NCHW16c input (`[n, c/16, h, w, 16]`) into `xb`, `[n][cb][hp][wp][16]`: the layout
-/// [`block_input`] makes from NCHW, here one copy of each row.
-fn pad_blocked(x: &[f32], g: &Geom3, xb: &mut Vec<f32>) {
-    let cbn = g.c.div_ceil(L);
-    let (hp, wp) = (g.hp(), g.wp());
-    let unit = hp * wp * L;
-    xb.resize(g.n * cbn * unit, 0.0);
-    let fill = |(u, dst): (usize, &mut [f32])| {
-        let plane = &x[u * g.h * g.w * L..][..g.h * g.w * L];
-        for (pr, drow) in dst.chunks_mut(wp * L).enumerate() {
-            if pr < g.pt || pr >= g.pt + g.h {
-                drow.fill(0.0);
-                continue;
-            }
-            let r = pr - g.pt;
-            let (left, rest) = drow.split_at_mut(g.pl * L);
-            let (mid, right) = rest.split_at_mut(g.w * L);
-            left.fill(0.0);
-            right.fill(0.0);
-            mid.copy_from_slice(&plane[r * g.w * L..][..g.w * L]);
-        }
-    };
-    if xb.len() >= 1 << 15 && super::team::parallel() {
-        super::team::chunks_mut(xb, unit, |i, c| fill((i, c)));
-    } else {
-        xb.chunks_mut(unit).enumerate().for_each(fill);
-    }
 }
 
 /// [`conv3x3`] in the NCHW16c layout: `x` is `[n, c/16, h, w, 16]`, `out` `[n, o/16, oh, ow,
