@@ -1,7 +1,11 @@
 //! Per-layer timing of the NCHW16c convolution kernels (`nchwc_conv2d`) beside the NCHW ones
-//! (`conv2d_fused`) on ResNet-50's and MobileNetV2's 1x1 layers and MobileNetV2's depthwise
-//! 3x3 layers: best of a 0.5 s loop each, the inputs already in each layout, both threads.
+//! (`conv2d_fused`) on ResNet-50's and MobileNetV2's 1x1 layers, ResNet's and MobileNetV2's stems and MobileNetV2's
+//! depthwise 3x3 layers: best of a 0.5 s loop each, the inputs already in each layout, both threads.
 //! This is what the layout pass's estimates (`nchwc_saving`) were read from.
+//!
+//! With `COLD=1`, 128 MiB are written between calls, so that activations and weights come from
+//! memory, as inside a model at batch 8 (the warm loop flattered the NCHW kernels on
+//! MobileNetV2's 16-32-channel layers).
 //!
 //! `cargo run --release -p ferrofx-core --example bench_nchwc -- [batch]` (default 8)
 
@@ -12,11 +16,16 @@ use ferrofx_core::ops::{conv, random::randn};
 use std::time::Instant;
 
 fn best_of(mut f: impl FnMut()) -> f64 {
+    let cold = std::env::var("COLD").is_ok_and(|v| v == "1");
+    let mut junk = vec![0u8; if cold { 128 << 20 } else { 0 }];
     for _ in 0..3 {
         f();
     }
     let (start, mut best, mut n) = (Instant::now(), f64::INFINITY, 0);
     while start.elapsed().as_secs_f64() < 0.5 || n < 5 {
+        for (i, b) in junk.iter_mut().enumerate().step_by(64) {
+            *b = b.wrapping_add(i as u8);
+        }
         let t = Instant::now();
         f();
         best = best.min(t.elapsed().as_secs_f64());
@@ -62,6 +71,24 @@ fn main() -> ferrofx_core::Result<()> {
             gflop / nchw,
             blocked * 1e6,
             gflop / blocked
+        );
+    }
+    println!("stems (NCHW input) + bias + relu, batch {b}");
+    for (c, o, k, s, hw) in [(3i64, 32i64, 3i64, 2i64, 224i64), (3, 64, 7, 2, 224)] {
+        let x = randn(&[b, c, hw, hw], None)?;
+        let (w, bias) = (randn(&[o, c, k, k], None)?, randn(&[o], None)?);
+        let p = k / 2;
+        let nchw = best_of(|| {
+            conv::conv2d_fused(&x, &w, Some(&bias), &[s, s], &[p, p], &[1, 1], 1, None, "relu").unwrap();
+        });
+        let blocked = best_of(|| {
+            conv::nchwc_conv2d(&x, &w, Some(&bias), &[s, s], &[p, p], &[1, 1], 1, None, "relu").unwrap();
+        });
+        println!(
+            "  {c} -> {o:3} {k}x{k}/{s} @ {hw}: NCHW {:8.1} us  NCHW16c {:8.1} us  ({:.2}x)",
+            nchw * 1e6,
+            blocked * 1e6,
+            nchw / blocked
         );
     }
     println!("depthwise 3x3 + bias + relu6, batch {b}");

@@ -108,15 +108,17 @@ fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
 /// convolutions larger than 1x1 (the NCHW kernels gather the strided columns first), 15% for
 /// 1x1s, 20% for the rest, less the cost of the padded channels' multiply-adds (a layer of 24
 /// channels computes 32); `None` where the padding would take more than 1.5x the layer's
-/// multiply-adds or where the input or the output has fewer than 64 channels (the NCHW
-/// kernels ran MobileNetV2's 16-32-channel 1x1 layers 1.3-2.6x faster). A stem over 1-4
+/// multiply-adds. A convolution with fewer than 64 input or output channels (MobileNetV2's
+/// 16-32-channel layers) saves 30%, padding included (cold caches, as in a model: the blocked
+/// kernel took 0.55-0.65x the NCHW kernels' time on MobileNetV2's 1x1 layers at batch 8, Xeon;
+/// with warm caches, timed alone, the NCHW kernels were up to 1.3x faster). A stem over 1-4
 /// channels ([`nchwc_reads_nchw`]: its input is read in NCHW, unpadded) saves 40% (ResNet's
 /// 7x7/2 stem in NCHW took 2x ONNX Runtime's blocked stem in the model; alone, the blocked
 /// kernel runs it about as fast as the NCHW one, and the chain then starts at the model's
-/// input: no reorder of the 112x112 stem output or of the pooled map). A depthwise convolution saves 30% at stride 2 or on planes of at most 8
-/// columns and costs 10% more otherwise (measured on MobileNetV2's layers, AMD EPYC, two
-/// threads), so MobileNetV2's later stages (64-960 channels) form one blocked chain and its
-/// early ones stay NCHW. A 3x3 stride-1 convolution of at least 256 output pixels runs
+/// input: no reorder of the 112x112 stem output or of the pooled map). A depthwise convolution
+/// saves 30% when it is 3x3 (MobileNet's; measured on MobileNetV2's layers, Xeon, two threads),
+/// at stride 2 or on planes of at most 8 columns, and costs 10% more otherwise (AMD EPYC), so
+/// MobileNetV2 forms one blocked chain from its stem to its last convolution. A 3x3 stride-1 convolution of at least 256 output pixels runs
 /// Winograd F(4x4, 3x3) in NCHW16c too (the direct kernel took 1.1-1.8x Winograd's time on
 /// 56x56 and 28x28 planes and at batch 8); it saves 10% of its NCHW Winograd time (the input's
 /// transpose into blocks and the output's scatter), so it joins its neighbours' chain instead
@@ -126,9 +128,9 @@ fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
 /// ```
 /// use ferrofx_core::ops::conv::nchwc_saving;
 /// // whatever the CPU: a grouped convolution that is not depthwise stays in NCHW, and so does
-/// // an ungrouped one with fewer than 64 output channels
+/// // one whose padded channels would more than double its multiply-adds (1 -> 16, 2 -> 16)
 /// assert!(nchwc_saving(&[1, 32, 14, 14], &[32, 16, 3, 3], &[1, 1], &[1, 1], &[1, 1], 2).is_none());
-/// assert!(nchwc_saving(&[1, 96, 56, 56], &[24, 96, 1, 1], &[1, 1], &[0, 0], &[1, 1], 1).is_none());
+/// assert!(nchwc_saving(&[1, 8, 56, 56], &[2, 8, 1, 1], &[1, 1], &[0, 0], &[1, 1], 1).is_none());
 /// ```
 pub fn nchwc_saving(
     input: &[usize],
@@ -152,11 +154,13 @@ pub fn nchwc_saving(
     let stem = nchwc_reads_nchw(g.c, groups);
     // a stem's input is read in NCHW: only its output channels are padded
     let waste = if stem { padding_waste(B, g.o, 1) } else { padding_waste(g.c, g.o, g.groups) };
-    // fewer than 4 blocks of input or output channels: the tile holds fewer output blocks (or
-    // each output block sums over few input channels) and the NCHW kernels ran MobileNetV2's
-    // 16-32-channel 1x1 layers 1.3-2.6x faster (AMD EPYC, two threads)
+    // fewer than 4 blocks of input or output channels (MobileNetV2's 16-32-channel layers):
+    // few multiply-adds per value moved, so what counts is how the output is written, and the
+    // blocked kernel (16 channels contiguous per pixel) wrote it in 0.55-0.65x the NCHW
+    // kernels' time with the activations out of the cache, as inside a model (Xeon, batch 8;
+    // with warm caches the NCHW kernels were up to 1.3x faster)
     let narrow = g.groups == 1 && !stem && g.c.min(g.o) < 4 * B;
-    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || waste > 1.5 || narrow {
+    if !kernel_applies(g.c, g.o, g.groups) || pixels == 0 || waste > 1.5 {
         return None;
     }
     let flops = 2.0 * (pixels * g.o) as f64 * (g.cg() * g.kh * g.kw) as f64;
@@ -166,16 +170,20 @@ pub fn nchwc_saving(
         // tiles are stored as 16-channel vectors instead of scattered lane by lane
         return Some(WINOGRAD_SHARE * flops / 4.0 / 150e9);
     }
+    if narrow {
+        return Some(NARROW_SHARE * flops / 150e9);
+    }
     let share = if stem {
         // the NCHW stem kernel (pixels in lanes, weights broadcast, stride-2 columns
         // deinterleaved) against the blocked one (channels in lanes, 24 accumulators): ResNet's
         // 7x7/2 stem took 2x ONNX Runtime's blocked stem
         STEM_SHARE
     } else if g.groups > 1 {
-        // depthwise: faster blocked at stride 2 (1.3-4x: the NCHW kernel deinterleaves
-        // columns) and on planes of at most 8 columns (1.4-1.9x: NCHW wastes vector lanes),
-        // about as fast or slower on larger stride-1 planes
-        if g.sh > 1 || g.sw > 1 || g.ow <= 8 {
+        // depthwise: 3x3 (MobileNet's) 1.2-1.7x faster blocked with cold caches, 1.2-2.1x warm
+        // (Xeon, batch 8: the weights in registers, no column deinterleave at stride 2, no
+        // lanes wasted on narrow planes); other kernel sizes faster at stride 2 or on planes of
+        // at most 8 columns and about as fast on larger stride-1 planes (AMD EPYC)
+        if (g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1) || g.sh > 1 || g.sw > 1 || g.ow <= 8 {
             0.3
         } else {
             -0.1
@@ -189,6 +197,10 @@ pub fn nchwc_saving(
     };
     Some((1.0 - (1.0 - share) * waste) * flops / 150e9)
 }
+
+/// The share of a narrow convolution's NCHW time (fewer than 64 input or output channels, see
+/// [`nchwc_saving`]) that the blocked kernel saves, its padded channels included.
+const NARROW_SHARE: f64 = 0.3;
 
 /// The share of a stem's NCHW time (see [`nchwc_reads_nchw`]) that the blocked kernel saves.
 const STEM_SHARE: f64 = 0.4;
@@ -365,7 +377,7 @@ fn conv(
             for p0 in (q0..q1).step_by(tp) {
                 let np = tp.min(q1 - p0);
                 if nchw_in {
-                    padded_offsets(g, pw, &tap_base, p0, np, tp, &mut offs);
+                    pixel_bases(g, pw, p0, np, tp, &mut offs);
                 } else {
                     tap_offsets(g, p0, np, tp, &mut offs);
                 }
@@ -384,6 +396,7 @@ fn conv(
                     prefetch: if taps == 1 && !nchw_in { PREFETCH_TILES * tp * g.sw * B } else { 0 },
                     blocks_in: c1 - c0,
                     offs: &offs,
+                    tap_base: &tap_base,
                     taps,
                     zero: zero.as_ptr(),
                     w: wp[(b0 * cb + c0) * taps * tap_floats..].as_ptr(),
@@ -447,19 +460,30 @@ fn conv(
 /// sh + (kh - 1) * dh + 1` (and `pw` alike), input pixel `(r, c)` at `(r + pt, c + pl)`.
 fn pad_nchw(g: &Geom, x: &[f32]) -> (Vec<f32>, usize, usize) {
     let [ph, pw] = padded_dims(g);
-    let mut p = vec![0.0f32; g.n * g.c * ph * pw];
-    for (plane, dst) in p.chunks_mut(ph * pw).enumerate() {
+    let len = g.n * g.c * ph * pw;
+    // columns copied per row: input columns c with c + pl < pw
+    let (lo, n) = (g.pl.min(pw), g.w.min(pw.saturating_sub(g.pl)));
+    let zero = MaybeUninit::new(0.0f32);
+    let mut p: Vec<f32> = Vec::with_capacity(len);
+    // one plane per task, every element written once (the padding zeroed, not the whole
+    // buffer first): at batch 8 a 224x224 RGB input is 4.8 MB
+    super::team::chunks_mut(&mut p.spare_capacity_mut()[..len], ph * pw, |plane, dst| {
         let src = &x[plane * g.h * g.w..][..g.h * g.w];
-        for r in 0..g.h {
-            let pr = r + g.pt;
-            if pr >= ph {
-                break;
+        for (pr, row) in dst.chunks_mut(pw).enumerate() {
+            if pr < g.pt || pr - g.pt >= g.h {
+                row.fill(zero);
+                continue;
             }
-            // columns c with c + pl < pw
-            let n = g.w.min(pw.saturating_sub(g.pl));
-            dst[pr * pw + g.pl..][..n].copy_from_slice(&src[r * g.w..][..n]);
+            let r = pr - g.pt;
+            row[..lo].fill(zero);
+            for (d, &v) in row[lo..lo + n].iter_mut().zip(&src[r * g.w..][..n]) {
+                *d = MaybeUninit::new(v);
+            }
+            row[lo + n..].fill(zero);
         }
-    }
+    });
+    // SAFETY: the tasks above wrote every one of the `len` elements
+    unsafe { p.set_len(len) };
     (p, ph, pw)
 }
 
@@ -468,21 +492,21 @@ fn padded_dims(g: &Geom) -> [usize; 2] {
     [(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1]
 }
 
-/// [`tap_offsets`] for an input padded by [`pad_nchw`] (planes `pw` wide): every tap is inside,
-/// at the pixel's base plus the tap's offset (`tap_base`); pixels past `np` read the zeros.
-fn padded_offsets(g: &Geom, pw: usize, tap_base: &[isize], p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
+/// For an input padded by [`pad_nchw`] (planes `pw` wide), where every tap is inside at the
+/// pixel's base plus the tap's offset: fills `offs[p]` with the base (in floats within one
+/// channel's plane) of pixel `p0 + p` of a tile of `tp` pixels; pixels past `np` (computed, not
+/// stored) read pixel `p0`'s window.
+fn pixel_bases(g: &Geom, pw: usize, p0: usize, np: usize, tp: usize, offs: &mut [isize]) {
     let (mut oy, mut ox) = (p0 / g.ow, p0 % g.ow);
-    for p in 0..tp {
+    let first = (oy * g.sh * pw + ox * g.sw) as isize;
+    for (p, o) in offs[..tp].iter_mut().enumerate() {
         if p > 0 {
             ox += 1;
             if ox == g.ow {
                 (oy, ox) = (oy + 1, 0);
             }
         }
-        let base = (oy * g.sh * pw + ox * g.sw) as isize;
-        for (t, &tb) in tap_base.iter().enumerate() {
-            offs[t * tp + p] = if p < np { base + tb } else { -1 };
-        }
+        *o = if p < np { (oy * g.sh * pw + ox * g.sw) as isize } else { first };
     }
 }
 
@@ -543,7 +567,12 @@ struct TileArgs<'a> {
     prefetch: usize,
     /// Input channel blocks in this chunk.
     blocks_in: usize,
+    /// Per tap and pixel (`[taps][P]`), the pixel's input offset at that tap, -1 in the padding;
+    /// for an NCHW input (padded: every tap inside), per pixel only (`[P]`), its window's base.
     offs: &'a [isize],
+    /// For an NCHW input, each tap's offset from a pixel's base (floats within a channel's
+    /// padded plane); empty otherwise.
+    tap_base: &'a [isize],
     taps: usize,
     /// 16 zeros: what a padding tap reads.
     zero: *const f32,
@@ -588,9 +617,9 @@ mod avx512 {
     /// pixels each, the writes exclusive to this call.
     #[target_feature(enable = "avx512f")]
     ///
-    /// With `NCHW`, the input is `[c][h][w]` (`a.channel_stride` floats between channels, the
-    /// offsets in floats of one channel's plane): the blocks' channels past `a.channels` are
-    /// not read.
+    /// With `NCHW`, the input is one padded image `[c][ph][pw]` (`a.channel_stride` floats
+    /// between channels, `a.channels` of them from this chunk's first block on), `a.offs` the
+    /// `P` pixels' bases and `a.tap_base` the taps' offsets (every sum inside the plane).
     pub(super) unsafe fn tile<const N: usize, const P: usize, const NCHW: bool>(a: &TileArgs<'_>) {
         // one flat array indexed by constants only (after unrolling), so it lives in registers
         let mut acc = [_mm512_setzero_ps(); 24];
@@ -613,7 +642,33 @@ mod avx512 {
         // output blocks past `blocks_out` (a tail group) compute on block 0's weights and are
         // not stored
         let wj: [usize; N] = std::array::from_fn(|j| if j < a.blocks_out { j * a.w_block } else { 0 });
-        for cb in 0..a.blocks_in {
+        if NCHW {
+            // a padded NCHW image (a stem: 1-4 channels, one block of weights `[taps][c][16]`
+            // per output block): pixel p's input channel ic at tap t is
+            // `x + ic * channel_stride + base[p] + tap_base[t]`, no padding test
+            let base: [isize; P] = std::array::from_fn(|p| a.offs[p]);
+            for cb in 0..a.blocks_in {
+                let wb = a.w.add(cb * a.taps * a.tap_floats);
+                for ic in 0..B.min(a.channels - cb * B) {
+                    let xc = a.x.add((cb * B + ic) * a.channel_stride);
+                    for (t, &tb) in a.tap_base.iter().enumerate() {
+                        let xt = xc.offset(tb);
+                        let wt = wb.add(t * a.tap_floats + ic * B);
+                        let mut w = [_mm512_setzero_ps(); 4];
+                        for j in 0..N {
+                            w[j] = _mm512_loadu_ps(wt.add(wj[j]));
+                        }
+                        for p in 0..P {
+                            let xv = _mm512_set1_ps(*xt.offset(base[p]));
+                            for j in 0..N {
+                                acc[j * P + p] = _mm512_fmadd_ps(w[j], xv, acc[j * P + p]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for cb in 0..if NCHW { 0 } else { a.blocks_in } {
             let xb = a.x.add(cb * a.plane);
             if a.prefetch > 0 {
                 for p in 0..P {
@@ -626,27 +681,20 @@ mod avx512 {
                 }
             }
             let wb = a.w.add(cb * a.taps * a.tap_floats);
-            let nc = if NCHW { B.min(a.channels - cb * B) } else { B };
             for t in 0..a.taps {
                 let o = &a.offs[t * P..t * P + P];
                 if o.iter().all(|&v| v < 0) {
                     continue;
                 }
                 let ptrs: [*const f32; P] = std::array::from_fn(|p| if o[p] < 0 { a.zero } else { xb.offset(o[p]) });
-                // NCHW: channel ic of pixel p at ptrs[p] + ic * stride[p] (a padding tap reads the
-                // zeros at stride 0)
-                let stride: [usize; P] = std::array::from_fn(|p| if NCHW && o[p] >= 0 { a.channel_stride } else { 0 });
                 let wt = wb.add(t * a.tap_floats);
                 for ic in 0..B {
-                    if NCHW && ic >= nc {
-                        break;
-                    }
                     let mut w = [_mm512_setzero_ps(); 4];
                     for j in 0..N {
                         w[j] = _mm512_loadu_ps(wt.add(wj[j] + ic * B));
                     }
                     for p in 0..P {
-                        let xv = _mm512_set1_ps(*ptrs[p].add(if NCHW { ic * stride[p] } else { ic }));
+                        let xv = _mm512_set1_ps(*ptrs[p].add(ic));
                         for j in 0..N {
                             acc[j * P + p] = _mm512_fmadd_ps(w[j], xv, acc[j * P + p]);
                         }
@@ -1116,8 +1164,8 @@ pub(super) mod tests {
         let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let acts = ["none", "relu", "relu6", "silu", "hardswish", "clamp(-0.5, 0.25)"];
         let mut ran = 0;
-        for case in 0..80 {
-            let k = [3, 3, 5, 1, 7][next(5)];
+        for case in 0..160 {
+            let k = [3, 3, 3, 5, 1, 7][next(6)];
             let (stride, dil) = (1 + next(3), if next(6) == 0 { 2 } else { 1 });
             let pad = next(k / 2 + 2) * dil;
             let (n, c) = (1 + next(2), 1 + next(60));
@@ -1145,7 +1193,7 @@ pub(super) mod tests {
                 format!("case {case}: depthwise x {:?} k {k} stride {stride} pad {pad} dil {dil} {act}", x.shape());
             close(&nchwc_reorder_output(&got, c as i64).unwrap(), &want, k * k, &what);
         }
-        assert!(ran >= 50, "{ran} geometries ran");
+        assert!(ran >= 100, "{ran} geometries ran");
     }
 
     #[test]

@@ -73,6 +73,10 @@ pub(super) fn depthwise(
     let band_rows = g.oh.div_ceil(bands);
     let bands = g.oh.div_ceil(band_rows);
     let zero = [0.0f32; B];
+    // 3x3 of stride 1 or 2 (MobileNet's layers): rows in the padding read a row of zeros, the
+    // nine weights stay in registers, every column test is on constants
+    let k3 = g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1 && g.sh == g.sw && (1..=2).contains(&g.sh);
+    let zero_row = if k3 { vec![0.0f32; g.w * B] } else { Vec::new() };
     let bias = bias.map(|b| SendPtr(b.as_ptr().cast_mut()));
     let res = SendPtr(res.map_or(std::ptr::null_mut(), |r| r.as_ptr().cast_mut()));
     let optr = SendPtr(out.as_mut_ptr().cast::<f32>());
@@ -92,10 +96,15 @@ pub(super) fn depthwise(
             act: ract,
         };
         for oy in y0..y1 {
-            // SAFETY: AVX-512F (asserted); the pointers of `args` are as `row` requires
+            // SAFETY: AVX-512F (asserted); the pointers of `args` are as `row` requires, and
+            // `zero_row` holds a row of the input's width
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                avx512::row(g, &args, oy)
+                match (k3, g.sw) {
+                    (true, 1) => avx512::row3::<1>(g, &args, oy, zero_row.as_ptr()),
+                    (true, _) => avx512::row3::<2>(g, &args, oy, zero_row.as_ptr()),
+                    _ => avx512::row(g, &args, oy),
+                }
             }
             #[cfg(not(target_arch = "x86_64"))]
             unreachable!("nchwc depthwise kernel runs on x86-64 only (checked by the caller)");
@@ -170,6 +179,106 @@ mod avx512 {
                 ox += 1;
             }
         }
+    }
+
+    /// Output row `oy` of a 3x3 depthwise convolution of stride `S` (dilation 1): the weights
+    /// in nine registers, rows in the padding read `zero_row`; the columns whose window lies
+    /// inside the row in runs of 8, 4 and 1 pixels without tests, the others tap by tap.
+    ///
+    /// # Safety
+    /// As [`row`]; `zero_row` holds `g.w * 16` zeros.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn row3<const S: usize>(g: &Geom, a: &PlaneArgs, oy: usize, zero_row: *const f32) {
+        let iy0 = (oy * S) as isize - g.pt as isize;
+        let rows: [*const f32; 3] = std::array::from_fn(|ki| {
+            let iy = iy0 + ki as isize;
+            if iy >= 0 && (iy as usize) < g.h {
+                a.x.add(iy as usize * g.w * B)
+            } else {
+                zero_row
+            }
+        });
+        let wv: [__m512; 9] = std::array::from_fn(|t| _mm512_loadu_ps(a.w.add(t * B)));
+        let bias = _mm512_loadu_ps(a.bias);
+        let out_row = oy * g.ow * B;
+        // output columns whose window lies inside the row: ox * S >= pl, ox * S - pl + 2 < w
+        let lo = g.pl.div_ceil(S).min(g.ow);
+        let hi = if g.w + g.pl > 2 { ((g.w + g.pl - 3) / S + 1).min(g.ow) } else { 0 };
+        let hi = hi.max(lo);
+        let mut ox = 0;
+        while ox < lo {
+            edge3::<S>(g, a, &rows, &wv, bias, out_row, ox);
+            ox += 1;
+        }
+        while ox + 8 <= hi {
+            run3::<8, S>(g, a, &rows, &wv, bias, out_row, ox);
+            ox += 8;
+        }
+        if ox + 4 <= hi {
+            run3::<4, S>(g, a, &rows, &wv, bias, out_row, ox);
+            ox += 4;
+        }
+        while ox < hi {
+            run3::<1, S>(g, a, &rows, &wv, bias, out_row, ox);
+            ox += 1;
+        }
+        while ox < g.ow {
+            edge3::<S>(g, a, &rows, &wv, bias, out_row, ox);
+            ox += 1;
+        }
+    }
+
+    /// `R` output pixels of a 3x3 row from `ox` on, every tap inside the row.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run3<const R: usize, const S: usize>(
+        g: &Geom,
+        a: &PlaneArgs,
+        rows: &[*const f32; 3],
+        wv: &[__m512; 9],
+        bias: __m512,
+        out_row: usize,
+        ox: usize,
+    ) {
+        let mut acc = [bias; R];
+        for (ki, xr) in rows.iter().enumerate() {
+            let base = xr.add((ox * S - g.pl) * B);
+            for kj in 0..3 {
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(_mm512_loadu_ps(base.add((j * S + kj) * B)), wv[ki * 3 + kj], *acc);
+                }
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            let at = out_row + (ox + j) * B;
+            _mm512_storeu_ps(a.out.add(at), finish(*acc, a.res, at, 0xffff, a.act));
+        }
+    }
+
+    /// One output pixel of a 3x3 row whose window crosses the row's ends.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn edge3<const S: usize>(
+        g: &Geom,
+        a: &PlaneArgs,
+        rows: &[*const f32; 3],
+        wv: &[__m512; 9],
+        bias: __m512,
+        out_row: usize,
+        ox: usize,
+    ) {
+        let mut acc = bias;
+        let ix0 = (ox * S) as isize - g.pl as isize;
+        for (ki, xr) in rows.iter().enumerate() {
+            for kj in 0..3 {
+                let ix = ix0 + kj as isize;
+                if ix >= 0 && (ix as usize) < g.w {
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(xr.add(ix as usize * B)), wv[ki * 3 + kj], acc);
+                }
+            }
+        }
+        let at = out_row + ox * B;
+        _mm512_storeu_ps(a.out.add(at), finish(acc, a.res, at, 0xffff, a.act));
     }
 
     /// `RUN` output pixels from `ox` on, every tap inside the row.
