@@ -11,6 +11,7 @@ pub mod creation;
 pub mod display;
 pub mod embedding;
 pub mod fused;
+mod gemv;
 pub mod index;
 pub mod index_copy;
 pub mod index_put;
