@@ -14,7 +14,7 @@
 //! - a candidate is a float32 `conv2d_fused` (the epilogue pass runs first; its residual and
 //!   activation carry over) of known shapes for which
 //!   [`ferrofx_core::ops::conv::nchwc_saving`] has an estimate on this CPU (AVX-512; ungrouped
-//!   with at least 64 input and output channels, padded to blocks of 16, or depthwise; a 3x3
+//!   (channel counts padded to blocks of 16) or depthwise; a 3x3
 //!   stride-1 convolution of at least 256 output pixels runs Winograd in the blocked layout
 //!   too); the estimate may be negative (a depthwise
 //!   convolution on a large stride-1 plane), so that such a convolution joins a chain only
@@ -23,9 +23,8 @@
 //! - candidates connected by a blocked value or reading the same NCHW value form a chain; a
 //!   chain is converted only when the time its convolutions save is at least twice the time of
 //!   the reorders it needs ([`ferrofx_core::ops::conv::nchwc_reorder_seconds`]): ResNet's
-//!   stages switch, and so do MobileNetV2's stages from 64 channels on (1x1 and depthwise
-//!   convolutions alike, one reorder in and one out), while its 16-32-channel stages, whose
-//!   1x1 layers are no candidates, stay NCHW;
+//!   stages switch, and so does the whole of MobileNetV2 (its 16-32-channel layers padded to
+//!   blocks, 1x1 and depthwise convolutions alike, one reorder out before the pool);
 //! - a float32 `max_pool2d` (a `MaxPool2d` module after a candidate becomes the op call first)
 //!   is a candidate too (`nchwc_max_pool2d`, saving the NCHW pool's extra time per input
 //!   element), so ResNet's stem, pool and first stage are one chain; a stem over 1-4 channels
