@@ -13,67 +13,93 @@
 /// saves).
 const MIN_ROWS: usize = 64;
 
-/// `dst[j] = prod_coef * sum_k a[k * a_cs] * b[k * b_rs + j] (+ dst_coef * dst[j] when
-/// read_dst)` for `j < n`, on `threads` threads of the kernel team; `false` (nothing done)
-/// where this kernel does not apply: no AVX-512, a small product (the `gemm` crate's call
-/// overhead is then lower), strided output or matrix columns.
-///
-/// # Safety
-/// `a` readable at `k` elements `a_cs` apart, `b` at `k` rows of `n` contiguous elements `b_rs`
-/// apart, `dst` writable (and readable, with `read_dst`) at `n` contiguous elements, not
-/// overlapping `a` or `b`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn row_times_matrix(
-    n: usize,
-    k: usize,
-    dst: *mut f32,
-    dst_cs: isize,
-    read_dst: bool,
-    a: *const f32,
-    a_cs: isize,
-    b: *const f32,
-    b_rs: isize,
-    b_cs: isize,
-    dst_coef: f32,
-    prod_coef: f32,
-    threads: usize,
-) -> bool {
-    if !super::simd::avx512f() || dst_cs != 1 || b_cs != 1 || n < 64 || k < 16 || n * k < 1 << 16 {
-        return false;
+/// The float types' row-vector times matrix kernel: `dst[j] = prod_coef * sum_k a[k * a_cs] *
+/// b[k * b_rs + j] (+ dst_coef * dst[j] when read_dst)` for `j < n`, on `threads` threads of the
+/// kernel team; `false` (nothing done) where no such kernel applies: float64, no AVX-512, a
+/// small product (the `gemm` crate's call overhead is then lower), strided output or matrix
+/// columns.
+pub(crate) trait RowGemv: Sized {
+    /// See the trait.
+    ///
+    /// # Safety
+    /// `a` readable at `k` elements `a_cs` apart, `b` at `k` rows of `n` contiguous elements
+    /// `b_rs` apart, `dst` writable (and readable, with `read_dst`) at `n` contiguous elements,
+    /// not overlapping `a` or `b`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn row_gemv(
+        _n: usize,
+        _k: usize,
+        _dst: *mut Self,
+        _dst_cs: isize,
+        _read_dst: bool,
+        _a: *const Self,
+        _a_cs: isize,
+        _b: *const Self,
+        _b_rs: isize,
+        _b_cs: isize,
+        _dst_coef: Self,
+        _prod_coef: Self,
+        _threads: usize,
+    ) -> bool {
+        false
     }
-    // beta = 0 ignores the output's old values (NaN included), as PyTorch's addmm
-    let read_dst = read_dst && dst_coef != 0.0;
-    let tasks = threads.max(1).min(k / MIN_ROWS).max(1);
-    let rows = k.div_ceil(tasks);
-    let tasks = k.div_ceil(rows);
-    // one partial output per task (bounded: `n` floats per thread, and `n` is an existing
-    // tensor's dimension)
-    let mut partial = vec![0.0f32; tasks * n];
-    // the addresses as integers: each task reads its rows and writes its own partial
-    let (a, b) = (a as usize, b as usize);
-    let task = |t: usize, part: &mut [f32]| {
-        let (k0, k1) = (t * rows, ((t + 1) * rows).min(k));
-        // SAFETY: AVX-512F (checked); rows k0..k1 of `b` and elements k0..k1 of `a` are inside
-        // the operands (the caller's contract); `part` holds `n` floats
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            avx512::rows(n, k0, k1, a as *const f32, a_cs, b as *const f32, b_rs, part.as_mut_ptr())
-        };
-    };
-    if tasks > 1 && super::team::parallel() {
-        super::team::chunks_mut(&mut partial, n, task);
-    } else {
-        partial.chunks_mut(n).enumerate().for_each(|(t, p)| task(t, p));
-    }
-    for j in 0..n {
-        let mut sum = partial[j];
-        for t in 1..tasks {
-            sum += partial[t * n + j];
+}
+
+impl RowGemv for f64 {}
+
+impl RowGemv for f32 {
+    unsafe fn row_gemv(
+        n: usize,
+        k: usize,
+        dst: *mut f32,
+        dst_cs: isize,
+        read_dst: bool,
+        a: *const f32,
+        a_cs: isize,
+        b: *const f32,
+        b_rs: isize,
+        b_cs: isize,
+        dst_coef: f32,
+        prod_coef: f32,
+        threads: usize,
+    ) -> bool {
+        if !super::simd::avx512f() || dst_cs != 1 || b_cs != 1 || n < 64 || k < 16 || n * k < 1 << 16 {
+            return false;
         }
-        let d = dst.add(j);
-        *d = if read_dst { dst_coef * *d + prod_coef * sum } else { prod_coef * sum };
+        // beta = 0 ignores the output's old values (NaN included), as PyTorch's addmm
+        let read_dst = read_dst && dst_coef != 0.0;
+        let tasks = threads.max(1).min(k / MIN_ROWS).max(1);
+        let rows = k.div_ceil(tasks);
+        let tasks = k.div_ceil(rows);
+        // one partial output per task (bounded: `n` floats per thread, and `n` is an existing
+        // tensor's dimension)
+        let mut partial = vec![0.0f32; tasks * n];
+        // the addresses as integers: each task reads its rows and writes its own partial
+        let (a, b) = (a as usize, b as usize);
+        let task = |t: usize, part: &mut [f32]| {
+            let (k0, k1) = (t * rows, ((t + 1) * rows).min(k));
+            // SAFETY: AVX-512F (checked); rows k0..k1 of `b` and elements k0..k1 of `a` are inside
+            // the operands (the caller's contract); `part` holds `n` floats
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                avx512::rows(n, k0, k1, a as *const f32, a_cs, b as *const f32, b_rs, part.as_mut_ptr())
+            };
+        };
+        if tasks > 1 && super::team::parallel() {
+            super::team::chunks_mut(&mut partial, n, task);
+        } else {
+            partial.chunks_mut(n).enumerate().for_each(|(t, p)| task(t, p));
+        }
+        for j in 0..n {
+            let mut sum = partial[j];
+            for t in 1..tasks {
+                sum += partial[t * n + j];
+            }
+            let d = dst.add(j);
+            *d = if read_dst { dst_coef * *d + prod_coef * sum } else { prod_coef * sum };
+        }
+        true
     }
-    true
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -83,7 +109,7 @@ mod avx512 {
     /// `part[j] += sum over k0 <= kk < k1 of a[kk] * b[kk][j]` for `j < n`, 4 rows per pass.
     ///
     /// # Safety
-    /// AVX-512F; as [`super::row_times_matrix`] for rows `k0..k1`; `part` holds `n` floats.
+    /// AVX-512F; as [`super::RowGemv::row_gemv`] for rows `k0..k1`; `part` holds `n` floats.
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn rows(

@@ -145,58 +145,6 @@ macro_rules! addable_int {
 }
 addable_int!(u8, i8, i16, i32, i64);
 
-/// The float types' row-vector times matrix kernel (see `gemv`): `false` where none applies.
-trait RowGemv: Sized {
-    /// `dst = (read_dst ? dst_coef * dst : 0) + prod_coef * (a @ b)` for a `1 x k` row `a`;
-    /// `false` (nothing done) where the dedicated kernel does not apply.
-    ///
-    /// # Safety
-    /// As [`MatElem::gemm`] with `m == 1`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn row_gemv(
-        _n: usize,
-        _k: usize,
-        _dst: *mut Self,
-        _dst_cs: isize,
-        _read_dst: bool,
-        _a: *const Self,
-        _a_cs: isize,
-        _b: *const Self,
-        _b_rs: isize,
-        _b_cs: isize,
-        _dst_coef: Self,
-        _prod_coef: Self,
-        _threads: usize,
-    ) -> bool {
-        false
-    }
-}
-impl RowGemv for f64 {}
-impl RowGemv for f32 {
-    unsafe fn row_gemv(
-        n: usize,
-        k: usize,
-        dst: *mut f32,
-        dst_cs: isize,
-        read_dst: bool,
-        a: *const f32,
-        a_cs: isize,
-        b: *const f32,
-        b_rs: isize,
-        b_cs: isize,
-        dst_coef: f32,
-        prod_coef: f32,
-        threads: usize,
-    ) -> bool {
-        // SAFETY: the caller's contract (MatElem::gemm's, m == 1)
-        unsafe {
-            super::gemv::row_times_matrix(
-                n, k, dst, dst_cs, read_dst, a, a_cs, b, b_rs, b_cs, dst_coef, prod_coef, threads,
-            )
-        }
-    }
-}
-
 macro_rules! float_mat {
     ($t:ty) => {
         impl MatElem for $t {
@@ -238,7 +186,7 @@ macro_rules! float_mat {
                 // a row vector times a matrix (a classifier at batch 1): bound by reading the
                 // matrix, streamed by its own kernel (see `gemv`)
                 if m == 1
-                    && <Self as RowGemv>::row_gemv(
+                    && <Self as super::gemv::RowGemv>::row_gemv(
                         n,
                         k,
                         dst,

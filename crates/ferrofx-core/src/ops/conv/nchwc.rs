@@ -110,7 +110,7 @@ fn padding_waste(c: usize, o: usize, groups: usize) -> f64 {
 /// channels computes 32); `None` where the padding would take more than 1.5x the layer's
 /// multiply-adds. A convolution with fewer than 64 input or output channels (MobileNetV2's
 /// 16-32-channel layers) saves 30%, padding included (cold caches, as in a model: the blocked
-/// kernel took 0.55-0.65x the NCHW kernels' time on MobileNetV2's 1x1 layers at batch 8, Xeon;
+/// kernel took 0.50-0.65x the NCHW kernels' time on MobileNetV2's 1x1 layers at batch 8, Xeon;
 /// with warm caches, timed alone, the NCHW kernels were up to 1.3x faster). A stem over 1-4
 /// channels ([`nchwc_reads_nchw`]: its input is read in NCHW, unpadded) saves 40% (ResNet's
 /// 7x7/2 stem in NCHW took 2x ONNX Runtime's blocked stem in the model; alone, the blocked
@@ -156,7 +156,7 @@ pub fn nchwc_saving(
     let waste = if stem { padding_waste(B, g.o, 1) } else { padding_waste(g.c, g.o, g.groups) };
     // fewer than 4 blocks of input or output channels (MobileNetV2's 16-32-channel layers):
     // few multiply-adds per value moved, so what counts is how the output is written, and the
-    // blocked kernel (16 channels contiguous per pixel) wrote it in 0.55-0.65x the NCHW
+    // blocked kernel (16 channels contiguous per pixel) wrote it in 0.50-0.65x the NCHW
     // kernels' time with the activations out of the cache, as inside a model (Xeon, batch 8;
     // with warm caches the NCHW kernels were up to 1.3x faster)
     let narrow = g.groups == 1 && !stem && g.c.min(g.o) < 4 * B;

@@ -190,94 +190,87 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn row3<const S: usize>(g: &Geom, a: &PlaneArgs, oy: usize, zero_row: *const f32) {
         let iy0 = (oy * S) as isize - g.pt as isize;
-        let rows: [*const f32; 3] = std::array::from_fn(|ki| {
-            let iy = iy0 + ki as isize;
-            if iy >= 0 && (iy as usize) < g.h {
-                a.x.add(iy as usize * g.w * B)
-            } else {
-                zero_row
-            }
-        });
-        let wv: [__m512; 9] = std::array::from_fn(|t| _mm512_loadu_ps(a.w.add(t * B)));
-        let bias = _mm512_loadu_ps(a.bias);
-        let out_row = oy * g.ow * B;
+        let r = Row3 {
+            rows: std::array::from_fn(|ki| {
+                let iy = iy0 + ki as isize;
+                if iy >= 0 && (iy as usize) < g.h {
+                    a.x.add(iy as usize * g.w * B)
+                } else {
+                    zero_row
+                }
+            }),
+            wv: std::array::from_fn(|t| _mm512_loadu_ps(a.w.add(t * B))),
+            bias: _mm512_loadu_ps(a.bias),
+            out_row: oy * g.ow * B,
+        };
         // output columns whose window lies inside the row: ox * S >= pl, ox * S - pl + 2 < w
         let lo = g.pl.div_ceil(S).min(g.ow);
         let hi = if g.w + g.pl > 2 { ((g.w + g.pl - 3) / S + 1).min(g.ow) } else { 0 };
         let hi = hi.max(lo);
         let mut ox = 0;
         while ox < lo {
-            edge3::<S>(g, a, &rows, &wv, bias, out_row, ox);
+            edge3::<S>(g, a, &r, ox);
             ox += 1;
         }
         while ox + 8 <= hi {
-            run3::<8, S>(g, a, &rows, &wv, bias, out_row, ox);
+            run3::<8, S>(g, a, &r, ox);
             ox += 8;
         }
         if ox + 4 <= hi {
-            run3::<4, S>(g, a, &rows, &wv, bias, out_row, ox);
+            run3::<4, S>(g, a, &r, ox);
             ox += 4;
         }
         while ox < hi {
-            run3::<1, S>(g, a, &rows, &wv, bias, out_row, ox);
+            run3::<1, S>(g, a, &r, ox);
             ox += 1;
         }
         while ox < g.ow {
-            edge3::<S>(g, a, &rows, &wv, bias, out_row, ox);
+            edge3::<S>(g, a, &r, ox);
             ox += 1;
         }
     }
 
-    /// `R` output pixels of a 3x3 row from `ox` on, every tap inside the row.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run3<const R: usize, const S: usize>(
-        g: &Geom,
-        a: &PlaneArgs,
-        rows: &[*const f32; 3],
-        wv: &[__m512; 9],
+    /// One output row of a 3x3 depthwise convolution: its three input rows (a row of zeros
+    /// for those in the padding), the nine weight vectors, the bias, the row's first output.
+    struct Row3 {
+        rows: [*const f32; 3],
+        wv: [__m512; 9],
         bias: __m512,
         out_row: usize,
-        ox: usize,
-    ) {
-        let mut acc = [bias; R];
-        for (ki, xr) in rows.iter().enumerate() {
+    }
+
+    /// `R` output pixels of a 3x3 row from `ox` on, every tap inside the row.
+    #[inline(always)]
+    unsafe fn run3<const R: usize, const S: usize>(g: &Geom, a: &PlaneArgs, r: &Row3, ox: usize) {
+        let mut acc = [r.bias; R];
+        for (ki, xr) in r.rows.iter().enumerate() {
             let base = xr.add((ox * S - g.pl) * B);
             for kj in 0..3 {
                 for (j, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm512_fmadd_ps(_mm512_loadu_ps(base.add((j * S + kj) * B)), wv[ki * 3 + kj], *acc);
+                    *acc = _mm512_fmadd_ps(_mm512_loadu_ps(base.add((j * S + kj) * B)), r.wv[ki * 3 + kj], *acc);
                 }
             }
         }
         for (j, acc) in acc.iter().enumerate() {
-            let at = out_row + (ox + j) * B;
+            let at = r.out_row + (ox + j) * B;
             _mm512_storeu_ps(a.out.add(at), finish(*acc, a.res, at, 0xffff, a.act));
         }
     }
 
     /// One output pixel of a 3x3 row whose window crosses the row's ends.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn edge3<const S: usize>(
-        g: &Geom,
-        a: &PlaneArgs,
-        rows: &[*const f32; 3],
-        wv: &[__m512; 9],
-        bias: __m512,
-        out_row: usize,
-        ox: usize,
-    ) {
-        let mut acc = bias;
+    unsafe fn edge3<const S: usize>(g: &Geom, a: &PlaneArgs, r: &Row3, ox: usize) {
+        let mut acc = r.bias;
         let ix0 = (ox * S) as isize - g.pl as isize;
-        for (ki, xr) in rows.iter().enumerate() {
+        for (ki, xr) in r.rows.iter().enumerate() {
             for kj in 0..3 {
                 let ix = ix0 + kj as isize;
                 if ix >= 0 && (ix as usize) < g.w {
-                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(xr.add(ix as usize * B)), wv[ki * 3 + kj], acc);
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(xr.add(ix as usize * B)), r.wv[ki * 3 + kj], acc);
                 }
             }
         }
-        let at = out_row + ox * B;
+        let at = r.out_row + ox * B;
         _mm512_storeu_ps(a.out.add(at), finish(acc, a.res, at, 0xffff, a.act));
     }
 
