@@ -4,7 +4,7 @@
 //! the same models).
 //!
 //! Each compiled-model case is also timed **alone in a fresh process** of this binary (the
-//! same case, the same budget, nothing run before it in that process): the ratio against ONNX
+//! same case, the same budget and `--rounds`, nothing run before it in that process): the ratio against ONNX
 //! Runtime and ferrofx's peak memory are taken from that run, which is what a program running
 //! one model sees. The in-group figure is printed beside it: in one long process, earlier
 //! cases leave allocator state behind (the 64-96 MiB buffers of seed 003's cases; freed memory
@@ -216,8 +216,16 @@ fn time_in_fresh_process(id: &str) {
     cmd.args(["--no-reference", "--group", "compile", "--filter", id, "--out", &out_dir])
         .env(FRESH_CHILD, id)
         .env_remove("FERROFX_COMPILE_PROFILE");
-    if std::env::args().any(|a| a == "--quick") {
+    // the same budget as the parent's figure for ONNX Runtime: with `--rounds N`, the child
+    // times the case N times too (its figure: the best median, as each side's in the table)
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--quick") {
         cmd.arg("--quick");
+    }
+    let rounds = args.iter().position(|a| a == "--rounds").and_then(|i| args.get(i + 1)).cloned();
+    let rounds = rounds.or_else(|| args.iter().find_map(|a| a.strip_prefix("--rounds=").map(str::to_string)));
+    if let Some(r) = rounds {
+        cmd.args(["--rounds", &r]);
     }
     let Ok(out) = cmd.output() else { return };
     let json = |text: &str| -> Vec<serde_json::Value> {

@@ -7,7 +7,8 @@
 //! memory, as inside a model at batch 8 (the warm loop flattered the NCHW kernels on
 //! MobileNetV2's 16-32-channel layers).
 //!
-//! `cargo run --release -p ferrofx-core --example bench_nchwc -- [batch]` (default 8)
+//! `cargo run --release -p ferrofx-core --example bench_nchwc -- [batch]` (default 8); `ONLY=pointwise`,
+//! `strided`, `stems` or `depthwise` runs one section.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -37,36 +38,50 @@ fn best_of(mut f: impl FnMut()) -> f64 {
 fn main() -> ferrofx_core::Result<()> {
     let _g = ferrofx_core::autograd::no_grad();
     let b: i64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(8);
+    // ONLY=pointwise|strided|stems|depthwise: one section
+    let only = std::env::var("ONLY").ok();
+    let only = only.as_deref();
     println!("1x1 convolutions + bias + relu, batch {b}");
+    // (in, out, plane, stride): ResNet-50's and MobileNetV2's 1x1 layers, then ResNet-50's
+    // stride-2 downsampling 1x1s
     let pointwise = [
-        (256i64, 64i64, 56i64),
-        (64, 256, 56),
-        (512, 128, 28),
-        (1024, 256, 14),
-        (256, 1024, 14),
-        (2048, 512, 7),
-        (512, 2048, 7),
-        (96, 24, 56),
-        (24, 144, 56),
-        (144, 24, 56),
-        (32, 16, 112),
-        (16, 96, 112),
-        (960, 160, 7),
-        (160, 960, 7),
+        (256i64, 64i64, 56i64, 1i64),
+        (64, 256, 56, 1),
+        (512, 128, 28, 1),
+        (1024, 256, 14, 1),
+        (256, 1024, 14, 1),
+        (2048, 512, 7, 1),
+        (512, 2048, 7, 1),
+        (96, 24, 56, 1),
+        (24, 144, 56, 1),
+        (144, 24, 56, 1),
+        (32, 16, 112, 1),
+        (16, 96, 112, 1),
+        (960, 160, 7, 1),
+        (160, 960, 7, 1),
+        (256, 512, 56, 2),
+        (256, 512, 28, 1),
+        (512, 1024, 14, 1),
+        (512, 1024, 28, 2),
+        (1024, 2048, 14, 2),
     ];
-    for (c, o, hw) in pointwise {
+    for (c, o, hw, s) in pointwise {
+        if only.is_some_and(|f| !"pointwise".contains(f) && !(s > 1 && "strided".contains(f))) {
+            continue;
+        }
         let x = randn(&[b, c, hw, hw], None)?;
         let (w, bias) = (randn(&[o, c, 1, 1], None)?, randn(&[o], None)?);
         let xb = conv::nchwc_reorder_input(&x)?;
         let nchw = best_of(|| {
-            conv::conv2d_fused(&x, &w, Some(&bias), &[1, 1], &[0, 0], &[1, 1], 1, None, "relu").unwrap();
+            conv::conv2d_fused(&x, &w, Some(&bias), &[s, s], &[0, 0], &[1, 1], 1, None, "relu").unwrap();
         });
         let blocked = best_of(|| {
-            conv::nchwc_conv2d(&xb, &w, Some(&bias), &[1, 1], &[0, 0], &[1, 1], 1, None, "relu").unwrap();
+            conv::nchwc_conv2d(&xb, &w, Some(&bias), &[s, s], &[0, 0], &[1, 1], 1, None, "relu").unwrap();
         });
-        let gflop = 2.0 * (b * hw * hw * c * o) as f64 / 1e9;
+        let ohw = (hw - 1) / s + 1;
+        let gflop = 2.0 * (b * ohw * ohw * c * o) as f64 / 1e9;
         println!(
-            "  {c:5} -> {o:5} @ {hw:3}: NCHW {:8.1} us ({:4.0} GFLOP/s)  NCHW16c {:8.1} us ({:4.0} GFLOP/s)",
+            "  {c:5} -> {o:5} @ {hw:3} /{s}: NCHW {:8.1} us ({:4.0} GFLOP/s)  NCHW16c {:8.1} us ({:4.0} GFLOP/s)",
             nchw * 1e6,
             gflop / nchw,
             blocked * 1e6,
@@ -75,6 +90,9 @@ fn main() -> ferrofx_core::Result<()> {
     }
     println!("stems (NCHW input) + bias + relu, batch {b}");
     for (c, o, k, s, hw) in [(3i64, 32i64, 3i64, 2i64, 224i64), (3, 64, 7, 2, 224)] {
+        if only.is_some_and(|f| f != "stems") {
+            continue;
+        }
         let x = randn(&[b, c, hw, hw], None)?;
         let (w, bias) = (randn(&[o, c, k, k], None)?, randn(&[o], None)?);
         let p = k / 2;
@@ -104,6 +122,9 @@ fn main() -> ferrofx_core::Result<()> {
         (576, 14, 2),
         (960, 7, 1),
     ] {
+        if only.is_some_and(|f| f != "depthwise") {
+            continue;
+        }
         let x = randn(&[b, c, hw, hw], None)?;
         let (w, bias) = (randn(&[c, 1, 3, 3], None)?, randn(&[c], None)?);
         let xb = conv::nchwc_reorder_input(&x)?;

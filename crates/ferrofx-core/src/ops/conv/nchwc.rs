@@ -338,15 +338,32 @@ fn conv(
         Some((p, ph, pw)) => (p.as_slice(), *ph, *pw),
         None => (x, g.h, g.w),
     };
-    let tap_base: Vec<isize> = if nchw_in {
-        (0..taps).map(|t| ((t / g.kw) * g.dh * pw + (t % g.kw) * g.dw) as isize).collect()
-    } else {
-        Vec::new()
-    };
     // channel-block chunks whose weights (for one tile's output blocks) fit CHUNK_BYTES
     let per_block = taps * tap_floats * TILE_BLOCKS * 4;
     let kc = (CHUNK_BYTES / per_block).clamp(1, cb);
     let chunks = cb.div_ceil(kc);
+    // an NCHW input: per chunk, one step per (input channel, tap), in the packed weights'
+    // order: (input offset from a pixel's base, weight offset), both from the chunk's start
+    let steps: Vec<Vec<(isize, usize)>> = if nchw_in {
+        let tap = |t: usize| ((t / g.kw) * g.dh * pw + (t % g.kw) * g.dw) as isize;
+        (0..chunks)
+            .map(|k| {
+                let (c0, c1) = (k * kc, ((k + 1) * kc).min(cb));
+                let mut v = Vec::new();
+                for bl in 0..c1 - c0 {
+                    for t in 0..taps {
+                        for ic in 0..in_block(g, true).min(g.c - (c0 + bl) * B) {
+                            let x = ((bl * B + ic) * ph * pw) as isize + tap(t);
+                            v.push((x, (bl * taps + t) * tap_floats + ic * B));
+                        }
+                    }
+                }
+                v
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let groups = ob.div_ceil(TILE_BLOCKS);
     let tiles = pixels.div_ceil(TILE_PIXELS);
     // tasks: (image, group of output blocks, run of tiles); enough of them for the team
@@ -367,11 +384,16 @@ fn conv(
         let (t0, t1) = (ri * run_len, ((ri + 1) * run_len).min(tiles));
         // a group of fewer output blocks (MobileNetV2's 16-32 channels, a tail group) takes
         // more pixels per tile, so the tile still holds 24 accumulators
-        let tp = tile_pixels(nb);
+        let tp = if nchw_in { stem_tile_pixels(nb) } else { tile_pixels(nb) };
         let (q0, q1) = (t0 * TILE_PIXELS, (t1 * TILE_PIXELS).min(pixels));
         // per tile: each pixel's offset (in floats, within one input channel block) for each
         // tap, -1 where the tap reads padding
         let mut offs = vec![-1isize; taps * tp];
+        // a 1x1 convolution prefetches the input of the tile PREFETCH_TILES ahead: its pixels'
+        // offsets, computed as the tile's (a strided layer's next output row starts `sh` input
+        // rows on, not where a linear step ahead would read)
+        let prefetch = taps == 1 && !nchw_in;
+        let mut ahead = vec![-1isize; if prefetch { tp } else { 0 }];
         for k in 0..chunks {
             let (c0, c1) = (k * kc, ((k + 1) * kc).min(cb));
             for p0 in (q0..q1).step_by(tp) {
@@ -380,6 +402,10 @@ fn conv(
                     pixel_bases(g, pw, p0, np, tp, &mut offs);
                 } else {
                     tap_offsets(g, p0, np, tp, &mut offs);
+                    if prefetch {
+                        let a0 = p0 + PREFETCH_TILES * tp;
+                        tap_offsets(g, a0.min(pixels), pixels.saturating_sub(a0).min(tp), tp, &mut ahead);
+                    }
                 }
                 let first = k == 0;
                 let last = k + 1 == chunks;
@@ -391,12 +417,10 @@ fn conv(
                         x[(ni * cb + c0) * g.h * g.w * B..].as_ptr()
                     },
                     plane: ph * pw * B,
-                    channels: g.c - c0 * B,
-                    channel_stride: ph * pw,
-                    prefetch: if taps == 1 && !nchw_in { PREFETCH_TILES * tp * g.sw * B } else { 0 },
+                    ahead: &ahead,
                     blocks_in: c1 - c0,
                     offs: &offs,
-                    tap_base: &tap_base,
+                    steps: steps.get(k).map_or(&[], Vec::as_slice),
                     taps,
                     zero: zero.as_ptr(),
                     w: wp[(b0 * cb + c0) * taps * tap_floats..].as_ptr(),
@@ -423,14 +447,14 @@ fn conv(
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
                     match (nb, nchw_in) {
-                        (4, false) => avx512::tile::<4, 6, false>(&args),
-                        (3, false) => avx512::tile::<3, 8, false>(&args),
-                        (2, false) => avx512::tile::<2, 12, false>(&args),
-                        (_, false) => avx512::tile::<1, 24, false>(&args),
-                        (4, true) => avx512::tile::<4, 6, true>(&args),
-                        (3, true) => avx512::tile::<3, 8, true>(&args),
-                        (2, true) => avx512::tile::<2, 12, true>(&args),
-                        (_, true) => avx512::tile::<1, 24, true>(&args),
+                        (4, false) => avx512::tile::<4, 6>(&args),
+                        (3, false) => avx512::tile::<3, 6>(&args),
+                        (2, false) => avx512::tile::<2, 8>(&args),
+                        (_, false) => avx512::tile::<1, 12>(&args),
+                        (4, true) => avx512::tile_nchw::<4, 6>(&args),
+                        (3, true) => avx512::tile_nchw::<3, 6>(&args),
+                        (2, true) => avx512::tile_nchw::<2, 8>(&args),
+                        (_, true) => avx512::tile_nchw::<1, 12>(&args),
                     }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
@@ -514,9 +538,21 @@ fn pixel_bases(g: &Geom, pw: usize, p0: usize, np: usize, tp: usize, offs: &mut 
 fn tile_pixels(blocks: usize) -> usize {
     match blocks {
         4.. => TILE_PIXELS,
-        3 => 8,
-        2 => 12,
-        _ => 24,
+        3 => 6,
+        2 => 8,
+        _ => 12,
+    }
+}
+
+/// Pixels per register tile of the NCHW-input kernel (`tile_nchw`) for `blocks` output
+/// blocks: at most 32 vector registers for the accumulators, the weights and every pixel's
+/// broadcast (LLVM issues a step's broadcasts together: MobileNetV2's stem as 2 blocks x 12
+/// pixels spilled accumulators to the stack and took 1.3x the time of 2 x 8).
+fn stem_tile_pixels(blocks: usize) -> usize {
+    match blocks {
+        3.. => 6,
+        2 => 8,
+        _ => 12,
     }
 }
 
@@ -558,21 +594,18 @@ struct TileArgs<'a> {
     x: *const f32,
     /// Floats per input channel block (`h * w * 16`).
     plane: usize,
-    /// Input channels from this chunk's first block on (an NCHW input's last block may hold
-    /// fewer than 16).
-    channels: usize,
-    /// Floats between consecutive input channels of an NCHW input (`h * w`).
-    channel_stride: usize,
-    /// Floats ahead of each pixel's input to prefetch (0: none).
-    prefetch: usize,
+    /// Per pixel (`[P]`), the input offset to prefetch (-1: none), as `offs`; empty: no
+    /// prefetch.
+    ahead: &'a [isize],
     /// Input channel blocks in this chunk.
     blocks_in: usize,
     /// Per tap and pixel (`[taps][P]`), the pixel's input offset at that tap, -1 in the padding;
     /// for an NCHW input (padded: every tap inside), per pixel only (`[P]`), its window's base.
     offs: &'a [isize],
-    /// For an NCHW input, each tap's offset from a pixel's base (floats within a channel's
-    /// padded plane); empty otherwise.
-    tap_base: &'a [isize],
+    /// For an NCHW input, per input channel and tap of the chunk (the packed weights' order):
+    /// the input's offset from a pixel's base and the weights' offset (floats from `x` and
+    /// `w`); empty otherwise.
+    steps: &'a [(isize, usize)],
     taps: usize,
     /// 16 zeros: what a padding tap reads.
     zero: *const f32,
@@ -605,22 +638,13 @@ mod avx512 {
     use super::{TileArgs, B};
     use std::arch::x86_64::*;
 
-    /// One register tile: `N` output blocks x `P` pixels (`N * P <= 24`), over the chunk's
-    /// input blocks and every tap; written to `out` (with bias, residual and activation as `a`
-    /// says).
+    /// The tile's accumulators before the first input: the partial sums in `out` (every chunk
+    /// but the first), the bias, or zeros.
     ///
     /// # Safety
-    /// AVX-512F; `a.x` readable for `a.blocks_in` planes, every non-negative offset of
-    /// `a.offs` (`a.taps * P` of them) inside a plane; `a.w` readable for `a.blocks_out <= N`
-    /// output blocks (`a.w_block` apart) of `a.blocks_in * a.taps * 256` floats; `a.out` (and
-    /// `a.res` if not null) holds `a.blocks_out` blocks `a.out_plane` apart with `a.pixels`
-    /// pixels each, the writes exclusive to this call.
-    #[target_feature(enable = "avx512f")]
-    ///
-    /// With `NCHW`, the input is one padded image `[c][ph][pw]` (`a.channel_stride` floats
-    /// between channels, `a.channels` of them from this chunk's first block on), `a.offs` the
-    /// `P` pixels' bases and `a.tap_base` the taps' offsets (every sum inside the plane).
-    pub(super) unsafe fn tile<const N: usize, const P: usize, const NCHW: bool>(a: &TileArgs<'_>) {
+    /// As [`tile`].
+    #[inline(always)]
+    unsafe fn start<const N: usize, const P: usize>(a: &TileArgs<'_>) -> [__m512; 24] {
         // one flat array indexed by constants only (after unrolling), so it lives in registers
         let mut acc = [_mm512_setzero_ps(); 24];
         if a.accumulate {
@@ -639,44 +663,48 @@ mod avx512 {
                 }
             }
         }
-        // output blocks past `blocks_out` (a tail group) compute on block 0's weights and are
-        // not stored
-        let wj: [usize; N] = std::array::from_fn(|j| if j < a.blocks_out { j * a.w_block } else { 0 });
-        if NCHW {
-            // a padded NCHW image (a stem: 1-4 channels, one block of weights `[taps][c][16]`
-            // per output block): pixel p's input channel ic at tap t is
-            // `x + ic * channel_stride + base[p] + tap_base[t]`, no padding test
-            let base: [isize; P] = std::array::from_fn(|p| a.offs[p]);
-            for cb in 0..a.blocks_in {
-                let wb = a.w.add(cb * a.taps * a.tap_floats);
-                for ic in 0..B.min(a.channels - cb * B) {
-                    let xc = a.x.add((cb * B + ic) * a.channel_stride);
-                    for (t, &tb) in a.tap_base.iter().enumerate() {
-                        let xt = xc.offset(tb);
-                        let wt = wb.add(t * a.tap_floats + ic * B);
-                        let mut w = [_mm512_setzero_ps(); 4];
-                        for j in 0..N {
-                            w[j] = _mm512_loadu_ps(wt.add(wj[j]));
-                        }
-                        for p in 0..P {
-                            let xv = _mm512_set1_ps(*xt.offset(base[p]));
-                            for j in 0..N {
-                                acc[j * P + p] = _mm512_fmadd_ps(w[j], xv, acc[j * P + p]);
-                            }
-                        }
-                    }
+        acc
+    }
+
+    /// Stores the tile's existing pixels of its existing blocks, with residual and activation.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    #[inline(always)]
+    unsafe fn store<const N: usize, const P: usize>(a: &TileArgs<'_>, acc: &[__m512; 24]) {
+        for j in 0..N {
+            for p in 0..P {
+                if j < a.blocks_out && p < a.pixels {
+                    let at = j * a.out_plane + p * B;
+                    _mm512_storeu_ps(a.out.add(at), finish(acc[j * P + p], a.res, at, 0xffff, a.act));
                 }
             }
         }
-        for cb in 0..if NCHW { 0 } else { a.blocks_in } {
+    }
+
+    /// One register tile: `N` output blocks x `P` pixels (`N * P <= 24`), over the chunk's
+    /// input blocks and every tap; written to `out` (with bias, residual and activation as `a`
+    /// says).
+    ///
+    /// # Safety
+    /// AVX-512F; `a.x` readable for `a.blocks_in` planes, every non-negative offset of
+    /// `a.offs` (`a.taps * P` of them) inside a plane; `a.w` readable for `a.blocks_out <= N`
+    /// output blocks (`a.w_block` apart) of `a.blocks_in * a.taps * 256` floats; `a.out` (and
+    /// `a.res` if not null) holds `a.blocks_out` blocks `a.out_plane` apart with `a.pixels`
+    /// pixels each, the writes exclusive to this call.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile<const N: usize, const P: usize>(a: &TileArgs<'_>) {
+        let mut acc = start::<N, P>(a);
+        // output blocks past `blocks_out` (a tail group) compute on block 0's weights and are
+        // not stored
+        let wj: [usize; N] = std::array::from_fn(|j| if j < a.blocks_out { j * a.w_block } else { 0 });
+        for cb in 0..a.blocks_in {
             let xb = a.x.add(cb * a.plane);
-            if a.prefetch > 0 {
+            if !a.ahead.is_empty() {
                 for p in 0..P {
-                    if a.offs[p] >= 0 {
-                        // (a hint past the plane's end is harmless: wrapping arithmetic, and a
-                        // prefetch never faults)
-                        let ahead = xb.wrapping_offset(a.offs[p]).wrapping_add(a.prefetch);
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                    if a.ahead[p] >= 0 {
+                        // (wrapping arithmetic: a hint computes no reference, and never faults)
+                        _mm_prefetch::<_MM_HINT_T0>(xb.wrapping_offset(a.ahead[p]).cast());
                     }
                 }
             }
@@ -702,14 +730,34 @@ mod avx512 {
                 }
             }
         }
-        for j in 0..N {
+        store::<N, P>(a, &acc);
+    }
+
+    /// [`tile`] over a padded NCHW image (a stem: one block of weights `[taps][c][16]` per
+    /// output block, `c` of 1-4): one flat loop over the chunk's (input channel, tap) steps,
+    /// each `N` weight vectors and `P` broadcasts, no padding test (pixel `p` of step `(x, w)`
+    /// reads `a.x + x + a.offs[p]`).
+    ///
+    /// # Safety
+    /// AVX-512F; every `a.x + x + a.offs[p]` of `a.steps` and the first `P` offsets readable;
+    /// `a.w + w + 16` readable for every step's `w`, in each of the `a.blocks_out <= N` output
+    /// blocks (`a.w_block` apart); `a.out` (and `a.res`) as for [`tile`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile_nchw<const N: usize, const P: usize>(a: &TileArgs<'_>) {
+        let mut acc = start::<N, P>(a);
+        let base: [isize; P] = std::array::from_fn(|p| a.offs[p]);
+        let w: [*const f32; N] = std::array::from_fn(|j| a.w.add(j.min(a.blocks_out - 1) * a.w_block));
+        for &(xo, wo) in a.steps {
+            let xk = a.x.offset(xo);
+            let wv: [__m512; N] = std::array::from_fn(|j| _mm512_loadu_ps(w[j].add(wo)));
             for p in 0..P {
-                if j < a.blocks_out && p < a.pixels {
-                    let at = j * a.out_plane + p * B;
-                    _mm512_storeu_ps(a.out.add(at), finish(acc[j * P + p], a.res, at, 0xffff, a.act));
+                let xv = _mm512_set1_ps(*xk.offset(base[p]));
+                for j in 0..N {
+                    acc[j * P + p] = _mm512_fmadd_ps(wv[j], xv, acc[j * P + p]);
                 }
             }
         }
+        store::<N, P>(a, &acc);
     }
 }
 
@@ -1092,40 +1140,35 @@ pub(super) mod tests {
     fn nchw_input_equals_conv2d_fused() {
         let mut next = xorshift(0x3c6e_f372_fe94_f82b);
         let acts = ["none", "relu", "relu6", "silu"];
-        for case in 0..30 {
+        for case in 0..60 {
             let k = [7, 3, 5, 1][next(4)];
-            let stride = 1 + next(2);
+            let (stride, dil) = (1 + next(2), 1 + next(2));
             let pad = next(k / 2 + 1);
             let c = [1usize, 2, 3, 3, 4, 20, 40][next(7)];
             let (n, o) = (1 + next(2), [16usize, 24, 32, 64][next(4)]);
-            let (h, w) = (k + next(30), k + next(30));
-            let (oh, ow) = ((h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1);
+            let span = dil * (k - 1) + 1;
+            let (h, w) = (span + next(30), span + next(30));
+            let (oh, ow) = ((h + 2 * pad - span) / stride + 1, (w + 2 * pad - span) / stride + 1);
             let x = randn(&[n as i64, c as i64, h as i64, w as i64], None).unwrap();
             let wt = randn(&[o as i64, c as i64, k as i64, k as i64], None).unwrap();
             let b = (next(4) != 0).then(|| randn(&[o as i64], None).unwrap());
             let r = (next(3) == 0).then(|| randn(&[n as i64, o as i64, oh as i64, ow as i64], None).unwrap());
             let act = acts[next(acts.len())];
-            let (st, pd) = ([stride as i64; 2], [pad as i64; 2]);
-            let want = conv2d_fused(&x, &wt, b.as_ref(), &st, &pd, &[1, 1], 1, r.as_ref(), act).unwrap();
+            let (st, pd, dl) = ([stride as i64; 2], [pad as i64; 2], [dil as i64; 2]);
+            let want = conv2d_fused(&x, &wt, b.as_ref(), &st, &pd, &dl, 1, r.as_ref(), act).unwrap();
             let rb = r.as_ref().map(|r| nchwc_reorder_input(r).unwrap());
-            let got = nchwc_conv2d(&x, &wt, b.as_ref(), &st, &pd, &[1, 1], 1, rb.as_ref(), act).unwrap();
+            let got = nchwc_conv2d(&x, &wt, b.as_ref(), &st, &pd, &dl, 1, rb.as_ref(), act).unwrap();
             assert_eq!(got.shape(), &[n, o.div_ceil(16), oh, ow, 16]);
-            let what =
-                format!("case {case}: NCHW x {:?} w {:?} stride {stride} pad {pad} {act}", x.shape(), wt.shape());
+            let what = format!(
+                "case {case}: NCHW x {:?} w {:?} stride {stride} pad {pad} dilation {dil} {act}",
+                x.shape(),
+                wt.shape()
+            );
             close(&nchwc_reorder_output(&got, o as i64).unwrap(), &want, c * k * k, &what);
             // the same values as from the blocked input
-            let blocked = nchwc_conv2d(
-                &nchwc_reorder_input(&x).unwrap(),
-                &wt,
-                b.as_ref(),
-                &st,
-                &pd,
-                &[1, 1],
-                1,
-                rb.as_ref(),
-                act,
-            )
-            .unwrap();
+            let blocked =
+                nchwc_conv2d(&nchwc_reorder_input(&x).unwrap(), &wt, b.as_ref(), &st, &pd, &dl, 1, rb.as_ref(), act)
+                    .unwrap();
             close(&got, &blocked, c * k * k, &what);
         }
     }
