@@ -41,7 +41,14 @@ fn main() -> ferrofx_core::Result<()> {
     // ONLY=pointwise|strided|stems|depthwise: one section
     let only = std::env::var("ONLY").ok();
     let only = only.as_deref();
-    println!("1x1 convolutions + bias + relu, batch {b}");
+    let section = |name: &str, title: &str| {
+        let on = only.is_none_or(|f| f == name || (name == "pointwise" && f == "strided"));
+        if on {
+            println!("{title}, batch {b}");
+        }
+        on
+    };
+    let run_pointwise = section("pointwise", "1x1 convolutions + bias + relu");
     // (in, out, plane, stride): ResNet-50's and MobileNetV2's 1x1 layers, then ResNet-50's
     // stride-2 downsampling 1x1s
     let pointwise = [
@@ -66,7 +73,11 @@ fn main() -> ferrofx_core::Result<()> {
         (1024, 2048, 14, 2),
     ];
     for (c, o, hw, s) in pointwise {
-        if only.is_some_and(|f| !"pointwise".contains(f) && !(s > 1 && "strided".contains(f))) {
+        let wanted = match only {
+            None | Some("pointwise") => true,
+            Some(f) => f == "strided" && s > 1,
+        };
+        if !run_pointwise || !wanted {
             continue;
         }
         let x = randn(&[b, c, hw, hw], None)?;
@@ -88,9 +99,9 @@ fn main() -> ferrofx_core::Result<()> {
             gflop / blocked
         );
     }
-    println!("stems (NCHW input) + bias + relu, batch {b}");
+    let run_stems = section("stems", "stems (NCHW input) + bias + relu");
     for (c, o, k, s, hw) in [(3i64, 32i64, 3i64, 2i64, 224i64), (3, 64, 7, 2, 224)] {
-        if only.is_some_and(|f| f != "stems") {
+        if !run_stems {
             continue;
         }
         let x = randn(&[b, c, hw, hw], None)?;
@@ -109,7 +120,7 @@ fn main() -> ferrofx_core::Result<()> {
             nchw / blocked
         );
     }
-    println!("depthwise 3x3 + bias + relu6, batch {b}");
+    let run_depthwise = section("depthwise", "depthwise 3x3 + bias + relu6");
     for (c, hw, s) in [
         (32i64, 112i64, 1i64),
         (96, 112, 2),
@@ -122,7 +133,7 @@ fn main() -> ferrofx_core::Result<()> {
         (576, 14, 2),
         (960, 7, 1),
     ] {
-        if only.is_some_and(|f| f != "depthwise") {
+        if !run_depthwise {
             continue;
         }
         let x = randn(&[b, c, hw, hw], None)?;
