@@ -52,29 +52,39 @@ pub fn median_secs(budget: Budget, inner: usize, mut f: impl FnMut()) -> f64 {
 /// warm-up of both: two variants of one computation compared side by side, so that a change
 /// of the machine's load during the measurement affects both columns alike.
 pub fn median_secs_pair(budget: Budget, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
-    let start = Instant::now();
-    while start.elapsed() < budget.warmup {
-        a();
-        b();
+    let m = median_secs_alternating(budget, &mut [&mut a, &mut b]);
+    (m[0], m[1])
+}
+
+/// [`median_secs_pair`] for any number of functions: each sample round calls every function
+/// once, in order; the sampling time is the budget's per function. Returns each one's median.
+pub fn median_secs_alternating(budget: Budget, fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    if fs.is_empty() {
+        return Vec::new();
     }
-    let (mut sa, mut sb) = (Vec::new(), Vec::new());
     let start = Instant::now();
-    while sa.len() < budget.min_samples || start.elapsed() < budget.measure * 2 {
-        let t = Instant::now();
-        a();
-        sa.push(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        b();
-        sb.push(t.elapsed().as_secs_f64());
-        if sa.len() > 100_000 {
+    while start.elapsed() < budget.warmup * fs.len().max(1) as u32 / 2 {
+        fs.iter_mut().for_each(|f| f());
+    }
+    let mut samples = vec![Vec::new(); fs.len()];
+    let start = Instant::now();
+    while samples[0].len() < budget.min_samples || start.elapsed() < budget.measure * fs.len() as u32 {
+        for (f, s) in fs.iter_mut().zip(&mut samples) {
+            let t = Instant::now();
+            f();
+            s.push(t.elapsed().as_secs_f64());
+        }
+        if samples[0].len() > 100_000 {
             break;
         }
     }
-    let median = |mut s: Vec<f64>| {
-        s.sort_by(|x, y| x.total_cmp(y));
-        s[s.len() / 2]
-    };
-    (median(sa), median(sb))
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(|x, y| x.total_cmp(y));
+            s[s.len() / 2]
+        })
+        .collect()
 }
 
 /// What the process used up to now (all threads): CPU time, minor page faults and context
