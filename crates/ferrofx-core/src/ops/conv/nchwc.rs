@@ -384,7 +384,7 @@ fn conv(
         let (t0, t1) = (ri * run_len, ((ri + 1) * run_len).min(tiles));
         // a group of fewer output blocks (MobileNetV2's 16-32 channels, a tail group) takes
         // more pixels per tile (as many as the vector registers allow)
-        let tp = if nchw_in { stem_tile_pixels(nb) } else { tile_pixels(nb) };
+        let tp = tile_pixels(nb);
         let (q0, q1) = (t0 * TILE_PIXELS, (t1 * TILE_PIXELS).min(pixels));
         // per tile: each pixel's offset (in floats, within one input channel block) for each
         // tap, -1 where the tap reads padding
@@ -534,26 +534,15 @@ fn pixel_bases(g: &Geom, pw: usize, p0: usize, np: usize, tp: usize, offs: &mut 
     }
 }
 
-/// Pixels per register tile for a group of `blocks` output blocks: 24, 18, 16 or 12
-/// accumulators, so that with the weights and a tap's broadcasts (which LLVM issues together)
-/// no more than 32 vectors are live (2 x 12 and 1 x 24 spilled accumulators to the stack:
-/// MobileNetV2's 1-3-block 1x1 layers ran 10-45% slower).
+/// Pixels per register tile for a group of `blocks` output blocks, in both kernels (`tile`,
+/// `tile_nchw`): 24, 18, 16 or 12 accumulators, so that with the weights and a step's
+/// broadcasts (which LLVM issues together) no more than 32 vectors are live. 2 x 12 and 1 x 24
+/// spilled accumulators to the stack: MobileNetV2's 1-3-block 1x1 layers took 1.08-1.89x the
+/// time, its stem (2 blocks) 1.3x.
 fn tile_pixels(blocks: usize) -> usize {
     match blocks {
         4.. => TILE_PIXELS,
         3 => 6,
-        2 => 8,
-        _ => 12,
-    }
-}
-
-/// Pixels per register tile of the NCHW-input kernel (`tile_nchw`) for `blocks` output
-/// blocks: at most 32 vector registers for the accumulators, the weights and every pixel's
-/// broadcast (LLVM issues a step's broadcasts together: MobileNetV2's stem as 2 blocks x 12
-/// pixels spilled accumulators to the stack and took 1.3x the time of 2 x 8).
-fn stem_tile_pixels(blocks: usize) -> usize {
-    match blocks {
-        3.. => 6,
         2 => 8,
         _ => 12,
     }
